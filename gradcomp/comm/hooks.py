@@ -1,0 +1,176 @@
+"""Drop-in DDP communication hooks for every gradcomp compressor.
+
+    state = gradcomp.comm.register(ddp_model, "topk", ratio=0.01, error_feedback=True)
+
+or, like torch's own hooks:
+
+    ddp_model.register_comm_hook(HookState(gradcomp.compressor("fp16")), hook)
+
+Per bucket the hook compresses the flat gradient buffer (PowerSGD: each parameter's matrix),
+moves the payload by all-reduce or all-gather as the compressor declares, and writes the average
+gradient back. Work is chained on futures; nothing waits inside a future callback. The one
+blocking step is PowerSGD's first round: the hook waits for P's all-reduce before computing Q,
+so that every collective is issued from the hook itself, in the same order on every rank. On
+NCCL that wait is a stream wait; on gloo it holds the backward pass for one P round trip.
+"""
+
+import torch
+import torch.distributed as dist
+
+from ..compressors import Compressor, compressor as build_compressor, option_names
+from . import resume, wire
+from .state import HookState, check_shared_randomness
+from .telemetry import BucketRecord, mark
+
+
+def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook: average `bucket` across ranks through `state.compressor`."""
+    iteration = state.iteration
+    if bucket.is_last():
+        state.iteration += 1
+    params = state.record_layout(bucket)
+    if state.resuming is not None:
+        deferred = resume.defer_if_moved(state, bucket, params, iteration)
+        if deferred is not None:
+            return deferred
+    shapes = [g.shape for g in bucket.gradients()]
+    return average(state, bucket.buffer(), bucket.index(), shapes, iteration)
+
+
+def average(state: HookState, buf: torch.Tensor, index: int, shapes, iteration: int):
+    """Average the flat gradient `buf` (tensors of `shapes`, laid end to end) across ranks;
+    the future's value is `buf`, holding the result."""
+    rec = None
+    if state.telemetry is not None:
+        rec = state.telemetry.start(BucketRecord(iteration, index, state.compressor.name,
+                                                 buf.numel(), buf.numel() * buf.element_size(),
+                                                 0), buf.device)
+    if iteration < state.start_iter or not state.worth_compressing(index, buf.numel(), buf.dtype):
+        return _plain_allreduce(state, buf, rec)
+    if state.compressor.shared_randomness and not state.checked_shared_randomness:
+        check_shared_randomness(state, buf.device)
+    if getattr(state.compressor, "begin", None) is not None:
+        return _powersgd(state, buf, index, rec, shapes)
+    if state.compressor.aggregation == "allreduce":
+        return _compressed_allreduce(state, buf, index, rec)
+    return _compressed_allgather(state, buf, index, rec)
+
+
+def _mark(rec: BucketRecord | None, device) -> None:
+    if rec is not None:
+        rec.marks.append(mark(device))
+
+
+def _plain_allreduce(state: HookState, buf: torch.Tensor, rec: BucketRecord | None):
+    if rec:
+        rec.method = "allreduce"
+        rec.bytes_sent = rec.bytes_original
+    buf.div_(state.world_size)
+    _mark(rec, buf.device)
+
+    def done(fut):
+        fut.value()  # raises if the collective failed
+        _mark(rec, buf.device)
+        _mark(rec, buf.device)
+        return buf
+
+    return dist.all_reduce(buf, group=state.group, async_op=True).get_future().then(done)
+
+
+def _write_back(buf: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    flat = result.reshape(-1)
+    if flat.data_ptr() != buf.data_ptr() or flat.dtype != buf.dtype:
+        buf.copy_(flat)
+    return buf
+
+
+def _compressed_allreduce(state: HookState, buf: torch.Tensor, index: int, rec):
+    comp = state.compressor
+    payload = comp.compress(buf, key=index)
+    wires = list(payload.tensors)
+    for t in wires:
+        if t.is_floating_point():
+            t.div_(state.world_size)
+    if rec:
+        rec.bytes_sent = payload.nbytes
+    _mark(rec, buf.device)
+
+    def decode(fut):
+        _mark(rec, buf.device)
+        out = _write_back(buf, comp.decompress(payload.with_tensors(fut.value())))
+        _mark(rec, buf.device)
+        return out
+
+    return wire.all_reduce_sum(wires, state.group).then(decode)
+
+
+def _compressed_allgather(state: HookState, buf: torch.Tensor, index: int, rec):
+    comp = state.compressor
+    payload = comp.compress(buf, key=index)
+    send = wire.pack_bytes(payload.tensors)
+    recv = state.gather_buffers(index, send.numel(), send.device)
+    if rec:
+        rec.bytes_sent = payload.nbytes
+    _mark(rec, buf.device)
+
+    def decode(fut):
+        _mark(rec, buf.device)
+        payloads = [payload.with_tensors(wire.unpack_bytes(r, payload.tensors))
+                    for r in fut.value()]
+        out = _write_back(buf, comp.aggregate(payloads))
+        _mark(rec, buf.device)
+        return out
+
+    return wire.all_gather_bytes(send, recv, state.group).then(decode)
+
+
+def _powersgd(state: HookState, buf: torch.Tensor, index: int, rec, shapes):
+    comp = state.compressor
+    if sum(s.numel() for s in shapes) != buf.numel():
+        shapes = [buf.shape]
+    step = comp.begin(buf, shapes, key=index)
+    plain = step.plain().div_(state.world_size)
+    p = step.p_flat()
+    if rec:
+        rec.bytes_sent = (plain.numel() * plain.element_size()
+                          + (p.numel() + step.q_flat().numel()) * p.element_size())
+    _mark(rec, buf.device)
+    wire.all_reduce_sum([p], state.group).wait()  # see the module docstring
+    q = comp.next_round(step, p)
+    futs = wire.all_reduce_sum([plain, q], state.group)
+
+    def decode(fut):
+        fut.value()  # raises if the collective failed
+        _mark(rec, buf.device)
+        comp.finish(step, plain, q.div_(state.world_size), out=buf)
+        _mark(rec, buf.device)
+        return buf
+
+    return futs.then(decode)
+
+
+def register(ddp_model, method: str | Compressor = "none", *, process_group=None,
+             start_iter: int = 1, min_compression_rate: float | None = None,
+             error_feedback: bool | None = None, telemetry_limit: int = 100_000,
+             **options) -> HookState:
+    """Register gradcomp's hook with `method` on a DistributedDataParallel model.
+
+    `options` go to the compressor (`gradcomp.compressor(method, **options)`);
+    `min_compression_rate` goes to the compressor when it has that option (PowerSGD), else to
+    the hook. Returns the `HookState` (checkpoint it with `state_dict()`).
+    """
+    if isinstance(method, Compressor):
+        if options or error_feedback is not None:
+            raise TypeError("pass options with a method name, not with a built compressor")
+        comp = method
+    else:
+        if min_compression_rate is not None and "min_compression_rate" in option_names(method):
+            options["min_compression_rate"] = min_compression_rate
+            min_compression_rate = None
+        comp = build_compressor(method, error_feedback=error_feedback, **options)
+    state = HookState(comp, process_group=process_group, start_iter=start_iter,
+                      min_compression_rate=1.0 if min_compression_rate is None
+                      else min_compression_rate, telemetry_limit=telemetry_limit)
+    state.track_parameters(ddp_model.module)
+    ddp_model.register_comm_hook(state, hook)
+    return state

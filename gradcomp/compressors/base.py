@@ -1,0 +1,174 @@
+"""The compressor interface: a gradient becomes a `Payload` on the wire and back.
+
+A compressor never talks to other processes. It declares how payloads from several workers
+combine (`aggregation`):
+
+* ``"allreduce"``: the payload tensors of all workers may be summed elementwise, and
+  ``decompress`` is linear in them, so ``decompress(sum of payloads) == sum of decompressions``.
+* ``"allgather"``: every worker's payload is gathered and ``aggregate(payloads)`` decodes and
+  combines them (the mean, or a majority vote).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Hashable
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+AGGREGATIONS = ("allreduce", "allgather")
+
+
+@dataclass
+class Payload:
+    """What one worker transmits for one tensor.
+
+    ``tensors`` travel on the wire; ``shape``, ``dtype`` and ``meta`` stay local and are the same
+    on every rank for the same call sequence (so a gathered payload can be decoded anywhere).
+    """
+
+    tensors: tuple[torch.Tensor, ...]
+    shape: torch.Size
+    dtype: torch.dtype
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Exact number of bytes on the wire."""
+        return sum(t.numel() * t.element_size() for t in self.tensors)
+
+    @property
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.tensors[0].device if self.tensors else torch.device("cpu")
+
+    def with_tensors(self, tensors) -> "Payload":
+        """The same payload description around other wire tensors (e.g. received ones)."""
+        return Payload(tuple(tensors), self.shape, self.dtype, self.meta)
+
+
+def check_tensor(tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in FLOAT_DTYPES:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in FLOAT_DTYPES)
+        raise TypeError(
+            f"tensor dtype {str(tensor.dtype).replace('torch.', '')} is not supported: "
+            f"gradcomp compresses real floating-point tensors ({allowed})"
+        )
+
+
+def check_ratio(value, option: str = "ratio") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{option}={value!r} is not allowed: {option} must be a number in (0, 1]")
+    return float(value)
+
+
+def check_int(value, option: str, minimum: int, maximum: int | None = None) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    if ok and maximum is not None:
+        ok = value <= maximum
+    if not ok:
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{option}={value!r} is not allowed: {option} must be an integer {bound}")
+    return value
+
+
+def check_choice(value, option: str, allowed) -> Any:
+    if value not in allowed:
+        raise ValueError(
+            f"{option}={value!r} is not allowed: choose one of {', '.join(map(repr, allowed))}"
+        )
+    return value
+
+
+class Compressor:
+    """Base class. Subclasses set `name` and `aggregation` and implement `_compress` / `_decompress`
+    on flat 1-D tensors; the base class validates, flattens and restores shape and dtype."""
+
+    name: ClassVar[str] = ""
+    aggregation: ClassVar[str] = "allgather"
+    #: True when ranks must draw the same random numbers (checked across ranks by the hooks).
+    shared_randomness: ClassVar[bool] = False
+    #: True when the method keeps its own residuals (its `error_feedback` option).
+    handles_error_feedback: ClassVar[bool] = False
+    #: Whether `compressor(name)` turns error feedback on when not told.
+    default_error_feedback: ClassVar[bool] = False
+
+    seed: int = 0
+    rank: int = 0
+
+    # -- the public interface -------------------------------------------------------------
+    def compress(self, tensor: torch.Tensor, key: Hashable = None) -> Payload:
+        check_tensor(tensor)
+        flat = tensor.reshape(-1)
+        tensors, meta = self._compress(flat, key)
+        return Payload(tuple(tensors), tensor.shape, tensor.dtype, meta)
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        flat = self._decompress(payload)
+        return flat.to(payload.dtype).reshape(payload.shape)
+
+    def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
+        """Combine the gathered payloads of all workers into the average gradient."""
+        total = self.decompress(payloads[0]).to(torch.float32)
+        for p in payloads[1:]:
+            total += self.decompress(p)
+        return total.div_(len(payloads)).to(payloads[0].dtype)
+
+    def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes one worker sends for a tensor of `numel` elements (expected value where the
+        size depends on the data)."""
+        return self.compress(torch.ones(numel, dtype=dtype)).nbytes
+
+    def options(self) -> dict[str, Any]:
+        """The options this compressor was built with."""
+        return {}
+
+    def set_rank(self, rank: int) -> None:
+        """Tell the compressor its rank, so that randomness that need not be shared differs
+        between workers (stochastic rounding); shared randomness ignores it."""
+        self.rank = rank
+        self._generators = {}
+
+    def shared_state(self) -> bytes:
+        """What must be equal on every rank for shared randomness to agree (the random
+        generators' states); the hooks compare a digest of it across ranks."""
+        gens = getattr(self, "_generators", {})
+        return b"".join(str(d).encode() + g.get_state().cpu().numpy().tobytes()
+                        for d, g in sorted(gens.items(), key=lambda kv: str(kv[0])))
+
+    def state_dict(self) -> dict[str, Any]:
+        gens = getattr(self, "_generators", {})
+        return {"generators": {str(d): g.get_state() for d, g in gens.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._generators = {}
+        for dev, gstate in state.get("generators", {}).items():
+            self._generator(torch.device(dev)).set_state(gstate)
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({opts})"
+
+    # -- for subclasses -------------------------------------------------------------------
+    def _compress(self, flat: torch.Tensor, key: Hashable) -> tuple[list[torch.Tensor], dict]:
+        raise NotImplementedError
+
+    def _decompress(self, payload: Payload) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """This compressor's random generator on `device`, seeded from `seed` (and the rank,
+        unless the randomness must be shared)."""
+        gens = self.__dict__.setdefault("_generators", {})
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device not in gens:
+            seed = self.seed if self.shared_randomness else self.seed + 1_000_003 * self.rank
+            gens[device] = torch.Generator(device=device).manual_seed(seed)
+        return gens[device]

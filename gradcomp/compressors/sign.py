@@ -1,0 +1,186 @@
+"""Sign-based (1 bit per value) compressors: `signsgd`, `efsignsgd`, `onebit`. All-gathered.
+
+Common to all three: the bit of a value is ``x >= 0``, so 0 and -0.0 (which compares equal to
+0) are sent as "non-negative" and NaN as "negative". Bits are packed 8 to a byte with
+`bitpack.pack`; scales travel as float32. Values are computed in float32 for float16/bfloat16
+input and in float64 for float64 input.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Compressor, Payload, check_int
+from .bitpack import pack, packed_nbytes, unpack
+from .registry import register
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _sign_bits(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bool mask ``flat >= 0``, its packed 1-bit stream)."""
+    bits = flat >= 0
+    return bits, pack(bits.to(torch.uint8), 1)
+
+
+def _unpack_bits(payload: Payload) -> torch.Tensor:
+    return unpack(payload.tensors[0], payload.numel, 1).bool()
+
+
+def _layout(numel: int, block_size: int) -> tuple[int, int]:
+    """(number of blocks, block length). block_size 0 is one block of the whole tensor (of
+    length >= 1, so an empty tensor still has one block, holding only padding)."""
+    if block_size == 0:
+        return 1, max(numel, 1)
+    return -(-numel // block_size), block_size
+
+
+def _blocked(x: torch.Tensor, nblocks: int, length: int, fill=0) -> torch.Tensor:
+    """`x` padded with `fill` to nblocks * length values, viewed as (nblocks, length)."""
+    pad = nblocks * length - x.numel()
+    if pad:
+        x = torch.cat([x, x.new_full((pad,), fill)])
+    return x.view(nblocks, length)
+
+
+def _block_counts(numel: int, nblocks: int, length: int, dtype, device) -> torch.Tensor:
+    """Number of real (non-padding) values in each block."""
+    counts = torch.full((nblocks,), length, dtype=dtype, device=device)
+    if nblocks:
+        counts[-1:].fill_(numel - (nblocks - 1) * length)  # fill_: no host-device sync
+    return counts
+
+
+@register
+class SignSGD(Compressor):
+    """signSGD with majority vote (Bernstein et al., "signSGD: Compressed Optimisation for
+    Non-Convex Problems", ICML 2018; "signSGD with Majority Vote is Communication Efficient and
+    Fault Tolerant", ICLR 2019).
+
+    Wire: the sign bits (1 = non-negative, so 0 and -0.0 are sent as +1) packed 8 per byte,
+    plus one float32 flag that is 1.0 when the input is all finite and NaN otherwise.
+    `decompress` gives +-1 times the flag. `aggregate` is the majority vote
+    ``sign(sum of the workers' signs)`` (a tie gives 0) times the product of the flags.
+    The result has unit magnitude: the learning rate carries the scale, as in the paper.
+    Non-finite input: any NaN/Inf on a worker makes every decoded (and aggregated) value NaN.
+    """
+
+    name = "signsgd"
+    aggregation = "allgather"
+
+    def __init__(self):
+        pass
+
+    def _compress(self, flat, key):
+        _, packed = _sign_bits(flat)
+        ok = torch.isfinite(flat).all()
+        flag = torch.where(ok, 1.0, float("nan")).to(torch.float32).reshape(1)
+        return [packed, flag], {}
+
+    def _decompress(self, payload):
+        work = _work_dtype(payload.dtype)
+        bits = _unpack_bits(payload)
+        flag = payload.tensors[1].to(work)
+        return torch.where(bits, flag, -flag)
+
+    def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
+        first = payloads[0]
+        work = _work_dtype(first.dtype)
+        ones = torch.zeros(first.numel, dtype=torch.int32, device=first.device)
+        for p in payloads:
+            ones += unpack(p.tensors[0], p.numel, 1)
+        votes = torch.sign(2 * ones - len(payloads)).to(work)  # +1, 0 (tie) or -1
+        flag = torch.cat([p.tensors[1] for p in payloads]).to(work).prod()
+        return (votes * flag).to(first.dtype).reshape(first.shape)
+
+    def wire_nbytes(self, numel, dtype=torch.float32):
+        return packed_nbytes(numel, 1) + 4
+
+
+class _Blocked(Compressor):
+    aggregation = "allgather"
+    scales_per_block = 1
+
+    def __init__(self, block_size: int = 0):
+        self.block_size = check_int(block_size, "block_size", 0)
+
+    def options(self):
+        return {"block_size": self.block_size}
+
+    def wire_nbytes(self, numel, dtype=torch.float32):
+        nblocks, _ = _layout(numel, self.block_size)
+        return packed_nbytes(numel, 1) + 4 * self.scales_per_block * nblocks
+
+
+@register
+class EFSignSGD(_Blocked):
+    """Scaled sign of EF-SignSGD (Karimireddy et al., "Error Feedback Fixes SignSGD and other
+    Gradient Compression Schemes", ICML 2019): ``sign(x) * ||x||_1 / n``.
+
+    Error feedback is what makes it converge: use it with ``error_feedback=True``.
+    Option `block_size`: 0 (default) = one scale for the whole tensor, > 0 = one scale per
+    block of that many values (the last block may be shorter; its scale is over its own values).
+    Wire: sign bits (1 = non-negative; 0 and -0.0 decode to +scale) packed 8 per byte, then
+    one float32 scale (mean |x|) per block. An empty tensor with block_size 0 sends scale 0.
+    Non-finite input: a NaN/Inf makes its block's scale NaN/Inf, so the whole block decodes
+    non-finite.
+    """
+
+    name = "efsignsgd"
+
+    def _compress(self, flat, key):
+        x = flat.to(_work_dtype(flat.dtype))
+        bits, packed = _sign_bits(x)
+        nblocks, length = _layout(x.numel(), self.block_size)
+        sums = _blocked(x.abs(), nblocks, length).sum(dim=1)
+        counts = _block_counts(x.numel(), nblocks, length, x.dtype, x.device).clamp_min(1)
+        return [packed, (sums / counts).to(torch.float32)], {}
+
+    def _decompress(self, payload):
+        work = _work_dtype(payload.dtype)
+        nblocks, length = _layout(payload.numel, self.block_size)
+        bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
+        scale = payload.tensors[1].to(work).unsqueeze(1)
+        return torch.where(bits, scale, -scale).reshape(-1)[: payload.numel]
+
+
+@register
+class OneBit(_Blocked):
+    """1-bit SGD (Seide et al., "1-Bit Stochastic Gradient Descent and its Application to
+    Data-Parallel Distributed Training of Speech DNNs", Interspeech 2014), without its
+    built-in error feedback (add ``error_feedback=True``, as the paper does).
+
+    Bit = ``x >= 0`` (0 and -0.0 count as non-negative); a 1 bit decodes to the mean of the
+    block's non-negative values, a 0 bit to the mean of its negative values (an empty group's
+    mean is 0). Option `block_size`: 0 (default) = one pair of means for the whole tensor,
+    > 0 = one pair per block of that many values.
+    Wire: packed sign bits, then float32 means interleaved (non-negative, negative) per block.
+    Non-finite input: NaN falls in the negative group and makes that group's mean NaN; +Inf
+    (-Inf) makes the non-negative (negative) mean +Inf (-Inf, or NaN beside a NaN), so the
+    non-finite value's position and the rest of its group in its block decode non-finite.
+    """
+
+    name = "onebit"
+    scales_per_block = 2
+
+    def _compress(self, flat, key):
+        x = flat.to(_work_dtype(flat.dtype))
+        bits, packed = _sign_bits(x)
+        n = x.numel()
+        nblocks, length = _layout(n, self.block_size)
+        pos_sum = _blocked(torch.where(bits, x, 0), nblocks, length).sum(dim=1)
+        neg_sum = _blocked(torch.where(bits, 0, x), nblocks, length).sum(dim=1)
+        pos_count = _blocked(bits, nblocks, length, fill=False).sum(dim=1).to(x.dtype)
+        neg_count = _block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
+        means = torch.stack([pos_sum / pos_count.clamp_min(1),
+                             neg_sum / neg_count.clamp_min(1)], dim=1)
+        return [packed, means.to(torch.float32).reshape(-1)], {}
+
+    def _decompress(self, payload):
+        work = _work_dtype(payload.dtype)
+        nblocks, length = _layout(payload.numel, self.block_size)
+        bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
+        means = payload.tensors[1].to(work).view(nblocks, 2)
+        out = torch.where(bits, means[:, :1], means[:, 1:])
+        return out.reshape(-1)[: payload.numel]

@@ -1,0 +1,103 @@
+"""Measure a profile of the user's model on the local device.
+
+Per repeat: forward (including the loss), backward with the time each parameter's gradient is
+accumulated (`register_post_accumulate_grad_hook`; on CUDA a timed event recorded in the hook,
+so asynchronous kernels are counted where they run), and one SGD step (momentum 0.9) on
+clones of the parameters and gradients, so the model's weights are not changed. Warm-up
+iterations first; the device is synchronised around every timed phase; each time is the
+median over the repeats. Gradients are listed in the order they become ready (median ready
+time); parameters that receive no gradient are left out. The model's ``.grad`` are cleared.
+"""
+from __future__ import annotations
+
+import statistics
+import torch
+
+from .profiles import Profile
+from .timing import Clock
+
+
+def _default_loss(output) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output.float().mean()
+    values = output.values() if isinstance(output, dict) else output
+    tensors = [v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if not tensors:
+        raise ValueError("loss_fn=None needs a model output with a floating-point tensor; "
+                         "pass loss_fn")
+    return sum(t.float().mean() for t in tensors)
+
+
+def _call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeats: int = 10,
+                    warmup: int = 3, name: str | None = None) -> Profile:
+    """A `Profile` of `model` on `example_inputs` (a tensor, a tuple of positional arguments
+    or a dict of keyword arguments) with `loss_fn(output) -> scalar` (default: the mean of
+    the output, summed over floating-point outputs), median of `repeats` after `warmup`."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} is not allowed: it must be an integer >= 1")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup={warmup!r} is not allowed: it must be an integer >= 0")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no parameters that require gradients")
+    loss_fn = loss_fn or _default_loss
+    clock = Clock(params[0].device)
+    marks: dict[int, object] = {}
+    handles = [p.register_post_accumulate_grad_hook(
+        lambda p, i=i: marks.__setitem__(i, clock.mark())) for i, p in enumerate(params)]
+    times = {"forward": [], "backward": [], "optimizer": []}
+    ready: dict[int, list[float]] = {}
+    try:
+        for step in range(warmup + repeats):
+            for p in params:
+                p.grad = None
+            marks.clear()
+            clock.sync()
+            t0 = clock.mark()
+            loss = loss_fn(_call(model, example_inputs))
+            t1 = clock.mark()
+            loss.backward()
+            t2 = clock.mark()
+            shadow = [p.detach().clone() for p in params if p.grad is not None]
+            for s, p in zip(shadow, [p for p in params if p.grad is not None]):
+                s.grad = p.grad.detach().clone()
+            optimizer = torch.optim.SGD(shadow, lr=0.01, momentum=0.9)
+            clock.sync()
+            t3 = clock.mark()
+            optimizer.step()
+            t4 = clock.mark()
+            clock.sync()
+            if step < warmup:
+                continue
+            times["forward"].append(clock.seconds(t0, t1))
+            times["backward"].append(clock.seconds(t1, t2))
+            times["optimizer"].append(clock.seconds(t3, t4))
+            for i, mark in marks.items():
+                ready.setdefault(i, []).append(clock.seconds(t1, mark))
+    finally:
+        for h in handles:
+            h.remove()
+        for p in params:
+            p.grad = None
+    order = sorted(ready, key=lambda i: (statistics.median(ready[i]), -i))
+    backward = statistics.median(times["backward"])
+    ready_s = [min(statistics.median(ready[i]), backward) for i in order]
+    device = clock.device
+    where = torch.cuda.get_device_name(device) if clock.cuda else device.type
+    return Profile(name or type(model).__name__, [params[i].numel() for i in order],
+                   ready_s, statistics.median(times["forward"]), backward,
+                   statistics.median(times["optimizer"]), params[order[0]].element_size(),
+                   [tuple(params[i].shape) for i in order], None,
+                   f"measured by gradcomp.evaluation.measure_profile on {where}, torch "
+                   f"{torch.__version__}",
+                   f"median of {repeats} repeats after {warmup} warm-up; forward includes the "
+                   f"loss; optimizer: SGD(momentum=0.9) step on clones; "
+                   f"{len(params) - len(order)} parameters without gradient left out")

@@ -1,0 +1,171 @@
+"""What a compression method costs in the performance model: bytes on the wire per round,
+how the payloads aggregate, and its encode / decode time.
+
+Aggregations: ``allreduce`` (one ring all-reduce of the payload), ``allgather`` (one
+all-gather; decode once per received payload, i.e. p times) and ``powersgd`` (two sequential
+all-reduces: the uncompressed pieces with P, then Q). Encode and decode cost ``a + b*n``
+seconds for n elements per application; a method applies once per bucket, or once per
+parameter when `per_parameter` (PowerSGD compresses each matrix).
+
+Default costs (`assumed_costs`, used for methods given by name without a measured table) are
+memory-bound floors, stated rather than measured: each application costs 20 us of launches,
+plus the bytes it moves at 800 GB/s (V100-like): encode reads the 4-byte gradient
+`passes[0]` times and writes the wire bytes; decode reads the wire bytes and writes the
+4-byte result `passes[1]` times (per payload). Passes (`PASSES`): casts 1/1; top-k 3/1
+(magnitudes and a radix select); threshold 2/1; random-k 3/1 (random permutation); PowerSGD
+4/3 (error feedback, M Q, M^T P; P Q^T and the residual); sign and quantisers 2/1; error
+feedback adds 3 encode passes. `none` costs nothing. Real top-k and random-k kernels are
+slower than these floors: measure them (`gradcomp` compress bench) and pass the table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import torch
+
+from ..compressors import compressor
+from .architectures import Shape
+
+AGGREGATIONS = ("allreduce", "allgather", "powersgd")
+DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
+LAUNCH_S = 20e-6
+MEMORY_BPS = 800e9
+PASSES = {"fp16": (1, 1), "bf16": (1, 1), "topk": (3, 1), "threshold": (2, 1),
+          "randomk": (3, 1), "powersgd": (4, 3)}
+DEFAULT_PASSES = (2, 1)
+EF_PASSES = 3
+
+
+@dataclass(frozen=True)
+class MethodCost:
+    """A method as the model sees it. `wire(shapes, dtype_bytes)` gives the bytes one worker
+    sends per round for one bucket holding tensors of `shapes` (one round, or two for
+    ``powersgd``); `encode` / `decode` are (a, b): a + b*n seconds per application (a
+    fitted negative total counts as 0)."""
+
+    name: str
+    aggregation: str
+    wire: Callable[[Sequence[Shape], int], tuple[float, ...]]
+    encode: tuple[float, float] = (0.0, 0.0)
+    decode: tuple[float, float] = (0.0, 0.0)
+    per_parameter: bool = False
+
+    def __post_init__(self):
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation={self.aggregation!r} is not allowed: choose one of "
+                             f"{', '.join(map(repr, AGGREGATIONS))}")
+        for option in ("encode", "decode"):
+            a, b = getattr(self, option)
+            if not (math.isfinite(a) and math.isfinite(b)):
+                raise ValueError(f"{option}={getattr(self, option)!r}: (a, b) must be finite")
+            object.__setattr__(self, option, (float(a), float(b)))
+
+    def _time(self, ab: tuple[float, float], shapes: Sequence[Shape]) -> float:
+        count = len(shapes) if self.per_parameter else 1
+        return max(0.0, ab[0] * count + ab[1] * sum(math.prod(s) for s in shapes))
+
+    def encode_s(self, shapes: Sequence[Shape]) -> float:
+        """Encode time of one bucket."""
+        return self._time(self.encode, shapes)
+
+    def decode_s(self, shapes: Sequence[Shape]) -> float:
+        """Decode time of one bucket's payload (one payload: all-gather decodes p of them)."""
+        return self._time(self.decode, shapes)
+
+    def with_costs(self, encode=None, decode=None) -> "MethodCost":
+        """The same method with other (a, b) encode / decode costs."""
+        return replace(self, encode=self.encode if encode is None else tuple(encode),
+                       decode=self.decode if decode is None else tuple(decode))
+
+    @classmethod
+    def fixed_ratio(cls, ratio: float, aggregation: str = "allreduce", encode=(0.0, 0.0),
+                    decode=(0.0, 0.0), name: str | None = None) -> "MethodCost":
+        """A synthetic method sending 1/`ratio` of the gradient's bytes (ratio >= 1)."""
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio >= 1:
+            raise ValueError(f"ratio={ratio!r} is not allowed: a compression ratio is a "
+                             "number >= 1")
+        if aggregation == "powersgd":
+            raise ValueError("aggregation='powersgd' is not allowed for fixed_ratio: choose "
+                             "'allreduce' or 'allgather'")
+
+        def wire(shapes, dtype_bytes):
+            return (sum(math.prod(s) for s in shapes) * dtype_bytes / ratio,)
+
+        return cls(name or f"ratio {ratio:g}x", aggregation, wire, encode, decode)
+
+    @classmethod
+    def from_compressor(cls, method, *, encode=(0.0, 0.0), decode=(0.0, 0.0),
+                        per_parameter: bool | None = None, name: str | None = None,
+                        **options) -> "MethodCost":
+        """From a gradcomp compressor (a name and its options, or a built compressor); wire
+        bytes come from its `wire_nbytes`, applied to the whole bucket unless
+        `per_parameter`; PowerSGD always works per matrix (its layout gives P and Q)."""
+        comp = compressor(method, **options) if isinstance(method, str) else method
+        label = name or _label(comp.name, options)
+        if comp.name == "powersgd":
+            return cls(label, "powersgd", _powersgd_wire(comp), encode, decode, True)
+
+        @lru_cache(maxsize=4096)
+        def nbytes(numel: int, dtype_bytes: int) -> float:
+            return float(comp.wire_nbytes(numel, DTYPES[dtype_bytes]))
+
+        split = bool(per_parameter)
+
+        def wire(shapes, dtype_bytes):
+            sizes = [math.prod(s) for s in shapes]
+            if not split:
+                sizes = [sum(sizes)]
+            return (sum(nbytes(n, dtype_bytes) for n in sizes),)
+
+        return cls(label, comp.aggregation, wire, encode, decode, split)
+
+
+def _label(name: str, options: dict) -> str:
+    return f"{name}({', '.join(f'{k}={v}' for k, v in options.items())})" if options else name
+
+
+def _powersgd_wire(comp):
+    @lru_cache(maxsize=1024)
+    def wire(shapes, dtype_bytes):
+        lay = comp.layout([torch.Size(s) for s in shapes])
+        low = 8 if dtype_bytes == 8 else 4  # P and Q travel in float32 (float64)
+        return (lay.plain_numel * dtype_bytes + lay.low_rank_numel(0) * low,
+                lay.low_rank_numel(1) * low)
+
+    return lambda shapes, dtype_bytes: wire(tuple(map(tuple, shapes)), dtype_bytes)
+
+
+def assumed_costs(method: MethodCost, error_feedback: bool = False,
+                  memory_bps: float = MEMORY_BPS, launch_s: float = LAUNCH_S) -> MethodCost:
+    """`method` with the stated memory-bound default costs (module docstring), keyed by the
+    method's base name; `none` stays free."""
+    base = method.name.split("(")[0]
+    if base == "none":
+        return method.with_costs((0.0, 0.0), (0.0, 0.0))
+    enc_passes, dec_passes = PASSES.get(base, DEFAULT_PASSES)
+    enc_passes += EF_PASSES if error_feedback else 0
+    n = 1 << 20
+    wire_per_elem = sum(method.wire([(1024, 1024)], 4)) / n
+    return method.with_costs((launch_s, (4 * enc_passes + wire_per_elem) / memory_bps),
+                             (launch_s, (wire_per_elem + 4 * dec_passes) / memory_bps))
+
+
+def resolve(method, costs: dict | None = None, **options) -> MethodCost:
+    """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
+    name with its `options`; names get their fitted costs from `costs` ({name: (encode,
+    decode)}, see `fit.codec_costs`) when there, else `assumed_costs`."""
+    if isinstance(method, MethodCost):
+        return method
+    if isinstance(method, (int, float)) and not isinstance(method, bool):
+        return MethodCost.fixed_ratio(method)
+    if not isinstance(method, str):
+        raise TypeError(f"method={method!r}: give a gradcomp method name, a compression ratio "
+                        "or a MethodCost")
+    comp = compressor(method, **options)
+    built = MethodCost.from_compressor(comp, name=_label(method, options))
+    if costs and method in costs:
+        return built.with_costs(*costs[method])
+    return assumed_costs(built, error_feedback=hasattr(comp, "inner"))

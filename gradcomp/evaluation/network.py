@@ -1,0 +1,94 @@
+"""The network: p workers in a ring of links with bandwidth B and latency alpha, and what one
+collective costs on it (the alpha-beta model).
+
+With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 bytes/s:
+
+* ring all-reduce: ``2(p-1) alpha + 2(p-1)/p * S/B + (p-1) * add(S/p)``, where ``add(n)`` is
+  one element-wise add of n-byte vectors (the reduce-scatter's reductions): ``n /
+  reduce_bytes_per_s`` when that is set, else the profile's vec-add table, else free;
+* ring all-gather: ``(p-1) alpha + (p-1) * S/B``;
+* pipelined (ring) broadcast: ``(p-1) alpha + S/B``.
+
+p = 1 and empty payloads cost 0. `latency_s` and `efficiency` are one number or a mapping
+collective -> value (missing collectives: latency 0, efficiency 1), as
+`fit.network_from_fit` produces.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from .units import parse_rate
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast")
+
+
+def _check_choice(value, option, allowed):
+    if value not in allowed:
+        raise ValueError(f"{option}={value!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, allowed))}")
+
+
+@dataclass(frozen=True)
+class Network:
+    """`workers` data-parallel workers joined at `bandwidth_bps` (bits/s, or a string such as
+    "10gbit") with per-step latency `latency_s`."""
+
+    workers: int
+    bandwidth_bps: float
+    latency_s: float | Mapping[str, float] = 0.0
+    efficiency: float | Mapping[str, float] = 1.0
+    reduce_bytes_per_s: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
+                or self.workers < 1:
+            raise ValueError(f"workers={self.workers!r} is not allowed: it must be an integer "
+                             ">= 1")
+        object.__setattr__(self, "bandwidth_bps", parse_rate(self.bandwidth_bps, "bandwidth"))
+        for option, lo in (("latency_s", 0.0), ("efficiency", None)):
+            value = getattr(self, option)
+            values = value.items() if isinstance(value, Mapping) else [(None, value)]
+            for collective, v in values:
+                if collective is not None:
+                    _check_choice(collective, f"{option} key", COLLECTIVES)
+                ok = isinstance(v, (int, float)) and math.isfinite(v)
+                if not ok or (v < lo if lo is not None else v <= 0):
+                    rule = ">= 0" if lo is not None else "> 0"
+                    raise ValueError(f"{option}={value!r} is not allowed: values must be "
+                                     f"finite and {rule}")
+        if self.reduce_bytes_per_s is not None and not self.reduce_bytes_per_s > 0:
+            raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
+                             "it must be > 0 (or None)")
+
+    def alpha(self, collective: str) -> float:
+        lat = self.latency_s
+        return float(lat.get(collective, 0.0) if isinstance(lat, Mapping) else lat)
+
+    def bytes_per_s(self, collective: str) -> float:
+        """Effective bandwidth B of `collective`, bytes/s."""
+        eff = self.efficiency
+        eff = eff.get(collective, 1.0) if isinstance(eff, Mapping) else eff
+        return eff * self.bandwidth_bps / 8
+
+    def cost(self, collective: str, nbytes: float,
+             add_time: Callable[[float], float | None] | None = None) -> float:
+        """Seconds for `collective` of an `nbytes` payload per worker; `add_time(n)` prices one
+        element-wise add of n bytes (an all-reduce's reductions), e.g. `Profile.add_time`."""
+        _check_choice(collective, "collective", COLLECTIVES)
+        p = self.workers
+        if p == 1 or nbytes <= 0:
+            return 0.0
+        alpha, bw = self.alpha(collective), self.bytes_per_s(collective)
+        if collective == "allgather":
+            return (p - 1) * alpha + (p - 1) * nbytes / bw
+        if collective == "broadcast":
+            return (p - 1) * alpha + nbytes / bw
+        chunk = nbytes / p
+        add = 0.0
+        if self.reduce_bytes_per_s is not None:
+            add = chunk / self.reduce_bytes_per_s
+        elif add_time is not None:
+            add = add_time(chunk) or 0.0
+        return 2 * (p - 1) * alpha + 2 * (p - 1) * chunk / bw + (p - 1) * add

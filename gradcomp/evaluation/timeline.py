@@ -1,0 +1,197 @@
+"""The end-to-end performance model of one data-parallel training iteration.
+
+Inputs: a `Profile`, a `Network`, a `MethodCost` and a bucketing policy (`DDP`, `Horovod`).
+Timeline: every bucket is a chain of stages, run on two streams, each first-come first-served
+(ties by bucket order): a *codec* stream (encode, decode, PowerSGD's middle step) and a *comm*
+stream (collectives):
+
+* all-reduce methods: encode -> all-reduce -> decode;
+* all-gather methods: encode -> all-gather -> decode of the p received payloads;
+* ``powersgd``: half the encode (P = M Q) -> all-reduce of the plain pieces and P -> the other
+  half (Q = M^T P) -> all-reduce of Q -> decode.
+
+A bucket's first stage is queued when its last gradient is ready; each later stage when the
+previous one ends. So communication starts when the bucket is encoded and the previous
+communication is done. Contention: while backward and a codec stage run at the same time, each
+progresses at rate 1/k (k = `contention` >= 1; k = 1: no contention, k = 2: they share the
+device evenly), so a codec stage of cost c that overlaps backward for its whole length takes
+k*c and delays the rest of backward by (k-1)*c; gradient ready times move with backward.
+
+Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
+optimizer; exposed communication = max(0, end of the last stage - end of backward);
+SF = t_iter_single / t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..compressors.powersgd import square_view
+from .bucketing import bucketing_policy
+from .methods import MethodCost, resolve
+from .network import Network
+from .profiles import Profile, load_profile
+
+_EPS = 1e-15
+
+
+@dataclass
+class Prediction:
+    """The modelled iteration; times in seconds, `wire_bytes` sent per worker per iteration
+    (all rounds), `buckets` one row per bucket."""
+
+    method: str
+    workers: int
+    bandwidth_bps: float
+    bucketing: str
+    t_iter_s: float
+    t_iter_single_s: float
+    backward_end_s: float
+    exposed_comm_s: float
+    sf: float
+    speedup: float
+    wire_bytes: float
+    raw_bytes: int
+    bucket_times: dict = field(repr=False)
+
+    @property
+    def buckets(self) -> pd.DataFrame:
+        """One row per bucket: its gradients, sizes and stage times (seconds)."""
+        return pd.DataFrame(self.bucket_times)
+
+    @property
+    def compression(self) -> float:
+        """Raw gradient bytes / wire bytes."""
+        return self.raw_bytes / self.wire_bytes if self.wire_bytes else math.inf
+
+    def as_row(self) -> dict:
+        """The scalar fields, for a tidy DataFrame row."""
+        row = {k: v for k, v in self.__dict__.items() if k != "bucket_times"}
+        row["compression"] = self.compression
+        return row
+
+
+def predict(profile, network: Network, method="none", bucketing="ddp",
+            contention: float = 1.0, baseline_s: float | None = None) -> Prediction:
+    """Model one iteration of `profile` (a Profile or name) with `method` (a MethodCost or
+    anything `methods.resolve` takes). `baseline_s`: t_iter of `none` on this network, if
+    already known (otherwise computed for the speedup)."""
+    profile = load_profile(profile)
+    method = resolve(method)
+    policy = bucketing_policy(bucketing)
+    pred = _simulate(profile, network, method, policy, contention)
+    if baseline_s is None:
+        baseline_s = pred.t_iter_s if method.name == "none" else _simulate(
+            profile, network, resolve("none"), policy, contention).t_iter_s
+    pred.speedup = baseline_s / pred.t_iter_s
+    return pred
+
+
+def _matrix_shapes(profile: Profile) -> tuple:
+    if profile.shapes is not None:
+        return profile.shapes
+    return tuple(square_view(n) for n in profile.sizes)
+
+
+def _stages(method: MethodCost, network: Network, profile: Profile, shapes) -> list:
+    """(stream, seconds) for one bucket, and its wire bytes."""
+    rounds = method.wire(shapes, profile.dtype_bytes)
+    enc, dec = method.encode_s(shapes), method.decode_s(shapes)
+
+    def reduce(nbytes):
+        return network.cost("allreduce", nbytes, profile.add_time)
+
+    if method.aggregation == "allgather":
+        chain = [("codec", enc), ("comm", network.cost("allgather", rounds[0])),
+                 ("codec", network.workers * dec)]
+    elif method.aggregation == "powersgd":
+        chain = [("codec", enc / 2), ("comm", reduce(rounds[0])), ("codec", enc / 2),
+                 ("comm", reduce(rounds[1])), ("codec", dec)]
+    else:
+        chain = [("codec", enc), ("comm", reduce(rounds[0])), ("codec", dec)]
+    return chain, sum(rounds)
+
+
+def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
+              contention: float) -> Prediction:
+    if not (isinstance(contention, (int, float)) and math.isfinite(contention)
+            and contention >= 1):
+        raise ValueError(f"contention={contention!r} is not allowed: it must be a number >= 1")
+    buckets = policy.assign(profile)
+    shapes = _matrix_shapes(profile)
+    chains, wire = [], []
+    for b in buckets:
+        chain, nbytes = _stages(method, network, profile, [shapes[i] for i in b.params])
+        chains.append(chain)
+        wire.append(nbytes)
+    start, end, released, bwd_end = _run([b.ready_s for b in buckets], chains,
+                                         profile.backward_s, contention)
+    last = max((e[-1] for e in end), default=0.0)
+    t_iter = profile.forward_s + max(bwd_end, last) + profile.optimizer_s
+    comm = [[i for i, (kind, _) in enumerate(chain) if kind == "comm"] for chain in chains]
+    times = {
+        "bucket": list(range(len(buckets))),
+        "params": [len(b.params) for b in buckets],
+        "numel": [sum(profile.sizes[i] for i in b.params) for b in buckets],
+        "wire_bytes": wire, "ready_s": released,
+        "encode_start_s": [s[0] for s in start], "encode_end_s": [e[0] for e in end],
+        "comm_start_s": [s[c[0]] for s, c in zip(start, comm)],
+        "comm_end_s": [e[c[-1]] for e, c in zip(end, comm)],
+        "decode_start_s": [s[-1] for s in start], "decode_end_s": [e[-1] for e in end]}
+    return Prediction(method.name, network.workers, network.bandwidth_bps,
+                      type(policy).__name__.lower(), t_iter, profile.t_iter_single, bwd_end,
+                      max(0.0, last - bwd_end), profile.t_iter_single / t_iter, math.nan,
+                      sum(wire), profile.nbytes, times)
+
+
+def _run(ready, chains, backward_s, k):
+    """Event simulation of the two streams and backward (see the module docstring).
+
+    Returns per-bucket stage start and end times, the times buckets became ready, and the end
+    of backward."""
+    n = len(chains)
+    start = [[0.0] * len(c) for c in chains]
+    end = [[0.0] * len(c) for c in chains]
+    released = [0.0] * n
+    queue = {"codec": [], "comm": []}
+    busy = {"codec": None, "comm": None}  # [bucket, stage, remaining seconds of work]
+    t, work, nxt, bwd_end = 0.0, 0.0, 0, None
+    while True:
+        while nxt < n and ready[nxt] <= work + _EPS:
+            released[nxt] = t
+            heapq.heappush(queue[chains[nxt][0][0]], (t, nxt, 0))
+            nxt += 1
+        if bwd_end is None and work >= backward_s - _EPS:
+            bwd_end = t
+        for kind in busy:
+            if busy[kind] is None and queue[kind]:
+                _, b, s = heapq.heappop(queue[kind])
+                start[b][s] = t
+                busy[kind] = [b, s, chains[b][s][1]]
+        running_bwd = bwd_end is None
+        if not (running_bwd or busy["codec"] or busy["comm"]):
+            return start, end, released, bwd_end
+        shared = k if running_bwd and busy["codec"] else 1.0  # slowdown of codec and backward
+        slow = {"codec": shared, "comm": 1.0}
+        steps = {kind: job[2] * slow[kind] for kind, job in busy.items() if job}
+        if running_bwd:
+            target = min(ready[nxt] if nxt < n else math.inf, backward_s)
+            steps["backward"] = (target - work) * shared
+        kind_first = min(steps, key=steps.get)
+        dt = max(steps[kind_first], 0.0)
+        t += dt
+        if running_bwd:
+            work = target if kind_first == "backward" else work + dt / shared
+        for kind, job in busy.items():
+            if job is None:
+                continue
+            job[2] = 0.0 if kind == kind_first else job[2] - dt / slow[kind]
+            if job[2] <= _EPS:
+                b, s, _ = job
+                end[b][s] = t
+                busy[kind] = None
+                if s + 1 < len(chains[b]):
+                    heapq.heappush(queue[chains[b][s + 1][0]], (t, b, s + 1))

@@ -1,0 +1,44 @@
+"""Timing on the device's own timeline: warm up, synchronise, repeat, take the median."""
+import statistics
+import time
+
+import torch
+
+
+class Clock:
+    """Marks on the device's timeline: CUDA events on CUDA, perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        """Elapsed seconds between two marks (after `sync`)."""
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+
+def median_seconds(fn, device: torch.device, repeats: int = 5, warmup: int = 1) -> tuple[float, float]:
+    """Median and spread (max - min) of `repeats` timed calls of `fn`, after `warmup` calls."""
+    clock = Clock(torch.device(device))
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        clock.sync()
+        start = clock.mark()
+        fn()
+        end = clock.mark()
+        clock.sync()
+        times.append(clock.seconds(start, end))
+    return statistics.median(times), max(times) - min(times)

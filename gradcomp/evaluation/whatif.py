@@ -1,0 +1,130 @@
+"""What-if analyses on the performance model: the scaling factor of a profile for a given
+network, method or compression ratio and bucketing; sweeps into tidy DataFrames; the
+compression ratio needed to reach a target SF; the bandwidth below which a method pays.
+
+A bare compression ratio c is the NetAI 2020 question: every bucket's all-reduce carries 1/c
+of its bytes, with no encode / decode cost. `profile` is a Profile or a name / path for
+`load_profile`; bandwidths are bit/s or strings for `units.parse_rate`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .fit import as_costs
+from .methods import MethodCost, resolve
+from .network import Network
+from .profiles import load_profile
+from .timeline import Prediction, predict
+
+
+def default_bandwidths(points: int = 25) -> np.ndarray:
+    """Log-spaced bandwidths from 1 to 400 Gbit/s, bit/s."""
+    return np.logspace(9, math.log10(400e9), points)
+
+
+def scenario(profile, workers: int, bandwidth, method="none", ratio: float | None = None,
+           bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+           contention: float = 1.0, aggregation: str = "allreduce") -> Prediction:
+    """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
+    compression `ratio` sent by `aggregation` when given."""
+    if ratio is not None:
+        method = MethodCost.fixed_ratio(ratio, aggregation)
+    network = Network(workers, bandwidth, latency_s, efficiency)
+    return predict(profile, network, method, bucketing, contention)
+
+
+def sweep(profile, bandwidths=None, workers=(8,), methods=("none",), ratios=(),
+          bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+          contention: float = 1.0, costs=None) -> pd.DataFrame:
+    """One row per (workers, bandwidth, method): every named method (with the encode /
+    decode costs of `costs`, a compress-bench DataFrame or `fit.codec_costs` dict, else the
+    assumed ones) and every bare compression ratio in `ratios` (column `ratio`)."""
+    profile = load_profile(profile)
+    bandwidths = default_bandwidths() if bandwidths is None else bandwidths
+    fitted = as_costs(costs)
+    chosen = [(resolve(m, fitted), math.nan) for m in methods]
+    chosen += [(MethodCost.fixed_ratio(r), float(r)) for r in ratios]
+    rows = []
+    for p in ([workers] if isinstance(workers, int) else workers):
+        for bw in bandwidths:
+            network = Network(int(p), bw, latency_s, efficiency)
+            base = predict(profile, network, "none", bucketing, contention).t_iter_s
+            for method, ratio in chosen:
+                pred = predict(profile, network, method, bucketing, contention, base)
+                rows.append({"profile": profile.name, **pred.as_row(), "ratio": ratio})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """The smallest compression ratio reaching `target_sf` (1.0: none needed; inf: not
+    reachable by compression, `reason` says why)."""
+
+    ratio: float
+    target_sf: float
+    sf_uncompressed: float
+    sf_at_ratio: float
+    reason: str
+
+
+def required_compression(profile, workers: int, bandwidth, target_sf: float = 0.9,
+                         bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+                         contention: float = 1.0, aggregation: str = "allreduce",
+                         max_ratio: float = 1e6, rtol: float = 1e-3) -> Requirement:
+    """Bisection (on log ratio, to relative precision `rtol`) for the smallest bare
+    compression ratio whose SF reaches `target_sf`; SF does not decrease with the ratio."""
+    if not 0 < target_sf:
+        raise ValueError(f"target_sf={target_sf!r} is not allowed: it must be > 0")
+
+    def sf(ratio):
+        return scenario(profile, workers, bandwidth, ratio=ratio, bucketing=bucketing,
+                      latency_s=latency_s, efficiency=efficiency, contention=contention,
+                      aggregation=aggregation).sf
+
+    base = sf(1.0)
+    if base >= target_sf:
+        return Requirement(1.0, target_sf, base, base, f"uncompressed already reaches SF "
+                                                        f"{base:.3f}")
+    best = sf(max_ratio)
+    if best < target_sf:
+        why = ("SF cannot exceed 1" if target_sf > 1 else
+               "what remains is not bandwidth: compute that cannot overlap, latency, "
+               "reduction work")
+        return Requirement(math.inf, target_sf, base, best,
+                           f"unreachable: even {max_ratio:g}x compression gives SF {best:.3f} "
+                           f"< {target_sf:g} ({why})")
+    lo, hi = 1.0, float(max_ratio)
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if sf(mid) >= target_sf else (mid, hi)
+    return Requirement(hi, target_sf, base, sf(hi), f"{hi:.3g}x compression reaches SF "
+                                                    f"{target_sf:g} (uncompressed {base:.3f})")
+
+
+def break_even_bandwidth(profile, workers: int, method, bucketing="ddp",
+                         latency_s: float = 0.0, efficiency: float = 1.0,
+                         contention: float = 1.0, costs=None, lo: float = 1e6,
+                         hi: float = 1e13, rtol: float = 1e-3) -> float:
+    """The bandwidth (bit/s) below which `method` is faster than `none` (assumed a single
+    crossing): math.inf if it is faster even at `hi`, 0.0 if not even at `lo`. `costs` as
+    for `sweep`."""
+    method = resolve(method, as_costs(costs))
+
+    def wins(bw):
+        pred = predict(profile, Network(workers, bw, latency_s, efficiency), method,
+                       bucketing, contention)
+        return pred.speedup > 1 + 1e-9
+
+    if wins(hi):
+        return math.inf
+    if not wins(lo):
+        return 0.0
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if wins(mid) else (lo, mid)
+    return lo
+

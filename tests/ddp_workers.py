@@ -1,0 +1,199 @@
+"""Multi-process workers for the hook tests: each spawn runs many cases and saves results per
+rank, so that the parent test process compares ranks and references."""
+import os
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as torch_psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp
+import gradcomp.comm
+
+METHODS = gradcomp.names()
+STEPS = 30
+RESUME_AT = 12
+# Per-method options and learning rates for the training test (sparse methods with error
+# feedback, as they are used; sign methods with a smaller step, as their output has unit size).
+OPTIONS = {
+    "topk": dict(ratio=0.05, error_feedback=True),
+    "randomk": dict(ratio=0.1, error_feedback=True),
+    "threshold": dict(ratio=0.05, error_feedback=True),
+    "powersgd": dict(rank=2),
+    "efsignsgd": dict(error_feedback=True),
+    "onebit": dict(error_feedback=True),
+}
+LR = {"signsgd": 0.002}
+LR_DEFAULT = 0.02
+
+
+def spawn(fn, world_size: int, *args) -> list:
+    """Run fn(rank, world_size, store_path, out_dir, *args) in `world_size` processes and
+    return what each rank saved."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        mp.spawn(_entry, args=(fn, world_size, store, tmp, args), nprocs=world_size)
+        paths = [os.path.join(tmp, f"rank{r}.pt") for r in range(world_size)]
+        return [torch.load(p, weights_only=False) if os.path.exists(p) else None for p in paths]
+
+
+def _entry(rank, fn, world_size, store, out_dir, args):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=20))
+    try:
+        result = fn(rank, world_size, out_dir, *args)
+    finally:
+        if fn is not dead_rank_case:
+            dist.destroy_process_group()
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def make_model(dtype=torch.float32):
+    torch.manual_seed(0)
+    # Without biases, DDP's first bucket layout equals the one it rebuilds after iteration 0
+    # (see the README on resuming).
+    model = nn.Sequential(nn.Linear(20, 48, bias=False), nn.ReLU(),
+                          nn.Linear(48, 48, bias=False), nn.ReLU(), nn.Linear(48, 1, bias=False))
+    return model.to(dtype)
+
+
+def data(rank):
+    gen = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(512, 20, generator=gen)
+    w = torch.randn(20, 1, generator=torch.Generator().manual_seed(7)) / 20**0.5
+    return x, x @ w + 0.1 * torch.randn(512, 1, generator=gen), gen
+
+
+def flat_params(model):
+    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
+
+
+def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=torch.float32,
+          torch_hook=None, ddp_kwargs=None, accumulate=1, process_group=None, start=0,
+          checkpoint=None, save_at=None, save_path=None):
+    """Train the small model with DDP; return its losses, parameters and hook telemetry."""
+    model = make_model(dtype)
+    ddp = DDP(model, process_group=process_group, **(ddp_kwargs or dict(bucket_cap_mb=0.004)))
+    state = None
+    if method is not None:
+        state = gradcomp.comm.register(ddp, method, process_group=process_group,
+                                       **(options or {}))
+    if torch_hook is not None:
+        ddp.register_comm_hook(*torch_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+    x, y, gen = data(rank)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        opt.load_state_dict(checkpoint["opt"])
+        state.load_state_dict(checkpoint["hook"])
+        gen.set_state(checkpoint["gen"])
+    def full_loss():
+        with torch.no_grad():
+            return ((model(x.to(dtype)) - y.to(dtype)) ** 2).mean().item()
+
+    losses, before = [], full_loss()
+    for step in range(start, steps):
+        if save_at == step:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "hook": state.state_dict(), "gen": gen.get_state()}, save_path)
+        opt.zero_grad()
+        for micro in range(accumulate):
+            idx = torch.randint(0, 512, (32,), generator=gen)
+            loss = ((ddp(x[idx].to(dtype)) - y[idx].to(dtype)) ** 2).mean()
+            if micro + 1 < accumulate:
+                with ddp.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "params": flat_params(model), "before": before,
+            "after": full_loss(), "rows": state.telemetry_rows() if state else []}
+
+
+def main_cases(rank, world_size, out_dir):
+    """Every method trains; references from plain DDP and torch's hooks; DDP options."""
+    res = {}
+    res["ddp"] = train(rank)
+    for name in METHODS:
+        res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
+                          save_at=RESUME_AT, save_path=os.path.join(out_dir, f"{name}{rank}.ckpt"))
+    # Plain DDP with the checkpoint kept for the resume test.
+    ckpts = {name: torch.load(os.path.join(out_dir, f"{name}{rank}.ckpt"), weights_only=False)
+             for name in METHODS}
+    res["checkpoints"] = ckpts
+    # References from torch's own hooks (one bucket: torch's PowerSGD hangs on gloo otherwise).
+    one_bucket = dict(bucket_cap_mb=25)
+    res["torch_fp16"] = train(rank, torch_hook=(None, default_hooks.fp16_compress_hook))
+    res["fp16_from_start"] = train(rank, "fp16", dict(start_iter=0))
+    psgd_state = torch_psgd.PowerSGDState(process_group=None, matrix_approximation_rank=2,
+                                          start_powerSGD_iter=2, random_seed=0)
+    res["torch_powersgd"] = train(rank, torch_hook=(psgd_state, torch_psgd.powerSGD_hook),
+                                  ddp_kwargs=one_bucket, steps=10)
+    res["our_powersgd_one_bucket"] = train(rank, "powersgd", dict(rank=2, start_iter=2),
+                                           ddp_kwargs=one_bucket, steps=10)
+    # What users combine hooks with.
+    combos = {
+        "bucket_view": dict(gradient_as_bucket_view=True, bucket_cap_mb=0.004),
+        "static_graph": dict(static_graph=True, bucket_cap_mb=0.004),
+        "large_buckets": dict(bucket_cap_mb=100),
+    }
+    for label, kwargs in combos.items():
+        res[f"ddp_{label}"] = train(rank, ddp_kwargs=kwargs, steps=10)
+        res[f"none_{label}"] = train(rank, "none", ddp_kwargs=kwargs, steps=10)
+        for name in ("topk", "powersgd", "qsgd"):
+            res[f"{name}_{label}"] = train(rank, name, OPTIONS.get(name), ddp_kwargs=kwargs,
+                                           steps=10)
+    res["ddp_no_sync"] = train(rank, accumulate=2, steps=10)
+    res["none_no_sync"] = train(rank, "none", accumulate=2, steps=10)
+    res["topk_no_sync"] = train(rank, "topk", OPTIONS["topk"], accumulate=2, steps=10)
+    # Low-precision gradients.
+    for dtype in (torch.float16, torch.bfloat16):
+        for name in ("fp16", "int8", "powersgd", "topk", "signsgd"):
+            res[f"{name}_{dtype}"] = train(rank, name, OPTIONS.get(name), dtype=dtype,
+                                           lr=LR.get(name, LR_DEFAULT), steps=10)
+    # World size 1: each rank alone in its own group.
+    solo = [dist.new_group([r]) for r in range(world_size)][rank]
+    for name in ("none", "topk", "powersgd", "signsgd", "randomk"):
+        res[f"solo_{name}"] = train(rank, name, OPTIONS.get(name), process_group=solo,
+                                    lr=LR.get(name, LR_DEFAULT), steps=5)
+    # A seed that differs between ranks must be caught, not diverge silently.
+    try:
+        train(rank, "randomk", dict(ratio=0.1, seed=rank), steps=3)
+        res["mismatch"] = None
+    except Exception as exc:  # noqa: BLE001 - the message is what is checked
+        res["mismatch"] = str(exc)
+    return res
+
+
+def resume_cases(rank, world_size, out_dir, checkpoints):
+    """In fresh processes: load each method's checkpoint and train to the end."""
+    res = {}
+    for name, ckpt in checkpoints[rank].items():
+        res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
+                          start=RESUME_AT, checkpoint=ckpt)["params"]
+    return res
+
+
+def dead_rank_case(rank, world_size, out_dir):
+    """Rank 1 dies after 3 steps; rank 0 must see an error, not hang."""
+    model = make_model()
+    ddp = DDP(model, bucket_cap_mb=0.004)
+    gradcomp.comm.register(ddp, "topk", ratio=0.1)
+    x, y, _ = data(rank)
+    started = None
+    try:
+        for step in range(200):
+            if rank == 1 and step == 3:
+                os._exit(0)
+            if step == 3:
+                started = time.monotonic()
+            ((ddp(x[:32]) - y[:32]) ** 2).mean().backward()
+        return {"error": None, "seconds": None}
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return {"error": repr(exc)[:500], "seconds": time.monotonic() - started}

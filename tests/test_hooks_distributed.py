@@ -1,0 +1,99 @@
+"""The DDP hooks on 2 real gloo processes: every method trains, ranks agree, references match,
+checkpoints resume bit for bit, mismatched seeds and dead ranks raise."""
+import pytest
+import torch
+
+import gradcomp
+from ddp_workers import METHODS, dead_rank_case, main_cases, resume_cases, spawn
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return spawn(main_cases, 2)
+
+
+def same(a, b):
+    return torch.equal(torch.nan_to_num(a, nan=1234.5), torch.nan_to_num(b, nan=1234.5))
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_trains_and_ranks_agree(runs, name):
+    run = runs[0][name]
+    assert same(run["params"], runs[1][name]["params"]), "ranks ended with different parameters"
+    assert torch.isfinite(run["params"]).all()
+    assert run["after"] < 0.5 * run["before"], f"{name}: loss {run['before']} -> {run['after']}"
+    compressed = [r for r in run["rows"] if r["iteration"] >= 1]
+    assert compressed and all(r["method"] in (name, "allreduce") for r in compressed)
+    if name != "none":
+        assert sum(r["bytes_sent"] for r in compressed) < sum(r["bytes_original"] for r in compressed)
+    for r in compressed:
+        assert r["encode_s"] >= 0 and r["comm_s"] >= 0 and r["decode_s"] >= 0
+
+
+def test_none_equals_ddp_without_hook_bit_for_bit(runs):
+    for rank in (0, 1):
+        assert torch.equal(runs[rank]["none"]["params"], runs[rank]["ddp"]["params"])
+        assert runs[rank]["none"]["losses"] == runs[rank]["ddp"]["losses"]
+
+
+def test_fp16_equals_torch_fp16_compress_hook_bit_for_bit(runs):
+    for rank in (0, 1):  # both compress from the first iteration
+        assert torch.equal(runs[rank]["fp16_from_start"]["params"],
+                           runs[rank]["torch_fp16"]["params"])
+
+
+def test_powersgd_matches_torch_powersgd_hook(runs):
+    for rank in (0, 1):
+        ours, theirs = runs[rank]["our_powersgd_one_bucket"], runs[rank]["torch_powersgd"]
+        assert not torch.equal(ours["params"], runs[rank]["ddp"]["params"])  # it compressed
+        torch.testing.assert_close(ours["params"], theirs["params"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(torch.tensor(ours["losses"]), torch.tensor(theirs["losses"]),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("label", ["bucket_view", "static_graph", "large_buckets", "no_sync"])
+def test_ddp_options_work_and_none_still_matches(runs, label):
+    for rank in (0, 1):
+        assert torch.equal(runs[rank][f"none_{label}"]["params"],
+                           runs[rank][f"ddp_{label}"]["params"])
+    for name in ("topk", "powersgd", "qsgd") if label != "no_sync" else ("topk",):
+        a, b = runs[0][f"{name}_{label}"], runs[1][f"{name}_{label}"]
+        assert same(a["params"], b["params"]) and torch.isfinite(a["params"]).all()
+        assert a["after"] < a["before"]
+
+
+@pytest.mark.parametrize("dtype", ["torch.float16", "torch.bfloat16"])
+@pytest.mark.parametrize("name", ["fp16", "int8", "powersgd", "topk", "signsgd"])
+def test_low_precision_gradients(runs, dtype, name):
+    a, b = runs[0][f"{name}_{dtype}"], runs[1][f"{name}_{dtype}"]
+    assert same(a["params"], b["params"])
+    assert torch.isfinite(a["params"]).all() and a["after"] < a["before"]
+
+
+@pytest.mark.parametrize("name", ["none", "topk", "powersgd", "signsgd", "randomk"])
+def test_world_size_one(runs, name):
+    for rank in (0, 1):  # each rank trains alone on its own data
+        run = runs[rank][f"solo_{name}"]
+        assert torch.isfinite(run["params"]).all() and run["after"] < run["before"]
+    assert not torch.equal(runs[0][f"solo_{name}"]["params"], runs[1][f"solo_{name}"]["params"])
+
+
+def test_rank_dependent_seed_raises_instead_of_diverging(runs):
+    for rank in (0, 1):
+        assert runs[rank]["mismatch"] is not None and "disagree" in runs[rank]["mismatch"]
+
+
+def test_checkpoint_resume_in_fresh_processes_is_bit_exact(runs):
+    checkpoints = [runs[r]["checkpoints"] for r in (0, 1)]
+    resumed = spawn(resume_cases, 2, checkpoints)
+    for rank in (0, 1):
+        for name in METHODS:
+            assert torch.equal(resumed[rank][name], runs[rank][name]["params"]), name
+
+
+def test_dead_rank_surfaces_as_an_error_within_the_timeout():
+    survivor = spawn(dead_rank_case, 2)[0]
+    assert survivor["error"] is not None
+    assert survivor["seconds"] < 60, survivor
