@@ -18,4 +18,4 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)
-	$(VENV)/bin/python -m pytest -q benchmarks --benchmark-only
+	$(VENV)/bin/python -m pytest -q benchmarks --benchmark-enable --benchmark-only

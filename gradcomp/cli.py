@@ -28,6 +28,88 @@ def _compressors(args) -> None:
                                    "ratio", "rel. error", "encode ms", "decode ms"]))
 
 
+def _emit(args, payload, text: str) -> None:
+    """Print `payload` as JSON with --json, else the human-readable `text`."""
+    if args.json:
+        print(json.dumps(payload, indent=1, default=float))
+    else:
+        print(text)
+
+
+def _table(frame, columns) -> str:
+    from tabulate import tabulate
+
+    return tabulate(frame[list(columns)], headers="keys", showindex=False, floatfmt=".4g")
+
+
+def _whatif(args) -> None:
+    from .evaluation import whatif
+    from .evaluation.units import format_rate
+
+    common = dict(bucketing=args.bucketing, latency_s=args.latency)
+    if args.sweep:
+        frame = whatif.sweep(args.profile, workers=args.workers, methods=[args.method],
+                             ratios=[args.compression] if args.compression else (), **common)
+        _emit(args, frame.to_dict("records"),
+              _table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
+                             "speedup"]))
+        return
+    pred = whatif.scenario(args.profile, args.workers, args.bandwidth, args.method,
+                           ratio=args.compression, **common)
+    need = whatif.required_compression(args.profile, args.workers, args.bandwidth,
+                                       target_sf=args.target_sf, **common)
+    row = {**pred.as_row(), "required_compression": need.ratio,
+           "required_compression_reason": need.reason, "target_sf": args.target_sf}
+    lines = [f"{args.profile} on {args.workers} workers at {format_rate(args.bandwidth)} "
+             f"({args.bucketing} bucketing), method {pred.method}:",
+             f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
+             f"speedup vs none {pred.speedup:.2f}x",
+             f"  compression needed for SF {args.target_sf}: "
+             + (f"{need.ratio:.3g}x" if need.ratio != float("inf") else f"unreachable ({need.reason})")]
+    if args.method != "none":
+        even = whatif.break_even_bandwidth(args.profile, args.workers, args.method, **common)
+        row["break_even_bandwidth_bps"] = even
+        lines.append(f"  {args.method} beats none below {format_rate(even)}"
+                     if 0 < even < float("inf") else
+                     f"  {args.method} {'always' if even else 'never'} beats none")
+    _emit(args, row, "\n".join(lines))
+
+
+def _advise(args) -> None:
+    import pandas as pd
+
+    from .evaluation.advise import advise, verdict
+
+    costs = pd.read_csv(args.costs) if args.costs else None
+    methods = args.methods.split(",") if args.methods else None
+    table = advise(args.profile, args.workers, args.bandwidth, methods=methods, costs=costs,
+                   bucketing=args.bucketing, latency_s=args.latency)
+    answer = verdict(table)
+    _emit(args, {"verdict": answer, "ranking": table.to_dict("records")},
+          _table(table, ["rank", "method", "t_iter_s", "sf", "speedup", "compression",
+                         "codec_s", "costs"]) + "\n\n" + answer)
+
+
+def _profile(args) -> None:
+    import importlib
+
+    from .evaluation import measure_profile, save_profile
+
+    module_name, _, factory = args.factory.partition(":")
+    if not factory:
+        raise SystemExit(f"gradcomp profile: expected MODULE:FACTORY, got {args.factory!r}")
+    model = getattr(importlib.import_module(module_name), factory)().to(args.device)
+    shape = [int(d) for d in args.input_shape.split(",")]
+    inputs = torch.randn(shape, device=args.device)
+    profile = measure_profile(model, inputs, repeats=args.repeats, name=args.name or factory)
+    path = save_profile(profile, args.out)
+    _emit(args, {"path": str(path), "params": profile.numel, "t_iter_single_s":
+                 profile.t_iter_single},
+          f"saved {path}: {len(profile.sizes)} tensors, {profile.numel:,} parameters, "
+          f"forward {profile.forward_s * 1e3:.1f} ms, backward {profile.backward_s * 1e3:.1f} ms, "
+          f"optimizer {profile.optimizer_s * 1e3:.1f} ms")
+
+
 def _short(options: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in options.items() if k != "seed")
 
@@ -47,7 +129,63 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
     comp.add_argument("--json", action="store_true", help="print machine-readable JSON")
     comp.set_defaults(run=_compressors)
+
+    def network(p, sweep=False):
+        p.add_argument("--profile", default="resnet50", help="built-in profile (resnet50, "
+                       "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
+        p.add_argument("--workers", type=_positive_int, default=8, help="data-parallel workers")
+        p.add_argument("--bandwidth", type=_rate, default=_rate("10gbit"),
+                       help="per-worker bandwidth with units: 10gbit, 100mbit, 25G (Gbit/s), "
+                       "3GB (bytes/s)")
+        p.add_argument("--latency", type=float, default=0.0, help="per-hop latency alpha, s")
+        p.add_argument("--bucketing", choices=("ddp", "horovod"), default="ddp",
+                       help="DDP buckets (25 MB, small first bucket) or Horovod tensor fusion "
+                       "(5 ms cycle, 64 MB buffer)")
+        p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+    wi = sub.add_parser("whatif", help="scaling factor and iteration time for a profile, "
+                        "network and method; the compression needed and the break-even bandwidth")
+    network(wi)
+    wi.add_argument("--method", default="none", help="a gradcomp method name")
+    wi.add_argument("--compression", type=float, help="a bare compression ratio instead of a method")
+    wi.add_argument("--target-sf", type=float, default=0.9, help="scaling factor to reach")
+    wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
+    wi.set_defaults(run=_whatif)
+
+    ad = sub.add_parser("advise", help="rank methods by predicted iteration time and say "
+                        "whether compression is worth it")
+    network(ad)
+    ad.add_argument("--costs", help="a `bench compress` CSV with measured encode/decode costs")
+    ad.add_argument("--methods", help="comma-separated methods (default: all)")
+    ad.set_defaults(run=_advise)
+
+    pr = sub.add_parser("profile", help="measure your model's backward profile on this device")
+    pr.add_argument("factory", help="MODULE:FACTORY returning an nn.Module, e.g. "
+                    "torchvision.models:resnet18")
+    pr.add_argument("--input-shape", required=True, help="comma-separated, e.g. 32,3,224,224")
+    pr.add_argument("--out", required=True, help="profile file to write (.json)")
+    pr.add_argument("--name", help="profile name (default: the factory name)")
+    pr.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    pr.add_argument("--repeats", type=_positive_int, default=10)
+    pr.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    pr.set_defaults(run=_profile)
     return top
+
+
+def _rate(text: str) -> float:
+    from .evaluation.units import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
+    return value
 
 
 def main(argv=None) -> int:

@@ -32,18 +32,18 @@ LR = {"signsgd": 0.002}
 LR_DEFAULT = 0.02
 
 
-def spawn(fn, world_size: int, *args) -> list:
-    """Run fn(rank, world_size, store_path, out_dir, *args) in `world_size` processes and
-    return what each rank saved."""
+def spawn(fn, world_size: int, *args, backend: str = "gloo") -> list:
+    """Run fn(rank, world_size, out_dir, *args) in `world_size` processes and return what each
+    rank saved."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        mp.spawn(_entry, args=(fn, world_size, store, tmp, args), nprocs=world_size)
+        mp.spawn(_entry, args=(fn, world_size, store, tmp, args, backend), nprocs=world_size)
         paths = [os.path.join(tmp, f"rank{r}.pt") for r in range(world_size)]
         return [torch.load(p, weights_only=False) if os.path.exists(p) else None for p in paths]
 
 
-def _entry(rank, fn, world_size, store, out_dir, args):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+def _entry(rank, fn, world_size, store, out_dir, args, backend):
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=20))
     try:
         result = fn(rank, world_size, out_dir, *args)
@@ -75,9 +75,9 @@ def flat_params(model):
 
 def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=torch.float32,
           torch_hook=None, ddp_kwargs=None, accumulate=1, process_group=None, start=0,
-          checkpoint=None, save_at=None, save_path=None):
+          checkpoint=None, save_at=None, save_path=None, device="cpu"):
     """Train the small model with DDP; return its losses, parameters and hook telemetry."""
-    model = make_model(dtype)
+    model = make_model(dtype).to(device)
     ddp = DDP(model, process_group=process_group, **(ddp_kwargs or dict(bucket_cap_mb=0.004)))
     state = None
     if method is not None:
@@ -87,6 +87,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
         ddp.register_comm_hook(*torch_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
     x, y, gen = data(rank)
+    x, y = x.to(device), y.to(device)
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         opt.load_state_dict(checkpoint["opt"])
@@ -103,7 +104,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
                         "hook": state.state_dict(), "gen": gen.get_state()}, save_path)
         opt.zero_grad()
         for micro in range(accumulate):
-            idx = torch.randint(0, 512, (32,), generator=gen)
+            idx = torch.randint(0, 512, (32,), generator=gen).to(device)
             loss = ((ddp(x[idx].to(dtype)) - y[idx].to(dtype)) ** 2).mean()
             if micro + 1 < accumulate:
                 with ddp.no_sync():
@@ -112,7 +113,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
                 loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {"losses": losses, "params": flat_params(model), "before": before,
+    return {"losses": losses, "params": flat_params(model).cpu(), "before": before,
             "after": full_loss(), "rows": state.telemetry_rows() if state else []}
 
 
@@ -178,6 +179,14 @@ def resume_cases(rank, world_size, out_dir, checkpoints):
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
                           start=RESUME_AT, checkpoint=ckpt)["params"]
     return res
+
+
+def cuda_cases(rank, world_size, out_dir):
+    """Every method on CUDA tensors (NCCL with one GPU per rank, or gloo sharing one GPU)."""
+    device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return {name: train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
+                        device=device) for name in METHODS}
 
 
 def dead_rank_case(rank, world_size, out_dir):
