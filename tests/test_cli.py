@@ -1,14 +1,19 @@
 """The `gradcomp` command, run as a user runs it."""
 import json
+import os
 import subprocess
 import sys
 
 import gradcomp
 
 
+TESTS = os.path.dirname(__file__)
+
+
 def run(*args):
+    env = {**os.environ, "PYTHONPATH": TESTS}  # for the model factory of the profile test
     return subprocess.run([sys.executable, "-m", "gradcomp.cli", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
 
 
 def test_compressors_table_lists_every_method():
@@ -31,3 +36,52 @@ def test_compressors_json_has_exact_bytes():
 def test_unknown_command_is_an_error_naming_the_choices():
     out = run("compress")
     assert out.returncode != 0 and "compressors" in out.stderr
+
+
+def test_whatif_reproduces_the_netai_result_for_resnet50():
+    fast = json.loads(run("whatif", "--profile", "resnet50", "--workers", "8", "--bandwidth",
+                          "100gbit", "--bucketing", "horovod", "--json").stdout)
+    slow = json.loads(run("whatif", "--profile", "resnet50", "--workers", "8", "--bandwidth",
+                          "10gbit", "--bucketing", "horovod", "--json").stdout)
+    assert fast["sf"] >= 0.9 and fast["required_compression"] == 1.0
+    assert slow["sf"] < 0.9 and 1.5 <= slow["required_compression"] <= 5
+
+
+def test_whatif_with_a_method_reports_break_even_bandwidth():
+    out = json.loads(run("whatif", "--profile", "vgg16", "--bandwidth", "10gbit", "--method",
+                         "fp16", "--json").stdout)
+    assert out["method"] == "fp16" and out["speedup"] > 1
+    assert out["break_even_bandwidth_bps"] > 10e9
+
+
+def test_whatif_sweep_covers_1_to_400_gbit():
+    rows = json.loads(run("whatif", "--sweep", "--json").stdout)
+    bandwidths = [r["bandwidth_bps"] for r in rows]
+    assert min(bandwidths) == 1e9 and abs(max(bandwidths) - 400e9) < 1
+
+
+def test_advise_ranks_methods_and_gives_a_verdict():
+    out = run("advise", "--profile", "resnet50", "--workers", "8", "--bandwidth", "100gbit",
+              "--methods", "fp16,topk")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith(("No:", "Yes:"))
+    data = json.loads(run("advise", "--bandwidth", "1gbit", "--json").stdout)
+    assert data["verdict"].startswith("Yes:")
+    assert {r["method"] for r in data["ranking"]} == set(gradcomp.names())
+
+
+def test_bad_bandwidth_names_the_option_and_the_forms():
+    out = run("advise", "--bandwidth", "10furlongs")
+    assert out.returncode == 2 and "bandwidth" in out.stderr and "10gbit" in out.stderr
+
+
+def test_profile_measures_a_model_given_as_module_factory(tmp_path):
+    path = tmp_path / "mlp.json"
+    out = run("profile", "torch.nn:Identity", "--input-shape", "4,3", "--out", str(path))
+    # Identity has no parameters: a clear error rather than an empty profile.
+    assert out.returncode != 0
+    out = run("profile", "tests_cli_models:small_mlp", "--input-shape", "8,16", "--out",
+              str(path), "--repeats", "2")
+    assert out.returncode == 0, out.stderr
+    whatif = json.loads(run("whatif", "--profile", str(path), "--workers", "2", "--json").stdout)
+    assert whatif["t_iter_s"] > 0
