@@ -11,7 +11,9 @@ TESTS = os.path.dirname(__file__)
 
 
 def run(*args):
-    env = {**os.environ, "PYTHONPATH": TESTS}  # for the model factory of the profile test
+    # The tests folder holds the model factory of the profile test.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [TESTS, *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-m", "gradcomp.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env)
 
