@@ -86,8 +86,8 @@ class PowerStep:
 
     def plain(self) -> torch.Tensor:
         """The uncompressed pieces, concatenated, in the output dtype."""
-        flat = [self.work[o : o + n] for i, (o, n, _) in enumerate(self.layout.pieces)
-                if i in set(self.layout.plain)]
+        pieces = [self.layout.pieces[i] for i in self.layout.plain]
+        flat = [self.work[o : o + n] for o, n, _ in pieces]
         if not flat:
             return self.work.new_zeros(0, dtype=self.out_dtype)
         return torch.cat(flat).to(self.out_dtype)
@@ -218,19 +218,9 @@ class PowerSGD(Compressor):
     def finish(self, step: PowerStep, plain_mean: torch.Tensor, q_mean: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
         """Decode P Q^T with the averaged Q into `out` (flat), keep Q and the residual."""
-        lay = step.layout
         qs = _split_like(q_mean.to(step.work.dtype), step.qs)
-        result = torch.empty_like(step.work)
-        offset = 0
-        for i in lay.plain:
-            o, n, _ = lay.pieces[i]
-            result[o : o + n] = plain_mean[offset : offset + n]
-            offset += n
-        for shape, ids in lay.groups.items():
-            approx = torch.bmm(step.ps[shape], qs[shape].transpose(1, 2)).reshape(len(ids), -1)
-            for row, i in zip(approx, ids):
-                o, n, _ = lay.pieces[i]
-                result[o : o + n] = row[:n]
+        result = _assemble(step, plain_mean, step.ps, qs)
+        lay = step.layout
         if self.warm_start:
             self.memories[step.key] = qs
         if self.error_feedback:
@@ -259,20 +249,7 @@ class PowerSGD(Compressor):
     def decompress(self, payload: Payload) -> torch.Tensor:
         step: PowerStep = payload.meta["step"]
         plain, p, q = payload.tensors
-        step.ps = _split_like(p, step.ps)
-        result = torch.empty_like(step.work)
-        lay = step.layout
-        offset = 0
-        for i in lay.plain:
-            o, n, _ = lay.pieces[i]
-            result[o : o + n] = plain[offset : offset + n]
-            offset += n
-        qs = _split_like(q, step.qs)
-        for shape, ids in lay.groups.items():
-            approx = torch.bmm(step.ps[shape], qs[shape].transpose(1, 2)).reshape(len(ids), -1)
-            for row, i in zip(approx, ids):
-                o, n, _ = lay.pieces[i]
-                result[o : o + n] = row[:n]
+        result = _assemble(step, plain, _split_like(p, step.ps), _split_like(q, step.qs))
         return result.to(payload.dtype).reshape(payload.shape)
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
@@ -294,6 +271,23 @@ class PowerSGD(Compressor):
         self._seed_stream.set_state(state["seed_stream"])
         self.memories = {k: dict(v) for k, v in state["memories"].items()}
         self.residuals = {k: v.clone() for k, v in state["residuals"].items()}
+
+
+def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict) -> torch.Tensor:
+    """The flat result: plain pieces as given, compressed ones as P Q^T."""
+    lay = step.layout
+    result = torch.empty_like(step.work)
+    offset = 0
+    for i in lay.plain:
+        o, n, _ = lay.pieces[i]
+        result[o : o + n] = plain[offset : offset + n]
+        offset += n
+    for shape, ids in lay.groups.items():
+        approx = torch.bmm(ps[shape], qs[shape].transpose(1, 2)).reshape(len(ids), -1)
+        for row, i in zip(approx, ids):
+            o, n, _ = lay.pieces[i]
+            result[o : o + n] = row[:n]
+    return result
 
 
 def _padded(work: torch.Tensor, piece: tuple[int, int, tuple[int, int]],
