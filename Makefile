@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/gradcomp compressors
+	$(VENV)/bin/gradcomp run
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

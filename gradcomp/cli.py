@@ -110,6 +110,61 @@ def _profile(args) -> None:
           f"optimizer {profile.optimizer_s * 1e3:.1f} ms")
 
 
+def _run(args) -> None:
+    from .evaluation.run import run
+
+    out = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
+              bandwidth=args.bandwidth, progress=not args.json)
+    report = out / "report.md"
+    _emit(args, {"results": str(out), "report": str(report)},
+          f"results in {out}\nreport: {report}\n\n" + report.read_text().split("\n\n")[1])
+
+
+def _bench(args) -> None:
+    from .evaluation import bench_collective, bench_compress, bench_train
+
+    progress = not args.json
+    if args.what == "compress":
+        frame = bench_compress.bench_compress(
+            args.methods.split(",") if args.methods else None,
+            bench_compress.quick_sizes() if args.quick else None, device=args.device,
+            repeats=args.repeats or 5, out=args.out, progress=progress)
+        columns = ["method", "numel", "bytes_sent", "ratio", "rel_error", "encode_s", "decode_s"]
+    elif args.what == "collective":
+        frame = bench_collective.bench_collective(
+            args.workers, sizes=bench_collective.quick_sizes() if args.quick else None,
+            repeats=args.repeats or 10, out=args.out, progress=progress)
+        columns = ["collective", "world_size", "size_bytes", "time_s", "algbw_GBps",
+                   "busbw_GBps"]
+    else:
+        frame = bench_train.bench_train(
+            args.methods.split(",") if args.methods else None, args.workers,
+            iterations=3 if args.quick else (args.repeats or 10), out=args.out,
+            progress=progress)
+        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
+    shown = [c for c in columns if c in frame.columns]
+    _emit(args, frame.to_dict("records"), _table(frame, shown))
+
+
+def _fit(args) -> None:
+    import pandas as pd
+
+    from .evaluation.fit import fit_codec, fit_collectives, summary
+
+    frame = pd.read_csv(args.table)
+    fits = fit_collectives(frame) if "collective" in frame.columns else fit_codec(frame)
+    table = summary(fits)
+    _emit(args, table.to_dict("records"), _table(table, table.columns))
+
+
+def _report(args) -> None:
+    from .evaluation.report import write_report
+
+    path = write_report(args.results, profile=args.profile, workers=args.workers,
+                        bandwidth=args.bandwidth, bucketing=args.bucketing)
+    _emit(args, {"report": str(path)}, f"wrote {path}")
+
+
 def _short(options: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in options.items() if k != "seed")
 
@@ -158,6 +213,38 @@ def parser() -> argparse.ArgumentParser:
     ad.add_argument("--costs", help="a `bench compress` CSV with measured encode/decode costs")
     ad.add_argument("--methods", help="comma-separated methods (default: all)")
     ad.set_defaults(run=_advise)
+
+    rn = sub.add_parser("run", help="the main job: measure compression, collectives and DDP "
+                        "training here, fit the model, and write plots and a report")
+    network(rn)
+    rn.add_argument("--out", help="results folder (default: results/<timestamp>); an "
+                    "existing one is resumed, finished rows are skipped")
+    rn.add_argument("--full", action="store_true", help="full sweeps instead of the quick "
+                    "default (minutes on 2 CPU cores)")
+    rn.set_defaults(run=_run)
+
+    be = sub.add_parser("bench", help="measure: compress (encode/decode cost), collective "
+                        "(all-reduce/all-gather/broadcast), train (DDP iterations per hook)")
+    be.add_argument("what", choices=("compress", "collective", "train"))
+    be.add_argument("--out", help="CSV (or .parquet) to append rows to; resumed if it exists")
+    be.add_argument("--methods", help="comma-separated methods (default: all)")
+    be.add_argument("--workers", type=_positive_int, default=2, help="local worker processes")
+    be.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    be.add_argument("--repeats", type=_positive_int, help="timed repeats / iterations")
+    be.add_argument("--quick", action="store_true", help="CI-sized sweep")
+    be.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    be.set_defaults(run=_bench)
+
+    fi = sub.add_parser("fit", help="fit a + b*numel per method (a compress table) or alpha, "
+                        "beta per collective (a collective table); prints R^2")
+    fi.add_argument("table", help="CSV written by `gradcomp bench compress|collective`")
+    fi.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    fi.set_defaults(run=_fit)
+
+    re_ = sub.add_parser("report", help="(re)write plots and report.md for a results folder")
+    network(re_)
+    re_.add_argument("results", help="a folder written by `gradcomp run`")
+    re_.set_defaults(run=_report)
 
     pr = sub.add_parser("profile", help="measure your model's backward profile on this device")
     pr.add_argument("factory", help="MODULE:FACTORY returning an nn.Module, e.g. "

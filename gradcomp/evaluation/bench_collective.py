@@ -1,0 +1,182 @@
+"""The collective benchmark: all-reduce, all-gather and broadcast time against message size
+across local worker processes (gloo on CPU; NCCL with one GPU per process), and the fitted
+latency alpha and bandwidth of each collective (`fit.fit_collectives`).
+
+Per collective and size: `warmup` untimed calls, then `repeats` timed calls, each after a
+barrier with the device synchronised; a call's time is the slowest rank's, and the row holds
+the median over the repeats and their spread (max - min). Reported as nccl-tests does, and
+with the payload the performance model uses:
+
+* nbytes: one worker's payload S (the input of every collective; what `fit_collectives` and
+  `network` take);
+* size_bytes: nccl-tests' size: the output buffer (p * S) for all-gather, S otherwise;
+* time_s, time_spread_s; algbw_GBps = size_bytes / time_s / 1e9;
+* busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather, 1 for
+  broadcast (from rank 0);
+* collective, count (float32 elements per worker), dtype, repeats, warmup, device and the
+  environment columns (world_size, backend, ...).
+
+Spawned: `bench_collective(world_size=2)`. Under torchrun:
+``torchrun --nproc-per-node 2 -m gradcomp.evaluation.bench_collective --out coll.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from functools import partial
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ..compressors.base import check_int
+from .env import barrier, check_backend, environment, init_from_env, local_device, spawn
+from .fit import fit_collectives, summary
+from .network import COLLECTIVES
+from .store import ResultTable, as_table
+from .timing import Clock
+
+KEY_COLUMNS = ("collective", "nbytes", "world_size", "backend", "device_name")
+BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p,
+              "broadcast": lambda p: 1.0}
+
+
+def default_sizes() -> list[int]:
+    """Per-worker payloads of 4 B, 64 B, 1 KiB, ... 64 MiB (powers of 16)."""
+    return [2**k for k in range(2, 27, 4)]
+
+
+def quick_sizes() -> list[int]:
+    """Per-worker payloads of 4 B, 64 B, ... 4 MiB."""
+    return [2**k for k in range(2, 23, 4)]
+
+
+def _gather(out: torch.Tensor, x: torch.Tensor) -> None:
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, x)
+
+
+def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
+                       device: torch.device) -> dict:
+    """One row (without environment columns); call on every rank of the process group."""
+    p = dist.get_world_size()
+    count = nbytes // 4
+    x = torch.zeros(count, device=device)
+    out = torch.empty(count * p, device=device) if collective == "allgather" else None
+    op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
+          "broadcast": partial(dist.broadcast, x, 0)}[collective]
+    clock, times = Clock(device), []
+    for i in range(warmup + repeats):
+        barrier(device)
+        clock.sync()
+        start = clock.mark()
+        op()
+        end = clock.mark()
+        clock.sync()
+        if i >= warmup:
+            times.append(clock.seconds(start, end))
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    time_s = slowest.median().item()
+    size = nbytes * p if collective == "allgather" else nbytes
+    algbw = size / time_s / 1e9
+    return {"collective": collective, "nbytes": nbytes, "size_bytes": size, "count": count,
+            "dtype": "float32", "time_s": time_s,
+            "time_spread_s": (slowest.max() - slowest.min()).item(), "algbw_GBps": algbw,
+            "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
+            "warmup": warmup, "device": device.type}
+
+
+def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str,
+              progress: bool = False) -> None:
+    """Measure (collective, nbytes) `cases` on every rank; rank 0 appends the rows."""
+    device = local_device(backend)
+    rank = dist.get_rank()
+    for collective, nbytes in tqdm(cases, desc="collective bench", file=sys.stderr,
+                                   disable=not progress or rank != 0):
+        row = measure_collective(collective, nbytes, repeats, warmup, device)
+        if rank == 0:
+            table.append({**row, **environment(backend, dist.get_world_size(), device)})
+
+
+def _cases(collectives, sizes) -> list[tuple[str, int]]:
+    for c in collectives:
+        if c not in COLLECTIVES:
+            raise ValueError(f"collective {c!r} is not allowed: choose among "
+                             f"{', '.join(map(repr, COLLECTIVES))}")
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 4 or n % 4
+                        for n in sizes):
+        raise ValueError(f"sizes={sizes!r} is not allowed: give payload bytes per worker, "
+                         "multiples of 4 (float32 elements)")
+    return [(c, n) for c in collectives for n in sizes]
+
+
+def _key(table, collective, nbytes, world_size, backend, device_name):
+    return table.key({"collective": collective, "nbytes": nbytes, "world_size": world_size,
+                      "backend": backend, "device_name": device_name})
+
+
+def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None,
+                     repeats: int = 10, warmup: int = 3, collectives=COLLECTIVES, out=None,
+                     progress: bool = False) -> pd.DataFrame:
+    """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
+    `default_sizes()`) across `world_size` local processes that it spawns (`backend`: NCCL
+    when each process can have a GPU, else gloo). Rows already in `out` (a path or
+    ResultTable) are skipped. Returns the rows of this sweep (measured now or before)."""
+    backend = check_backend(backend, world_size)
+    check_int(repeats, "repeats", 1)
+    check_int(warmup, "warmup", 0)
+    cases = _cases(collectives, default_sizes() if sizes is None else list(sizes))
+    with tempfile.TemporaryDirectory() as tmp:
+        table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
+                                                          KEY_COLUMNS)
+        device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
+        keys = {_key(table, c, n, world_size, backend, device_name): (c, n) for c, n in cases}
+        done = table.done_keys()
+        todo = [case for key, case in keys.items() if key not in done]
+        if todo:
+            spawn(run_cases, world_size, backend, todo, repeats, warmup, table, backend,
+                  progress)
+        return table.frame(keys=set(keys))
+
+
+def collective_fit(table: pd.DataFrame) -> pd.DataFrame:
+    """Per collective: alpha_s, beta_s_per_byte, bandwidth_bps (bits/s), r2, n, rmse of the
+    alpha-beta fit (`fit.fit_collectives`) to a collective-bench table."""
+    return summary(fit_collectives(table))
+
+
+def main(argv=None) -> int:
+    """Under torchrun: every rank measures, rank 0 appends to --out and prints the fit."""
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--out", required=True, help="result table (.csv or .parquet)")
+    args.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    args.add_argument("--quick", action="store_true", help="sizes up to 4 MiB")
+    args.add_argument("--repeats", type=int, default=10)
+    args.add_argument("--warmup", type=int, default=3)
+    a = args.parse_args(argv)
+    backend = init_from_env(a.backend)
+    try:
+        table = ResultTable(a.out, KEY_COLUMNS)
+        cases = _cases(COLLECTIVES, quick_sizes() if a.quick else default_sizes())
+        device_name = environment(device=local_device(backend))["device_name"]
+        p = dist.get_world_size()
+        keys = {_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}
+        todo = [None]
+        if dist.get_rank() == 0:
+            done = table.done_keys()
+            todo = [[case for key, case in keys.items() if key not in done]]
+        dist.broadcast_object_list(todo, src=0)
+        run_cases(todo[0], a.repeats, a.warmup, table, backend, progress=True)
+        if dist.get_rank() == 0:
+            print(collective_fit(table.frame(keys=set(keys))).to_string(index=False))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

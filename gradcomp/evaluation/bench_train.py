@@ -1,0 +1,267 @@
+"""The training benchmark: end-to-end DDP iteration time of a built-in model with each method's
+hook, across local worker processes (gloo on CPU; NCCL with one GPU per process), and the
+same model's single-process iteration time, so that SF = t_iter_single / t_iter follows.
+
+Built-in models (`MODELS`): ``mlp`` (1024 inputs, 4 hidden layers of 1024, 10 classes:
+4.2M parameters) and ``tiny`` (32-64-64-10, for tests), trained with cross-entropy on a fixed
+random batch per rank and SGD (lr 0.01, momentum 0.9). `model_profile` measures the matching
+profile (`measure_profile`) for the performance model.
+
+An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
+device synchronised around it; its time is the slowest rank's. After `warmup` iterations,
+`iterations` are timed. One row per method, appended as measured (rank 0):
+
+* method ("ddp": DDP's own all-reduce, no hook; else a gradcomp method through
+  `gradcomp.comm.register`), options (the compressor's options as JSON, with the hook's),
+  model, params, batch_size (per worker), bucket_cap_mb, workers (= world_size),
+  bandwidth_bps (as given; NaN when unknown), warmup, iterations, device;
+* t_iter_s (median), t_iter_spread_s (max - min), t_iter_single_s (median single-process
+  iteration on rank 0 while the others wait, same threads per process), scaling_factor
+  (t_iter_single_s / t_iter_s);
+* from the hook's telemetry, per timed iteration (summed over buckets, mean over iterations
+  and ranks): bytes_original, bytes_sent, ratio, encode_s, comm_s, decode_s, buckets ("ddp":
+  the gradient's bytes, times and buckets NaN);
+* the environment columns (world_size, backend, device_name, ...).
+
+Spawned: `bench_train(world_size=2)`. Under torchrun:
+``torchrun --nproc-per-node 2 -m gradcomp.evaluation.bench_train --out runs.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from .. import comm
+from ..compressors import compressor
+from ..compressors.base import check_int
+from .bench_compress import method_cases
+from .env import barrier, check_backend, environment, init_from_env, local_device, spawn
+from .measure import measure_profile
+from .profiles import Profile, save_profile
+from .store import ResultTable, as_table
+from .timing import Clock
+from .units import parse_rate
+
+MODELS = {"mlp": dict(inputs=1024, width=1024, depth=4, classes=10),
+          "tiny": dict(inputs=32, width=64, depth=2, classes=10)}
+KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "world_size",
+               "backend", "device_name")
+HOOK_OPTIONS = ("start_iter", "min_compression_rate")
+TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
+
+
+def build_model(name: str = "mlp", batch_size: int = 64, device="cpu", data_seed: int = 0):
+    """The built-in model `name` (the same weights every call), a random batch of inputs and
+    labels from `data_seed`."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, MODELS))}")
+    spec = MODELS[name]
+    torch.manual_seed(0)
+    layers, fan_in = [], spec["inputs"]
+    for _ in range(spec["depth"]):
+        layers += [nn.Linear(fan_in, spec["width"]), nn.ReLU()]
+        fan_in = spec["width"]
+    model = nn.Sequential(*layers, nn.Linear(fan_in, spec["classes"])).to(device)
+    gen = torch.Generator().manual_seed(1000 + data_seed)
+    x = torch.randn(batch_size, spec["inputs"], generator=gen).to(device)
+    y = torch.randint(0, spec["classes"], (batch_size,), generator=gen).to(device)
+    return model, x, y
+
+
+def model_profile(name: str = "mlp", batch_size: int = 64, device="cpu", repeats: int = 10,
+                  warmup: int = 3) -> Profile:
+    """The profile of a built-in model's iteration, measured on `device`."""
+    model, x, y = build_model(name, batch_size, device)
+    return measure_profile(model, x, lambda out: F.cross_entropy(out, y), repeats, warmup,
+                           name=f"{name} (batch {batch_size})")
+
+
+def _options_text(name: str, options: dict) -> str:
+    if name == "ddp":
+        if options:
+            raise ValueError(f"method 'ddp' (DDP without a hook) takes no options, got {options}")
+        return "{}"
+    hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
+    built = compressor(name, **{k: v for k, v in options.items() if k not in HOOK_OPTIONS})
+    return json.dumps({**built.options(), **hook}, sort_keys=True)
+
+
+def _time_iterations(model, x, y, warmup: int, iterations: int, device) -> list[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    clock, times = Clock(device), []
+    for i in range(warmup + iterations):
+        clock.sync()
+        start = clock.mark()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        end = clock.mark()
+        clock.sync()
+        if i >= warmup:
+            times.append(clock.seconds(start, end))
+    return times
+
+
+def _telemetry(state, warmup: int, iterations: int, grad_bytes: int, device) -> dict:
+    """Per-iteration sums over buckets, mean over the timed iterations and the ranks."""
+    if state is None:
+        nan = math.nan
+        return {"bytes_original": grad_bytes, "bytes_sent": grad_bytes, "encode_s": nan,
+                "comm_s": nan, "decode_s": nan, "buckets": nan}
+    rows = [r for r in state.telemetry_rows() if r["iteration"] >= warmup]
+    sums = [sum(r[c] for r in rows) / iterations for c in TELEMETRY] + [len(rows) / iterations]
+    total = torch.tensor(sums, dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return dict(zip((*TELEMETRY, "buckets"), (total / dist.get_world_size()).tolist()))
+
+
+def _run_method(name, options, spec: dict, device) -> dict:
+    rank = dist.get_rank()
+    model, x, y = build_model(spec["model"], spec["batch_size"], device, data_seed=rank)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None, bucket_cap_mb=spec["bucket_cap_mb"])
+    state = None if name == "ddp" else comm.register(ddp, name, **options)
+    times = torch.tensor(_time_iterations(ddp, x, y, spec["warmup"], spec["iterations"],
+                                          device), dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    tele = _telemetry(state, spec["warmup"], spec["iterations"], grad_bytes, device)
+    t_iter = times.median().item()
+    return {"method": name, "options": _options_text(name, options), "model": spec["model"],
+            "params": sum(p.numel() for p in model.parameters()),
+            "batch_size": spec["batch_size"], "bucket_cap_mb": spec["bucket_cap_mb"],
+            "workers": dist.get_world_size(), "bandwidth_bps": spec["bandwidth_bps"],
+            "warmup": spec["warmup"], "iterations": spec["iterations"],
+            "t_iter_s": t_iter, "t_iter_spread_s": (times.max() - times.min()).item(),
+            "t_iter_single_s": spec["t_iter_single_s"],
+            "scaling_factor": spec["t_iter_single_s"] / t_iter, **tele,
+            "ratio": tele["bytes_original"] / tele["bytes_sent"], "device": device.type}
+
+
+def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,
+                progress: bool = False) -> None:
+    """On every rank: the single-process baseline (rank 0; saves the profile to
+    `profile_out` when given), then each (method, options) of `cases`; rank 0 appends."""
+    device = local_device(backend)
+    rank = dist.get_rank()
+    single = [math.nan]
+    if rank == 0:
+        model, x, y = build_model(spec["model"], spec["batch_size"], device)
+        single = [statistics.median(_time_iterations(model, x, y, spec["warmup"],
+                                                     spec["iterations"], device))]
+        if profile_out is not None:
+            save_profile(model_profile(spec["model"], spec["batch_size"], device), profile_out)
+    barrier(device)
+    dist.broadcast_object_list(single, src=0)
+    spec = {**spec, "t_iter_single_s": single[0]}
+    for name, options in tqdm(cases, desc="train bench", file=sys.stderr,
+                              disable=not progress or rank != 0):
+        row = _run_method(name, options, spec, device)
+        if rank == 0:
+            table.append({**row, **environment(backend, dist.get_world_size(), device)})
+
+
+def _plan(methods, spec: dict, world_size: int, backend: str, device_name: str, table):
+    """{key: (name, options)} for every requested run."""
+    cases = [("ddp", {}), *method_cases(None)] if methods is None else method_cases(methods)
+    plan = {}
+    for name, options in cases:
+        key = {"method": name, "options": _options_text(name, options),
+               "model": spec["model"], "batch_size": spec["batch_size"],
+               "bucket_cap_mb": spec["bucket_cap_mb"], "world_size": world_size,
+               "backend": backend, "device_name": device_name}
+        plan[table.key(key)] = (name, options)
+    return plan
+
+
+def _spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps) -> dict:
+    if model not in MODELS:
+        raise ValueError(f"model={model!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, MODELS))}")
+    check_int(batch_size, "batch_size", 1)
+    check_int(warmup, "warmup", 2)  # DDP rebuilds its buckets after the first iteration
+    check_int(iterations, "iterations", 1)
+    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
+            or not bucket_cap_mb > 0:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: it must be > 0")
+    return {"model": model, "batch_size": batch_size, "warmup": warmup,
+            "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
+            "bandwidth_bps": math.nan if bandwidth_bps is None
+            else parse_rate(bandwidth_bps, "bandwidth_bps")}
+
+
+def bench_train(methods=None, world_size: int = 2, backend: str | None = None,
+                model: str = "mlp", batch_size: int = 64, warmup: int = 3,
+                iterations: int = 10, bucket_cap_mb: float = 25.0, bandwidth_bps=None,
+                out=None, profile_out=None, progress: bool = False) -> pd.DataFrame:
+    """Time DDP training of the built-in `model` with each of `methods` (default: "ddp",
+    then every registered method with its defaults; else names and (name, options) pairs,
+    options going to `gradcomp.comm.register`) across `world_size` local processes that it
+    spawns once for all methods. Rows already in `out` (a path or ResultTable) are skipped;
+    `profile_out`: save the model's measured profile there. Returns this sweep's rows."""
+    backend = check_backend(backend, world_size)
+    spec = _spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
+                                                          KEY_COLUMNS)
+        device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
+        plan = _plan(methods, spec, world_size, backend, device_name, table)
+        done = table.done_keys()
+        todo = [case for key, case in plan.items() if key not in done]
+        if todo or (profile_out is not None and not Path(profile_out).exists()):
+            spawn(run_methods, world_size, backend, todo, spec, table, backend, profile_out,
+                  progress)
+        return table.frame(keys=set(plan))
+
+
+def main(argv=None) -> int:
+    """Under torchrun: every rank trains, rank 0 appends to --out."""
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--out", required=True, help="result table (.csv or .parquet)")
+    args.add_argument("--methods", default=None,
+                      help="comma-separated methods (default: ddp and every registered one)")
+    args.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    args.add_argument("--model", choices=tuple(MODELS), default="mlp")
+    args.add_argument("--batch-size", type=int, default=64)
+    args.add_argument("--warmup", type=int, default=3)
+    args.add_argument("--iterations", type=int, default=10)
+    args.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
+    args.add_argument("--profile-out", default=None, help="save the model's profile here")
+    a = args.parse_args(argv)
+    backend = init_from_env(a.backend)
+    try:
+        spec = _spec(a.model, a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb,
+                     a.bandwidth)
+        table = ResultTable(a.out, KEY_COLUMNS)
+        device_name = environment(device=local_device(backend))["device_name"]
+        methods = None if a.methods is None else a.methods.split(",")
+        plan = _plan(methods, spec, dist.get_world_size(), backend, device_name, table)
+        todo = [None]
+        if dist.get_rank() == 0:
+            done = table.done_keys()
+            todo = [[case for key, case in plan.items() if key not in done]]
+        dist.broadcast_object_list(todo, src=0)
+        run_methods(todo[0], spec, table, backend, a.profile_out, progress=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

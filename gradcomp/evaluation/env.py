@@ -1,0 +1,113 @@
+"""Where a measurement runs: the environment columns every measurement row carries, and the
+local process groups the multi-process benchmarks start (spawned, or under torchrun).
+
+Environment columns: device_name (the CUDA device's name, else "cpu"), cpu (the processor
+model), torch_version, gradcomp_version, world_size, backend ("none" outside a process
+group), hostname, python_version, date (UTC, ISO 8601, when the row was taken).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+BACKENDS = ("gloo", "nccl")
+
+
+@lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(backend: str | None = None, world_size: int | None = None,
+                device=None) -> dict:
+    """The environment columns; `backend` and `world_size` default to the current process
+    group's (no group: "none" and 1), `device` to the CPU."""
+    from .. import __version__
+
+    initialized = dist.is_available() and dist.is_initialized()
+    if backend is None:
+        backend = dist.get_backend() if initialized else "none"
+    if world_size is None:
+        world_size = dist.get_world_size() if initialized else 1
+    device = torch.device(device if device is not None else "cpu")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {"device_name": name, "cpu": _cpu_model(), "torch_version": torch.__version__,
+            "gradcomp_version": __version__, "world_size": int(world_size),
+            "backend": str(backend), "hostname": socket.gethostname(),
+            "python_version": platform.python_version(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def default_backend(world_size: int) -> str:
+    """NCCL when there is a CUDA device for each of `world_size` processes, else gloo."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def check_backend(backend: str | None, world_size: int) -> str:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
+    backend = default_backend(world_size) if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, BACKENDS))}")
+    return backend
+
+
+def local_device(backend: str) -> torch.device:
+    """This process's device: its own GPU (LOCAL_RANK) under NCCL, else the CPU."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    torch.cuda.set_device(device)
+    return device
+
+
+def spawn(fn, world_size: int, backend: str, *args) -> None:
+    """Run fn(*args) in `world_size` local processes joined by a FileStore process group;
+    CPU workers share the cores (each gets cores / world_size threads)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        mp.spawn(_entry, args=(fn, world_size, backend, store, args), nprocs=world_size)
+
+
+def _entry(rank, fn, world_size, backend, store, args):
+    os.environ["LOCAL_RANK"] = str(rank)
+    if backend != "nccl":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)
+    try:
+        fn(*args)
+    finally:
+        dist.destroy_process_group()
+
+
+def init_from_env(backend: str | None = None) -> str:
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR, ...)."""
+    backend = check_backend(backend, int(os.environ.get("WORLD_SIZE", "1")))
+    dist.init_process_group(backend, init_method="env://")
+    return backend
+
+
+def barrier(device: torch.device) -> None:
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()

@@ -1,0 +1,200 @@
+"""Figures of a gradcomp evaluation, each drawn from tidy DataFrames and written atomically to a
+PNG of a fixed pixel size (`size` inches x `DPI`); every function returns the path it wrote.
+Drawn on Agg canvases in seaborn's style, without pyplot or changing global matplotlib state.
+
+* `speedup_vs_bandwidth`: modelled speedup of each method over uncompressed, vs bandwidth;
+* `codec_costs`: measured encode and decode time vs tensor size, with the fitted a + b*n;
+* `collective_times`: measured collective time vs payload, with the fitted alpha-beta cost;
+* `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method;
+* `predicted_vs_measured`: the model's iteration time against the measured one, per method.
+"""
+from __future__ import annotations
+
+import functools
+import io
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .network import Network
+from .store import write_atomic
+
+DPI = 100
+UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
+
+
+def _styles(methods) -> dict:
+    """{method: line style keywords}: ten colours, then the same colours with other dashes
+    and markers."""
+    colors = sns.color_palette("tab10", 10)
+    return {m: {"color": colors[i % 10], "linestyle": ("-", "--", ":")[i // 10 % 3],
+                "marker": ("o", "s", "^")[i // 10 % 3]} for i, m in enumerate(methods)}
+
+
+def _styled(draw):
+    """Run `draw` under seaborn's whitegrid style, for this figure only."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        style = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook")}
+        with matplotlib.rc_context(style):
+            return draw(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure(size, ncols: int = 1, **kw):
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, ncols, squeeze=False, **kw)
+
+
+def _save(fig, path):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return write_atomic(path, buf.getvalue())
+
+
+@_styled
+def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
+    """Speedup vs bandwidth (log x, 1-400 Gbit/s) per method from `whatif.sweep` rows (one
+    workers value); a panel per value of the optional column `costs`."""
+    panels = list(dict.fromkeys(sweep["costs"])) if "costs" in sweep else [None]
+    methods = list(dict.fromkeys(sweep["method"]))
+    styles = _styles(methods)
+    fig, axes = _figure(size, len(panels), sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        rows = sweep if panel is None else sweep[sweep["costs"] == panel]
+        for method in methods:
+            line = rows[rows["method"] == method].sort_values("bandwidth_bps")
+            ax.plot(line["bandwidth_bps"] / 1e9, line["speedup"], label=method, markersize=3,
+                    **styles[method])
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_xlim(1, 400)
+        ax.set_xlabel("bandwidth per worker (Gbit/s)")
+        if panel is not None:
+            ax.set_title(f"encode/decode costs: {panel}", fontsize="medium")
+    speedups = sweep["speedup"].to_numpy(float)
+    if np.nanmax(speedups) / max(np.nanmin(speedups), 1e-12) > 20:
+        axes[0, 0].set_yscale("log")
+    axes[0, 0].set_ylabel("speedup over uncompressed (x)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    row = sweep.iloc[0]
+    fig.suptitle(title or f"Modelled speedup of each method vs bandwidth: {row['profile']}, "
+                          f"{row['workers']} workers ({row['bucketing']} bucketing)")
+    return _save(fig, path)
+
+
+@_styled
+def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(12, 5.5),
+                title=None):
+    """Measured encode and decode seconds vs elements (log-log) per method, from a
+    compress-bench table; dashed lines: the fits `fit.fit_codec` when given."""
+    methods = list(dict.fromkeys(table["method"]))
+    styles = _styles(methods)
+    fig, axes = _figure(size, 2, sharey=True)
+    grid = np.geomspace(table["numel"].min(), table["numel"].max(), 50)
+    for ax, phase in zip(axes[0], ("encode", "decode")):
+        for method in methods:
+            rows = table[table["method"] == method].sort_values("numel")
+            style = styles[method]
+            ax.plot(rows["numel"], rows[f"{phase}_s"], markersize=4, label=method,
+                    **{**style, "linestyle": "none" if fits else style["linestyle"]})
+            if fits and (method, phase) in fits:
+                p = fits[method, phase].params
+                fitted = p["a"] + p["b"] * grid
+                ax.plot(grid[fitted > 0], fitted[fitted > 0], color=style["color"],
+                        linestyle=style["linestyle"], linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tensor size (elements)")
+        ax.set_title(f"{phase} (per application)", fontsize="medium")
+    axes[0, 0].set_ylabel("time (s)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    device = table["device_name"].iloc[0] if "device_name" in table else table["device"].iloc[0]
+    fig.suptitle(title or f"Measured encode and decode time vs tensor size on {device}"
+                 + (" (markers; lines: fitted a + b*n)" if fits else ""))
+    return _save(fig, path)
+
+
+@_styled
+def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(8, 5),
+                     title=None):
+    """Measured collective seconds vs per-worker payload (log-log) from a collective-bench
+    table; dashed lines: the alpha-beta fits `fit.fit_collectives` when given."""
+    fig, axes = _figure(size)
+    ax = axes[0, 0]
+    colors = dict(zip(UNITS, sns.color_palette("deep", len(UNITS))))
+    grid = np.geomspace(table["nbytes"].min(), table["nbytes"].max(), 50)
+    for (collective, p), rows in table.groupby(["collective", "world_size"], sort=False):
+        rows = rows.sort_values("nbytes")
+        label = f"{UNITS.get(collective, collective)}, {p} workers"
+        ax.plot(rows["nbytes"], rows["time_s"], marker="o", linestyle="none",
+                color=colors.get(collective), label=label)
+        fit = (fits or {}).get(collective)
+        if fit and p > 1 and 0 < fit.params["bandwidth_bps"] < np.inf:
+            net = Network(int(p), fit.params["bandwidth_bps"], max(fit.params["alpha_s"], 0.0))
+            ax.plot(grid, [net.cost(collective, n) for n in grid], linestyle="--",
+                    color=colors.get(collective), linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(table["time_s"].min() / 2, table["time_s"].max() * 2)
+    ax.set_xlabel("payload per worker (bytes)")
+    ax.set_ylabel("time (s)")
+    ax.legend(fontsize="small")
+    backend = table["backend"].iloc[0] if "backend" in table else ""
+    ax.set_title(title or f"Measured collective time vs payload ({backend})"
+                 + (" and alpha-beta fit (dashed)" if fits else ""), fontsize="medium")
+    return _save(fig, path)
+
+
+@_styled
+def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
+    """Scaling factor t_single / t_iter over bandwidth x workers, one panel per method (e.g.
+    `none` and one other), from `whatif.sweep` rows."""
+    methods = list(dict.fromkeys(sweep["method"]))
+    fig, axes = _figure(size or (6.5 * len(methods), 5), len(methods))
+    for ax, method in zip(axes[0], methods):
+        grid = sweep[sweep["method"] == method].pivot_table(
+            index="workers", columns="bandwidth_bps", values="sf")
+        grid.columns = [f"{b / 1e9:g}" for b in grid.columns]
+        sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f",
+                    annot_kws={"fontsize": 8}, cbar_kws={"label": "scaling factor"})
+        ax.invert_yaxis()
+        ax.set_xlabel("bandwidth per worker (Gbit/s)")
+        ax.set_ylabel("workers")
+        ax.set_title(method, fontsize="medium")
+    row = sweep.iloc[0]
+    fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
+                          f"{row['bucketing']} bucketing")
+    return _save(fig, path)
+
+
+@_styled
+def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
+    """Measured and predicted iteration time per method (columns method, measured,
+    predicted, rel_error; seconds), as bars with the relative error written beside."""
+    fig, axes = _figure(size)
+    ax = axes[0, 0]
+    y = np.arange(len(table))
+    ax.barh(y - 0.2, table["measured"] * 1e3, height=0.4, label="measured")
+    ax.barh(y + 0.2, table["predicted"] * 1e3, height=0.4, label="predicted")
+    for i, (top, err) in enumerate(zip(np.fmax(table["measured"], table["predicted"]) * 1e3,
+                                       table["rel_error"])):
+        ax.annotate(f"{err:+.0%}", (top, i), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize="small")
+    ax.set_yticks(y, table["method"])
+    ax.invert_yaxis()
+    ax.margins(x=0.12)
+    ax.set_xlabel("iteration time (ms)")
+    ax.set_ylabel("method")
+    ax.legend(loc="lower right")
+    ax.set_title(title or "Training iteration time: measured vs predicted by the model "
+                          "(label: relative error)", fontsize="medium")
+    return _save(fig, path)

@@ -1,0 +1,72 @@
+"""The main job (`gradcomp run`): measure codecs, collectives and training on this machine,
+fit the performance model, ask it about a profile, and write the figures and ``report.md``.
+
+Everything goes into one results folder (default ``results/<local time>``): the measurement
+tables are appended row by row as measured, so a run interrupted at any point resumes when
+given the same folder, skipping the rows already there.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .bench_collective import bench_collective
+from .bench_compress import bench_compress
+from .bench_train import bench_train
+from .network import Network
+from .profiles import load_profile
+from .report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, write_report
+
+LOCAL_WORKERS = 2
+# Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
+# training iterations; None: the benchmark's own default.
+SETTINGS = {
+    True: dict(sizes=[2**10, 2**14, 2**18, 2**22], compress_repeats=3,
+               collective_sizes=[4, 2**10, 2**16, 2**20, 2**24], collective_repeats=5,
+               collective_warmup=2, iterations=5),
+    False: dict(sizes=None, compress_repeats=5, collective_sizes=None, collective_repeats=10,
+                collective_warmup=3, iterations=20),
+}
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"gradcomp run: {text}", file=sys.stderr, flush=True)
+
+
+def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
+        bandwidth="10gbit", progress: bool = True, methods=None, model: str = "mlp",
+        sizes=None, collective_sizes=None, iterations: int | None = None) -> Path:
+    """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
+    tables); return the folder. The question: `profile` on `workers` at `bandwidth`.
+    `quick`: a few sizes and iterations (minutes on 2 CPU cores) instead of the full sweeps.
+    Smaller runs: `methods` (names; default every registered method), the built-in training
+    `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
+    worker) and training `iterations`."""
+    load_profile(profile)
+    Network(workers, bandwidth)  # bad input fails here, before minutes of measuring
+    plan = {**SETTINGS[bool(quick)]}
+    for key, value in dict(sizes=sizes, collective_sizes=collective_sizes,
+                           iterations=iterations).items():
+        plan[key] = plan[key] if value is None else value
+    out = Path(out_dir) if out_dir is not None else \
+        Path("results") / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"results in {out}")
+    methods = None if methods is None else list(methods)
+    _say(progress, "1/4 encode/decode cost of each method")
+    bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
+                   out=out / COMPRESS, progress=progress)
+    _say(progress, f"2/4 collectives across {LOCAL_WORKERS} local workers")
+    bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
+                     repeats=plan["collective_repeats"], warmup=plan["collective_warmup"],
+                     out=out / COLLECTIVE, progress=progress)
+    _say(progress, f"3/4 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
+    bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
+                iterations=plan["iterations"], out=out / TRAIN,
+                profile_out=out / TRAIN_PROFILE, progress=progress)
+    _say(progress, "4/4 fits, what-if, advice, figures and report")
+    report = write_report(out, profile, workers, bandwidth)
+    _say(progress, f"report: {report}")
+    return out

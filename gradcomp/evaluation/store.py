@@ -1,0 +1,211 @@
+"""Tidy measurement tables on disk that never lose a measured row.
+
+`ResultTable(path, key_columns)` appends each row as soon as it is measured. CSV (the
+default): one line per row, appended, flushed and fsynced; the header is written once, and a
+row with new columns rewrites the file atomically with the union of the columns. Parquet
+(suffix ``.parquet``, needs pyarrow or fastparquet): every append rewrites the file
+atomically (temporary file, fsync, os.replace). `done_keys()` lets an interrupted sweep skip
+what it finished. A crash in the middle of an append leaves at most a torn last line: reading
+drops it with a warning naming the file, and the next append cuts it off.
+
+Values are stored as text the way `str` writes them (None and NaN as an empty cell, read back
+as NaN); keys are compared in that form, so 1024 and "1024" are the same key.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+
+def write_atomic(path, data: str | bytes) -> Path:
+    """Write `data` to `path` through a temporary file in the same folder and os.replace, so
+    readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def text(value) -> str:
+    """A cell as stored: None and NaN are empty, everything else is `str(value)`."""
+    if value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str)
+                         and pd.isna(value)):
+        return ""
+    return str(value)
+
+
+def _line(fields) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(fields)
+    return buf.getvalue()
+
+
+class ResultTable:
+    """Rows on disk at `path` (.csv, or .parquet), identified by `key_columns`."""
+
+    def __init__(self, path, key_columns=()):
+        self.path = Path(path)
+        self.key_columns = tuple(key_columns)
+        self.parquet = self.path.suffix.lower() == ".parquet"
+
+    def __repr__(self) -> str:
+        return f"ResultTable({str(self.path)!r}, {self.key_columns!r})"
+
+    # -- writing --------------------------------------------------------------------------
+    def append(self, row: dict) -> None:
+        """Add one measured row and make it durable before returning."""
+        for k, v in row.items():
+            if "\n" in text(v) or "\r" in text(v):
+                raise ValueError(f"{self.path}: column {k!r} holds a line break; a stored "
+                                 f"value must be one line")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.parquet:
+            frame = pd.concat([self.frame(), pd.DataFrame([row])], ignore_index=True)
+            buf = io.BytesIO()
+            frame.to_parquet(buf, index=False)
+            write_atomic(self.path, buf.getvalue())
+            return
+        header = self._repair()
+        new = [c for c in row if c not in header]
+        if header and new:
+            header = self._widen(header, new)
+        prefix = "" if header else _line(list(row))
+        header = header or list(row)
+        with open(self.path, "a", newline="") as f:
+            f.write(prefix + _line([text(row.get(c)) for c in header]))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _repair(self) -> list[str]:
+        """Cut off a torn last line; return the header ([] for an empty file)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return []
+        with open(self.path, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.seek(0)
+                data = f.read()
+                keep = data.rfind(b"\n") + 1
+                warnings.warn(f"{self.path}: cut off a torn last line (an interrupted write): "
+                              f"{data[keep:][:80]!r}", stacklevel=3)
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            f.seek(0)
+            first = f.readline().decode()
+        return next(csv.reader([first])) if first else []
+
+    def _widen(self, header: list[str], new: list[str]) -> list[str]:
+        header = header + new
+        rows = [r + [""] * len(new) for r in self._records()[1]]
+        write_atomic(self.path, "".join(_line(r) for r in [header, *rows]))
+        return header
+
+    # -- reading --------------------------------------------------------------------------
+    def _records(self) -> tuple[list[str], list[list[str]]]:
+        """Header and the complete rows, as stored text; torn or malformed lines are dropped
+        with a warning naming the file."""
+        if not self.path.exists():
+            return [], []
+        with open(self.path, newline="") as f:
+            lines = f.read().split("\n")
+        torn = lines.pop()  # "" when the file ends with a complete line
+        if torn:
+            warnings.warn(f"{self.path}: dropped a torn last line (an interrupted write): "
+                          f"{torn[:80]!r}", stacklevel=3)
+        if not lines:
+            return [], []
+        header, rows = next(csv.reader([lines[0]])), []
+        for number, line in enumerate(lines[1:], start=2):
+            fields = next(csv.reader([line]), [])
+            if len(fields) == len(header):
+                rows.append(fields)
+            else:
+                warnings.warn(f"{self.path}:{number}: dropped a malformed line ({len(fields)} "
+                              f"fields, the header has {len(header)})", stacklevel=3)
+        return header, rows
+
+    def frame(self, keys=None) -> pd.DataFrame:
+        """The table (types inferred, empty cells NaN); only the rows whose key is in `keys`
+        when given."""
+        if self.parquet:
+            frame = pd.read_parquet(self.path) if self.path.exists() else pd.DataFrame()
+            if keys is not None:
+                frame = frame[[self.key(r) in keys for r in frame.to_dict("records")]]
+            return frame.reset_index(drop=True)
+        header, rows = self._records()
+        if not header:
+            return pd.DataFrame()
+        if keys is not None:
+            index = self._key_index(header)
+            rows = [r for r in rows if tuple(r[i] for i in index) in keys]
+        return pd.read_csv(io.StringIO("".join(_line(r) for r in [header, *rows])),
+                           keep_default_na=False, na_values=[""])
+
+    def key(self, row: dict) -> tuple[str, ...]:
+        """`row`'s key as stored."""
+        missing = [c for c in self.key_columns if c not in row]
+        if missing:
+            raise KeyError(f"{self.path}: the row lacks key column(s) {', '.join(missing)}")
+        return tuple(text(row[c]) for c in self.key_columns)
+
+    def _key_index(self, header: list[str]) -> list[int]:
+        missing = [c for c in self.key_columns if c not in header]
+        if missing:
+            raise ValueError(f"{self.path} has no column(s) {', '.join(missing)}: it was "
+                             f"written with other key columns than {self.key_columns}")
+        return [header.index(c) for c in self.key_columns]
+
+    def done_keys(self) -> set[tuple[str, ...]]:
+        """The keys of the rows already on disk."""
+        if self.parquet:
+            return {self.key(r) for r in self.frame().to_dict("records")}
+        header, rows = self._records()
+        if not header:
+            return set()
+        index = self._key_index(header)
+        return {tuple(r[i] for i in index) for r in rows}
+
+
+def as_table(out, key_columns) -> ResultTable | None:
+    """`out` as a ResultTable with `key_columns`: a path, a ResultTable or None (None)."""
+    if out is None:
+        return None
+    if isinstance(out, ResultTable):
+        if out.key_columns != tuple(key_columns):
+            raise ValueError(f"out={out!r} has key columns {out.key_columns}; this benchmark "
+                             f"needs {tuple(key_columns)}")
+        return out
+    return ResultTable(out, key_columns)

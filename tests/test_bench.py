@@ -1,0 +1,166 @@
+"""The benchmarks on this machine: tidy rows with environment columns, resumable sweeps, the
+nccl-tests report of collectives on 2 gloo processes and their fit, DDP iteration times with
+hooks on 2 gloo processes (one spawn per benchmark)."""
+import json
+import math
+
+import pytest
+
+import gradcomp
+from gradcomp.evaluation import bench_collective as bc, bench_compress as bz, bench_train as bt
+from gradcomp.evaluation.fit import fit_runs
+from gradcomp.evaluation.profiles import load_profile
+from gradcomp.evaluation.store import ResultTable
+
+ENV = ("device_name", "cpu", "torch_version", "gradcomp_version", "world_size", "backend",
+       "hostname", "python_version", "date")
+METHODS = ["none", "fp16", ("topk", {"ratio": 0.05}), "qsgd"]
+SIZES = [256, 1024]
+
+
+def test_compress_rows_match_the_compressors_wire_size(tmp_path):
+    df = bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=tmp_path / "c.csv")
+    assert len(df) == len(METHODS) * len(SIZES)
+    assert set(ENV) <= set(df.columns)
+    assert (df["world_size"] == 1).all() and (df["backend"] == "none").all()
+    assert (df["device_name"] == "cpu").all()
+    assert (df["gradcomp_version"] == gradcomp.__version__).all()
+    for row in df.to_dict("records"):
+        comp = gradcomp.compressor(row["method"], **json.loads(row["options"]))
+        assert row["bytes_sent"] == comp.wire_nbytes(row["numel"])
+        assert row["bytes_original"] == 4 * row["numel"]
+        assert row["ratio"] == pytest.approx(row["bytes_original"] / row["bytes_sent"])
+        assert row["encode_s"] > 0 and row["decode_s"] > 0
+    topk = df[df["method"] == "topk"]
+    assert json.loads(topk["options"].iloc[0])["ratio"] == 0.05
+    assert (topk["ratio"] > 5).all()
+    assert bz.quick_sizes()[0] == 2**10 and bz.quick_sizes()[-1] == 2**16
+    assert bz.default_sizes()[-1] == 2**26
+
+
+def test_an_interrupted_compress_sweep_resumes_without_redoing_rows(tmp_path, monkeypatch):
+    measured, real = [], bz.measure_codec
+
+    def measure(name, options, numel, *args):
+        if len(measured) == 3:
+            raise RuntimeError("stopped")  # the sweep is stopped after three rows
+        measured.append((name, numel))
+        return real(name, options, numel, *args)
+
+    monkeypatch.setattr(bz, "measure_codec", measure)
+    path = tmp_path / "c.csv"
+    with pytest.raises(RuntimeError, match="stopped"):
+        bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path)
+    first = ResultTable(path, bz.KEY_COLUMNS).frame()
+    assert len(first) == 3
+    measured.clear()
+    monkeypatch.setattr(bz, "measure_codec", lambda *a: measured.append(a[0]) or real(*a))
+    df = bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path)
+    assert len(measured) == len(METHODS) * len(SIZES) - 3
+    assert len(df) == len(METHODS) * len(SIZES)
+    assert not df.duplicated(["method", "options", "numel"]).any()
+    assert df.head(3)["encode_s"].tolist() == first["encode_s"].tolist()
+    # A sweep over fewer cases returns only its own rows.
+    assert len(bz.bench_compress(["fp16"], [256], out=path)) == 1
+
+
+def test_bad_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="sizes"):
+        bz.bench_compress(["fp16"], [0])
+    with pytest.raises(ValueError, match="unknown compressor"):
+        bz.bench_compress(["nosuch"], [16])
+    with pytest.raises(ValueError, match="backend"):
+        bc.bench_collective(backend="mpi")
+    with pytest.raises(ValueError, match="sizes"):
+        bc.bench_collective(sizes=[6])
+    with pytest.raises(ValueError, match="collective"):
+        bc.bench_collective(collectives=["alltoall"])
+    with pytest.raises(ValueError, match="model"):
+        bt.bench_train(model="resnet")
+    with pytest.raises(ValueError, match="ddp"):
+        bt.bench_train([("ddp", {"ratio": 0.1})])
+
+
+@pytest.fixture(scope="module")
+def collective(tmp_path_factory):
+    path = tmp_path_factory.mktemp("coll") / "coll.csv"
+    sizes = [4, 256, 4096, 65536, 262144, 1 << 20, 4 << 20]
+    return path, sizes, bc.bench_collective(2, "gloo", sizes, repeats=7, warmup=1, out=path)
+
+
+@pytest.mark.slow
+def test_collective_rows_report_as_nccl_tests(collective):
+    _, sizes, df = collective
+    assert len(df) == 3 * len(sizes) and set(ENV) <= set(df.columns)
+    assert (df["world_size"] == 2).all() and (df["backend"] == "gloo").all()
+    assert (df["time_s"] > 0).all() and (df["time_spread_s"] >= 0).all()
+    p = 2
+    for row in df.to_dict("records"):
+        factor = {"allreduce": 2 * (p - 1) / p, "allgather": (p - 1) / p, "broadcast": 1}
+        size = row["nbytes"] * (p if row["collective"] == "allgather" else 1)
+        assert row["size_bytes"] == size and row["count"] == row["nbytes"] // 4
+        assert row["algbw_GBps"] == pytest.approx(size / row["time_s"] / 1e9)
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * factor[row["collective"]])
+
+
+@pytest.mark.slow
+def test_collective_fit_gives_latency_and_bandwidth(collective):
+    fit = bc.collective_fit(collective[2]).set_index("collective")
+    assert set(fit.index) == {"allreduce", "allgather", "broadcast"}
+    assert (fit["beta_s_per_byte"] > 0).all() and (fit["bandwidth_bps"] > 0).all()
+    assert (fit["alpha_s"] >= 0).all()
+    assert fit["r2"].notna().all()
+
+
+@pytest.mark.slow
+def test_a_finished_collective_sweep_is_not_measured_again(collective, monkeypatch):
+    path, sizes, df = collective
+    monkeypatch.setattr(bc, "spawn", lambda *a: pytest.fail("spawned again"))
+    again = bc.bench_collective(2, "gloo", sizes, repeats=7, warmup=1, out=path)
+    assert again["time_s"].tolist() == df["time_s"].tolist()
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("train")
+    methods = ["ddp", "none", ("topk", {"ratio": 0.05})]
+    df = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
+                        iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
+                        profile_out=folder / "tiny.json")
+    return folder, methods, df
+
+
+@pytest.mark.slow
+def test_training_rows_time_every_method(training):
+    _, methods, df = training
+    assert df["method"].tolist() == ["ddp", "none", "topk"] and set(ENV) <= set(df.columns)
+    assert (df["t_iter_s"] > 0).all() and (df["t_iter_single_s"] > 0).all()
+    assert df["scaling_factor"].tolist() == pytest.approx(
+        (df["t_iter_single_s"] / df["t_iter_s"]).tolist())
+    assert (df["workers"] == 2).all() and (df["bandwidth_bps"] == 10e9).all()
+    params = sum(p.numel() for p in bt.build_model("tiny")[0].parameters())
+    assert (df["params"] == params).all() and (df["bytes_original"] == 4 * params).all()
+    rows = df.set_index("method")
+    assert rows.loc["topk", "bytes_sent"] < rows.loc["topk", "bytes_original"]
+    assert rows.loc["none", "bytes_sent"] == rows.loc["none", "bytes_original"]
+    assert rows.loc["topk", "encode_s"] > 0 and rows.loc["topk", "comm_s"] > 0
+    assert math.isnan(rows.loc["ddp", "encode_s"])
+
+
+@pytest.mark.slow
+def test_training_rows_and_profile_feed_the_model_fit(training):
+    folder, _, df = training
+    profile = load_profile(folder / "tiny.json")
+    assert profile.numel == df["params"].iloc[0]
+    fit = fit_runs(df[df["method"] != "ddp"], profile, levels=2, points=3)
+    assert 1 <= fit.params["contention"] <= 4 and fit.n == 2
+
+
+@pytest.mark.slow
+def test_a_finished_training_sweep_is_not_run_again(training, monkeypatch):
+    folder, methods, df = training
+    monkeypatch.setattr(bt, "spawn", lambda *a: pytest.fail("spawned again"))
+    again = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
+                           iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
+                           profile_out=folder / "tiny.json")
+    assert again["t_iter_s"].tolist() == df["t_iter_s"].tolist()

@@ -1,0 +1,49 @@
+"""notebooks/speedup_curves.ipynb runs headless: model-only, and on a small results folder."""
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from gradcomp.evaluation.fit import validate
+from gradcomp.evaluation.report import ASSUMED, SWEEP, VALIDATION
+from gradcomp.evaluation.store import write_atomic
+from gradcomp.evaluation.whatif import sweep
+from test_report import make_results
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "speedup_curves.ipynb"
+
+
+def execute(tmp_path, monkeypatch, results=None):
+    if results is None:
+        monkeypatch.delenv("GRADCOMP_RESULTS", raising=False)
+    else:
+        monkeypatch.setenv("GRADCOMP_RESULTS", str(results))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    return outputs
+
+
+def images(outputs) -> int:
+    return sum("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_notebook_runs_a_model_only_sweep_without_results(tmp_path, monkeypatch):
+    outputs = execute(tmp_path, monkeypatch)
+    assert images(outputs) == 1
+    assert any("No results folder" in o.get("data", {}).get("text/markdown", "")
+               for o in outputs)
+
+
+def test_notebook_plots_a_results_folder(tmp_path, monkeypatch):
+    folder = make_results(tmp_path / "results")
+    curves = sweep("resnet50", [1e9, 10e9, 100e9], 8, ["none", "fp16"]).assign(costs=ASSUMED)
+    write_atomic(folder / SWEEP, curves.to_csv(index=False))
+    check = validate([0.002, 0.005], [0.0025, 0.004]).table.assign(method=["ddp", "fp16"])
+    write_atomic(folder / VALIDATION, check.to_csv(index=False))
+    outputs = execute(tmp_path, monkeypatch, folder)
+    assert images(outputs) == 4  # speedup curves, codec and collective fits, validation
+    tables = [o["data"]["text/plain"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any("fp16" in t and "0.25" in t for t in tables)  # the validation table

@@ -1,0 +1,168 @@
+"""Figures, the markdown report and the main job `run` (quick, end to end, resumed after an
+interruption)."""
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gradcomp.evaluation import bench_collective, bench_compress, bench_train, plots
+from gradcomp.evaluation.advise import advise, verdict
+from gradcomp.evaluation.env import environment
+from gradcomp.evaluation.fit import fit_codec, fit_collectives, validate
+from gradcomp.evaluation.network import Network
+from gradcomp.evaluation.profiles import save_profile
+from gradcomp.evaluation.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
+                                        write_report)
+from gradcomp.evaluation.run import run
+from gradcomp.evaluation.store import ResultTable
+from gradcomp.evaluation.whatif import sweep
+
+METHODS = ("none", "fp16", "topk")
+ALPHA_S, BANDWIDTH = 50e-6, 10e9
+
+
+def make_results(folder: Path, methods=METHODS) -> Path:
+    """A small results folder: a real compress bench, collective rows from an exact
+    alpha-beta network, the tiny model's measured profile and made-up training rows."""
+    bench_compress.bench_compress(list(methods), [1024, 4096, 16384], repeats=1,
+                                  out=folder / COMPRESS)
+    env = environment("gloo", 2)
+    net = Network(2, BANDWIDTH, ALPHA_S)
+    table = ResultTable(folder / COLLECTIVE)
+    for collective in ("allreduce", "allgather"):
+        for nbytes in (1024, 65536, 2**20):
+            table.append({"collective": collective, "nbytes": nbytes,
+                          "time_s": net.cost(collective, nbytes), **env})
+    save_profile(bench_train.model_profile("tiny", 8, repeats=2, warmup=1),
+                 folder / TRAIN_PROFILE)
+    table = ResultTable(folder / TRAIN)
+    for i, method in enumerate(("ddp", *methods)):
+        table.append({"method": method, "model": "tiny", "params": 7000, "batch_size": 8,
+                      "bucket_cap_mb": 25.0, "warmup": 3, "iterations": 2,
+                      "t_iter_s": 0.002 * (i + 1), **env})
+    return folder
+
+
+def png_size(path) -> tuple[int, int]:
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    return struct.unpack(">II", data[16:24])
+
+
+def test_plots_write_pngs_of_the_expected_size(tmp_path):
+    curves = sweep("resnet50", [1e9, 10e9, 100e9], 8, ["none", "fp16", "topk"])
+    heat = sweep("resnet50", [1e9, 10e9, 100e9], [2, 8], ["none", "fp16"])
+    compress = pd.DataFrame({"method": ["none", "none", "fp16", "fp16"],
+                             "numel": [1024, 65536] * 2, "encode_s": [1e-5, 1e-5, 2e-5, 1e-4],
+                             "decode_s": [1e-5, 1e-5, 3e-5, 2e-4], "device_name": "cpu"})
+    net = Network(2, BANDWIDTH, ALPHA_S)
+    collective = pd.DataFrame([{"collective": c, "nbytes": n, "world_size": 2,
+                                "backend": "gloo", "time_s": net.cost(c, n)}
+                               for c in ("allreduce", "allgather") for n in (64, 4096, 2**20)])
+    check = validate([0.11, 0.2], [0.1, 0.25]).table.assign(method=["none", "fp16"])
+    drawn = {
+        "speedup.png": (plots.speedup_vs_bandwidth(curves.assign(costs="a"), tmp_path /
+                                                   "speedup.png"), (12, 5.5)),
+        "codec.png": (plots.codec_costs(compress, tmp_path / "codec.png",
+                                        fit_codec(compress)), (12, 5.5)),
+        "coll.png": (plots.collective_times(collective, tmp_path / "coll.png",
+                                            fit_collectives(collective)), (8, 5)),
+        "heat.png": (plots.scaling_heatmap(heat, tmp_path / "heat.png"), (13, 5)),
+        "train.png": (plots.predicted_vs_measured(check, tmp_path / "train.png", (6, 4)),
+                      (6, 4)),
+    }
+    for name, (path, (w, h)) in drawn.items():
+        assert path == tmp_path / name
+        assert png_size(path) == (round(w * plots.DPI), round(h * plots.DPI))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(drawn)  # no temporary files
+
+
+def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
+    folder = make_results(tmp_path)
+    path = write_report(folder, "resnet50", 8, "10gbit")
+    text = path.read_text()
+    compress = ResultTable(folder / COMPRESS).frame()
+    assert verdict(advise("resnet50", 8, "10gbit", list(METHODS), compress)) in text
+    assert verdict(advise("resnet50", 8, "10gbit", list(METHODS))) in text
+    for heading in ("## Verdict", "### Ranking", "## Encode/decode costs", "## Collectives",
+                    "## Training: measured vs predicted", "## Environment"):
+        assert heading in text
+    for method in METHODS:
+        assert re.search(rf"^\| *\d+ \| {method} ", text, re.M)  # in the ranking
+    fits = pd.read_csv(folder / "collective_fits.csv").set_index("collective")
+    assert fits.loc["allreduce", "alpha_s"] == pytest.approx(ALPHA_S, rel=1e-6)
+    assert fits.loc["allgather", "bandwidth_bps"] == pytest.approx(BANDWIDTH, rel=1e-6)
+    assert re.search(r"^\| allreduce +\| +50 \| +10 \| +1\.000 \|", text, re.M)
+    codec = pd.read_csv(folder / "codec_fits.csv")
+    assert set(codec["method"]) == set(METHODS) and set(codec["phase"]) == {"encode", "decode"}
+    check = pd.read_csv(folder / "train_validation.csv")
+    assert list(check["method"]) == ["ddp", *METHODS]
+    assert np.allclose(check["measured"], [0.002, 0.004, 0.006, 0.008])
+    assert np.allclose(check["rel_error"], check["predicted"] / check["measured"] - 1)
+    assert f"max |e| {check['rel_error'].abs().max():.1%}" in text
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+    assert len(links) == 5
+    for link in links:
+        assert png_size(folder / link)[0] > 0
+    assert environment()["torch_version"] in text
+
+
+def test_report_without_measurements_uses_the_assumed_costs(tmp_path):
+    text = write_report(tmp_path, "resnet50", 8, "100gbit").read_text()
+    assert verdict(advise("resnet50", 8, "100gbit")) in text
+    assert "Not measured in this run" in text and "Not available" in text
+
+
+def test_run_rejects_bad_input_before_measuring(tmp_path):
+    with pytest.raises(ValueError, match="profile"):
+        run(tmp_path / "r", profile="no-such-model")
+    with pytest.raises(ValueError, match="bandwidth"):
+        run(tmp_path / "r", bandwidth="fast")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatch):
+    small = dict(methods=["none", "fp16"], model="tiny", sizes=[1024, 4096],
+                 collective_sizes=[1024, 2**20], iterations=2, progress=False)
+    real, calls = bench_compress.measure_codec, []
+
+    def measure(*args, **kwargs):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the run is interrupted after three rows
+        calls.append(args[:3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_compress, "measure_codec", measure)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "r", **small)
+    before = ResultTable(tmp_path / "r" / COMPRESS).frame()
+    assert len(before) == 3
+
+    calls.clear()
+    monkeypatch.setattr(bench_compress, "measure_codec", lambda *a, **k: calls.append(a[:3])
+                        or real(*a, **k))
+    out = run(tmp_path / "r", **small)
+    assert out == tmp_path / "r" and len(calls) == 1  # only the missing row
+    after = ResultTable(out / COMPRESS).frame()
+    assert len(after) == 4
+    pd.testing.assert_frame_equal(after.iloc[:3], before)
+    assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
+    assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16"]
+    text = (out / "report.md").read_text()
+    assert "## Verdict" in text and "## Training: measured vs predicted" in text
+    for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert png_size(out / link)[0] > 0
+
+    def no_spawn(*args):
+        raise AssertionError("a finished run measured again")
+
+    monkeypatch.setattr(bench_collective, "spawn", no_spawn)
+    monkeypatch.setattr(bench_train, "spawn", no_spawn)
+    calls.clear()
+    run(out, **small)
+    assert not calls
+    pd.testing.assert_frame_equal(ResultTable(out / COMPRESS).frame(), after)

@@ -1,0 +1,140 @@
+"""Result tables on disk: appended rows survive, interrupted writes lose only the torn line,
+finished keys are known, atomic writes replace whole files."""
+import math
+import os
+import warnings
+
+import pandas as pd
+import pytest
+
+from gradcomp.evaluation.store import ResultTable, as_table, write_atomic
+
+
+def rows():
+    return [{"method": "topk", "numel": 1024, "time_s": 0.5, "note": "a, \"quoted\" one"},
+            {"method": "fp16", "numel": 4096, "time_s": math.nan, "note": None},
+            {"method": "none", "numel": 16, "time_s": math.inf, "note": "None"}]
+
+
+def test_append_and_read_back_types_nan_and_inf(tmp_path):
+    table = ResultTable(tmp_path / "r.csv", ("method", "numel"))
+    for r in rows():
+        table.append(r)
+    text = (tmp_path / "r.csv").read_text()
+    assert text.count("method,numel") == 1 and text.endswith("\n")
+    df = table.frame()
+    assert list(df.columns) == ["method", "numel", "time_s", "note"]
+    assert df["numel"].tolist() == [1024, 4096, 16]
+    assert df["time_s"].iloc[0] == 0.5 and math.isnan(df["time_s"].iloc[1])
+    assert df["time_s"].iloc[2] == math.inf
+    assert df["note"].iloc[0] == 'a, "quoted" one' and df["note"].iloc[2] == "None"
+    assert pd.isna(df["note"].iloc[1])
+
+
+def test_done_keys_compare_as_stored_text(tmp_path):
+    table = ResultTable(tmp_path / "r.csv", ("method", "numel"))
+    assert table.done_keys() == set() and table.frame().empty
+    for r in rows():
+        table.append(r)
+    done = table.done_keys()
+    assert done == {("topk", "1024"), ("fp16", "4096"), ("none", "16")}
+    assert table.key({"method": "topk", "numel": 1024}) in done
+    assert table.key({"method": "topk", "numel": "1024"}) in done
+    assert table.key({"method": "topk", "numel": 2048}) not in done
+    picked = table.frame(keys={("fp16", "4096")})
+    assert picked["method"].tolist() == ["fp16"]
+    with pytest.raises(KeyError, match="numel"):
+        table.key({"method": "topk"})
+
+
+def test_a_new_column_widens_the_file_and_keeps_old_rows(tmp_path):
+    table = ResultTable(tmp_path / "r.csv", ("method",))
+    table.append({"method": "a", "x": 1})
+    table.append({"method": "b", "x": 2, "y": "new"})
+    table.append({"method": "c", "y": "only y"})
+    df = table.frame()
+    assert list(df.columns) == ["method", "x", "y"]
+    assert df["method"].tolist() == ["a", "b", "c"]
+    assert pd.isna(df["y"].iloc[0]) and df["y"].iloc[1] == "new" and pd.isna(df["x"].iloc[2])
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning_and_cut_on_next_append(tmp_path):
+    path = tmp_path / "r.csv"
+    table = ResultTable(path, ("method", "numel"))
+    for r in rows()[:2]:
+        table.append(r)
+    with open(path, "a") as f:  # a crash in the middle of writing the third row
+        f.write("none,16,0.2")
+    with pytest.warns(UserWarning, match=r"r\.csv.*torn"):
+        df = table.frame()
+    assert df["method"].tolist() == ["topk", "fp16"]
+    with pytest.warns(UserWarning, match=r"r\.csv.*torn"):
+        assert table.done_keys() == {("topk", "1024"), ("fp16", "4096")}
+    with pytest.warns(UserWarning, match=r"r\.csv.*torn"):
+        table.append(rows()[2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df = table.frame()
+    assert df["method"].tolist() == ["topk", "fp16", "none"]
+
+
+def test_a_torn_header_leaves_an_empty_table(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("method,nu")
+    table = ResultTable(path, ("method",))
+    with pytest.warns(UserWarning, match="torn"):
+        assert table.frame().empty
+    with pytest.warns(UserWarning, match="torn"):
+        table.append({"method": "a", "numel": 1})
+    assert path.read_text() == "method,numel\na,1\n"
+
+
+def test_a_malformed_line_is_dropped_with_its_line_number(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("method,numel\na,1\nb\nc,3\n")
+    with pytest.warns(UserWarning, match=r"r\.csv:3: dropped a malformed line"):
+        df = ResultTable(path, ("method",)).frame()
+    assert df["method"].tolist() == ["a", "c"]
+
+
+def test_bad_input_is_refused_with_the_reason(tmp_path):
+    table = ResultTable(tmp_path / "r.csv", ("method",))
+    with pytest.raises(ValueError, match="line break"):
+        table.append({"method": "a\nb"})
+    table.append({"method": "a"})
+    with pytest.raises(ValueError, match="no column.*numel"):
+        ResultTable(tmp_path / "r.csv", ("method", "numel")).done_keys()
+    assert as_table(None, ("method",)) is None
+    assert as_table(tmp_path / "r.csv", ("method",)).key_columns == ("method",)
+    with pytest.raises(ValueError, match="key columns"):
+        as_table(table, ("numel",))
+
+
+def test_write_atomic_replaces_whole_files_and_keeps_the_old_one_on_failure(tmp_path,
+                                                                             monkeypatch):
+    path = tmp_path / "sub" / "report.txt"
+    write_atomic(path, "first")
+    write_atomic(path, b"second")
+    assert path.read_bytes() == b"second"
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, "third")
+    assert path.read_text() == "second"
+    assert os.listdir(path.parent) == ["report.txt"]
+
+
+def test_parquet_tables_append_and_resume(tmp_path):
+    pytest.importorskip("pyarrow")
+    table = ResultTable(tmp_path / "r.parquet", ("method", "numel"))
+    for r in rows():
+        table.append(r)
+    df = table.frame()
+    assert df["numel"].tolist() == [1024, 4096, 16] and math.isnan(df["time_s"].iloc[1])
+    assert table.done_keys() == {("topk", "1024"), ("fp16", "4096"), ("none", "16")}
+    assert table.frame(keys={("none", "16")})["method"].tolist() == ["none"]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
