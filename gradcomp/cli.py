@@ -116,8 +116,10 @@ def _run(args) -> None:
     out = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
               bandwidth=args.bandwidth, progress=not args.json)
     report = out / "report.md"
-    _emit(args, {"results": str(out), "report": str(report)},
-          f"results in {out}\nreport: {report}\n\n" + report.read_text().split("\n\n")[1])
+    verdicts = [line for line in report.read_text().splitlines()
+                if line.startswith("- **Encode/decode costs")]
+    _emit(args, {"results": str(out), "report": str(report), "verdicts": verdicts},
+          f"results in {out}\nreport: {report}\n\n" + "\n".join(verdicts))
 
 
 def _bench(args) -> None:
