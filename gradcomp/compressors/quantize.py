@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 
+from .. import kernels
 from . import bitpack
 from .base import Compressor, Payload, check_choice, check_int
 from .registry import register
@@ -59,6 +60,12 @@ def _round(r: torch.Tensor, stochastic: bool, gen: torch.Generator | None) -> to
     lo = torch.floor(r)
     u = torch.rand(r.shape, generator=gen, device=r.device, dtype=r.dtype)
     return lo + (u < r - lo).to(r.dtype)
+
+
+def _kernel_seed(gen: torch.Generator, device) -> torch.Tensor:
+    """A seed for the Triton kernels' Philox draws, taken from the compressor's generator (so
+    they follow its seed, rank and state as the torch path's draws do), kept on the device."""
+    return torch.randint(0, 2**62, (1,), generator=gen, device=device, dtype=torch.int64)
 
 
 def _check_bool(value, option: str) -> bool:
@@ -109,6 +116,10 @@ class QSGD(Compressor):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self.block_size)
 
     def _compress(self, flat, key):
+        if kernels.supports(flat):  # CUDA: the fused Triton kernel
+            seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
+            return list(kernels.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
+                                            seed)), {}
         n, work = flat.numel(), _work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size)
         mag = x.abs()
@@ -127,6 +138,9 @@ class QSGD(Compressor):
     def _decompress(self, payload: Payload):
         n, work = payload.numel, _work_dtype(payload.dtype)
         packed, norm = payload.tensors
+        if kernels.supports_decode(packed, payload.dtype, n):
+            return kernels.qsgd_decode(packed, norm, n, self.levels, self.block_size,
+                                       payload.dtype)
         codes = _blocks(_unpack(packed, n, self.bits), self.block_size)
         level = (codes & ((1 << (self.bits - 1)) - 1)).to(work)
         mag = level * (norm.to(work) / self.levels)[:, None]
@@ -183,6 +197,10 @@ class _BlockInt(Compressor):
         return (0.5 * hi - 0.5 * lo) / (0.5 * self.top)
 
     def _compress(self, flat, key):
+        if kernels.supports(flat):  # CUDA: the fused Triton kernel
+            seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
+            return list(kernels.int_encode(flat, self.bits, self.block_size, self.scheme,
+                                           self.stochastic, seed)), {}
         n, work = flat.numel(), _work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
@@ -205,6 +223,9 @@ class _BlockInt(Compressor):
     def _decompress(self, payload: Payload):
         n, work = payload.numel, _work_dtype(payload.dtype)
         packed, scales = payload.tensors
+        if kernels.supports_decode(packed, payload.dtype, n):
+            return kernels.int_decode(packed, scales, n, self.bits, self.block_size, self.scheme,
+                                      payload.dtype)
         q = _blocks(_unpack(packed, n, self.bits), self.block_size).to(work)
         if self.scheme == "absmax":
             out = (q - self.qmax) * scales.to(work)[:, None]
@@ -263,6 +284,9 @@ class TernGrad(Compressor):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self._bs(numel))
 
     def _compress(self, flat, key):
+        if kernels.supports(flat):  # CUDA: the Triton kernels
+            seed = _kernel_seed(self._generator(flat.device), flat.device)
+            return list(kernels.terngrad_encode(flat, self.block_size, seed)), {}
         n, work = flat.numel(), _work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self._bs(n))
         mag = x.abs()
@@ -278,6 +302,8 @@ class TernGrad(Compressor):
     def _decompress(self, payload: Payload):
         n, work = payload.numel, _work_dtype(payload.dtype)
         packed, s = payload.tensors
+        if kernels.supports_decode(packed, payload.dtype, n):
+            return kernels.terngrad_decode(packed, s, n, self.block_size, payload.dtype)
         t = _blocks(bitpack.unpack(packed, n, self.bits), self._bs(n)).to(work) - 1
         return _unblock(t * s.to(work)[:, None], n)
 
@@ -317,6 +343,9 @@ class Natural(Compressor):
         return bitpack.packed_nbytes(numel, 1) + numel
 
     def _compress(self, flat, key):
+        if kernels.supports(flat):  # CUDA: the Triton kernel
+            seed = _kernel_seed(self._generator(flat.device), flat.device)
+            return list(kernels.natural_encode(flat, seed)), {}
         work = _work_dtype(flat.dtype)
         x = flat.to(work)
         mag = x.abs()
@@ -337,6 +366,8 @@ class Natural(Compressor):
     def _decompress(self, payload: Payload):
         n, work = payload.numel, _work_dtype(payload.dtype)
         packed, exp = payload.tensors
+        if kernels.supports_decode(packed, payload.dtype, n):
+            return kernels.natural_decode(packed, exp, n, payload.dtype)
         sign = bitpack.unpack(packed, n, 1).bool()
         mag = (exp.to(torch.int32) << 23).view(_F32)  # exactly 2**(E - 127), 0, or Inf
         out = torch.where(sign, -mag, mag)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import kernels
 from .base import Compressor, Payload, check_int
 from .bitpack import pack, packed_nbytes, unpack
 from .registry import register
@@ -73,12 +74,17 @@ class SignSGD(Compressor):
         pass
 
     def _compress(self, flat, key):
+        if kernels.supports(flat):  # CUDA: the Triton kernel
+            return list(kernels.sign_encode(flat, "signsgd")), {}
         _, packed = _sign_bits(flat)
         ok = torch.isfinite(flat).all()
         flag = torch.where(ok, 1.0, float("nan")).to(torch.float32).reshape(1)
         return [packed, flag], {}
 
     def _decompress(self, payload):
+        if kernels.supports_decode(payload.tensors[0], payload.dtype, payload.numel):
+            return kernels.sign_decode(*payload.tensors, payload.numel, "signsgd", 0,
+                                       payload.dtype)
         work = _work_dtype(payload.dtype)
         bits = _unpack_bits(payload)
         flag = payload.tensors[1].to(work)
@@ -112,6 +118,18 @@ class _Blocked(Compressor):
         nblocks, _ = _layout(numel, self.block_size)
         return packed_nbytes(numel, 1) + 4 * self.scales_per_block * nblocks
 
+    def _kernel_compress(self, flat):
+        """The Triton kernels' payload tensors for a CUDA tensor, else None."""
+        if kernels.supports(flat):
+            return list(kernels.sign_encode(flat, self.name, self.block_size))
+        return None
+
+    def _kernel_decompress(self, payload):
+        if kernels.supports_decode(payload.tensors[0], payload.dtype, payload.numel):
+            return kernels.sign_decode(*payload.tensors, payload.numel, self.name,
+                                       self.block_size, payload.dtype)
+        return None
+
 
 @register
 class EFSignSGD(_Blocked):
@@ -130,6 +148,8 @@ class EFSignSGD(_Blocked):
     name = "efsignsgd"
 
     def _compress(self, flat, key):
+        if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
+            return wire, {}
         x = flat.to(_work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
         nblocks, length = _layout(x.numel(), self.block_size)
@@ -138,6 +158,8 @@ class EFSignSGD(_Blocked):
         return [packed, (sums / counts).to(torch.float32)], {}
 
     def _decompress(self, payload):
+        if (out := self._kernel_decompress(payload)) is not None:
+            return out
         work = _work_dtype(payload.dtype)
         nblocks, length = _layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
@@ -165,6 +187,8 @@ class OneBit(_Blocked):
     scales_per_block = 2
 
     def _compress(self, flat, key):
+        if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
+            return wire, {}
         x = flat.to(_work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
         n = x.numel()
@@ -178,6 +202,8 @@ class OneBit(_Blocked):
         return [packed, means.to(torch.float32).reshape(-1)], {}
 
     def _decompress(self, payload):
+        if (out := self._kernel_decompress(payload)) is not None:
+            return out
         work = _work_dtype(payload.dtype)
         nblocks, length = _layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)

@@ -1,0 +1,112 @@
+"""Triton kernels behind the compressors' hot paths.
+
+Importing this package never imports Triton; the kernels (`gradcomp.kernels.ops`) load on first
+use of one of the functions below, e.g. ``kernels.int8_encode(x)``. The compressors call them
+for CUDA tensors when `supports(tensor)` is true and keep their torch code as the reference
+(CPU tensors, float64, and any case the kernels do not cover).
+
+* `available()`: Triton imports and a CUDA (or ROCm) device is present, and the environment
+  variable GRADCOMP_KERNELS is not "0" (set it to 0 to force the torch path everywhere, e.g. to
+  time torch against Triton through the compressor API).
+* `interpreting()`: TRITON_INTERPRET=1, so the kernels run on CPU tensors with Triton's
+  interpreter (slow: ~ms per program; for tests). It must be set before the kernels are first
+  used in the process.
+* `supports(x)` / `supports_decode(wire, dtype, numel)`: the compressors' dispatch tests.
+
+What runs where (CUDA tensors of float32/float16/bfloat16 with 1 to 2**28 - 1 values):
+
+=====================  ===================================================================
+int8, int4, qsgd       block_size a multiple of 8 (int8: any) and <= 8192: one fused kernel
+(+ terngrad blocks)    (block statistic, rounding, packing, scales in one pass); else a
+                       statistics pass, a tiny torch reduction, and a codes pass.
+terngrad (block 0)     statistics pass (max|x|) + codes pass.
+natural                one element-wise kernel.
+signsgd, efsignsgd,    whole tensor (block_size 0): one kernel (bits + per-program partial
+onebit                 sums) + a tiny torch reduction; block_size a multiple of 8 <= 8192:
+                       one fused kernel; else bits kernel + statistics pass.
+every decoder          one element-wise kernel writing the output dtype.
+=====================  ===================================================================
+
+Everything else stays torch: CPU tensors, float64, empty tensors, the other methods (none,
+fp16, bf16, topk, randomk, threshold, powersgd) and signsgd's majority-vote `aggregate`.
+Round-to-nearest results equal the torch code on the same device bit for bit (see
+`gradcomp.kernels.ops` for the two documented exceptions: sums, and the sign of a zero
+min/max); stochastic rounding draws from Triton's Philox generator, seeded per call from the
+compressor's own generator.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+_OPS = frozenset({
+    "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
+    "qsgd_encode", "qsgd_decode", "terngrad_encode", "terngrad_decode",
+    "natural_encode", "natural_decode", "sign_encode", "sign_decode",
+    "signsgd_encode", "signsgd_decode", "efsignsgd_encode", "efsignsgd_decode",
+    "onebit_encode", "onebit_decode", "pack", "unpack", "fused_block_size",
+    "SUPPORTED_DTYPES", "FUSED_MAX", "MAX_NUMEL",
+})
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_MAX_NUMEL = (1 << 28) - 1
+
+
+def interpreting() -> bool:
+    """True when Triton's interpreter is on (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_importable() -> bool:
+    """Whether Triton imports (tried once, only when a CUDA tensor asks)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken install means the torch path
+        return False
+    return True
+
+
+def enabled() -> bool:
+    """False when GRADCOMP_KERNELS=0 asks for the torch path everywhere."""
+    return os.environ.get("GRADCOMP_KERNELS", "1").lower() not in ("0", "false", "off", "no")
+
+
+def available() -> bool:
+    """True when the Triton kernels can run on CUDA tensors in this process."""
+    return enabled() and torch.cuda.is_available() and _triton_importable()
+
+
+def supports(x: torch.Tensor) -> bool:
+    """Whether the compressors should hand `x` to a kernel: a non-empty float32/float16/
+    bfloat16 CUDA tensor of at most 2**28 - 1 elements, with kernels available. CPU tensors
+    always stay on the torch reference (the tests call the kernels directly under the
+    interpreter)."""
+    if not (0 < x.numel() <= _MAX_NUMEL and x.dtype in _DTYPES):
+        return False
+    if x.is_cuda:
+        return available()
+    return False
+
+
+def supports_decode(wire: torch.Tensor, dtype: torch.dtype, numel: int) -> bool:
+    """Whether the compressors should decode a payload with a kernel: its wire tensor `wire`
+    is on a CUDA device, it decodes to `numel` values of a supported `dtype`, and kernels are
+    available."""
+    return (wire.is_cuda and dtype in _DTYPES and 0 < numel <= _MAX_NUMEL and available())
+
+
+def __getattr__(name):
+    if name in _OPS:
+        from . import ops
+
+        return getattr(ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["available", "enabled", "interpreting", "supports", "supports_decode", *sorted(_OPS)]
