@@ -20,8 +20,8 @@ def _compressors(args) -> None:
         print(json.dumps(rows, indent=1))
         return
     table = [[r["method"], _short(json.loads(r["options"])), r["aggregation"], f"{r['bytes_sent']:,}",
-              f"{r['ratio']:.1f}x", f"{r['rel_error']:.3g}", f"{r['encode_s'] * 1e3:.1f}",
-              f"{r['decode_s'] * 1e3:.1f}"] for r in rows]
+              f"{r['ratio']:.1f}x", f"{r['rel_error']:.3g}", f"{r['encode_s'] * 1e3:.3g}",
+              f"{r['decode_s'] * 1e3:.3g}"] for r in rows]
     print(f"{args.numel:,} float32 values ({args.numel * 4:,} bytes) on {args.device}, "
           f"median of {args.repeats}:")
     print(tabulate(table, headers=["method", "options", "aggregation", "bytes on wire",

@@ -33,7 +33,9 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
         deferred = resume.defer_if_moved(state, bucket, params, iteration)
         if deferred is not None:
             return deferred
-    shapes = [g.shape for g in bucket.gradients()]
+    # Only PowerSGD needs the parameters' shapes (asking DDP for them costs a little).
+    shapes = ([g.shape for g in bucket.gradients()] if hasattr(state.compressor, "begin")
+              else [bucket.buffer().shape])
     return average(state, bucket.buffer(), bucket.index(), shapes, iteration)
 
 
@@ -65,7 +67,12 @@ def _plain_allreduce(state: HookState, buf: torch.Tensor, rec: BucketRecord | No
     if rec:
         rec.method = "allreduce"
         rec.bytes_sent = rec.bytes_original
-    buf.div_(state.world_size)
+    op = dist.ReduceOp.SUM
+    if state.world_size > 1:
+        if state.backend == "nccl":  # NCCL averages inside the collective: no extra pass
+            op = dist.ReduceOp.AVG
+        else:
+            buf.div_(state.world_size)
     _mark(rec, buf.device)
 
     def done(fut):
@@ -74,7 +81,8 @@ def _plain_allreduce(state: HookState, buf: torch.Tensor, rec: BucketRecord | No
         _mark(rec, buf.device)
         return buf
 
-    return dist.all_reduce(buf, group=state.group, async_op=True).get_future().then(done)
+    work = dist.all_reduce(buf, op=op, group=state.group, async_op=True)
+    return work.get_future().then(done)
 
 
 def _write_back(buf: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

@@ -40,6 +40,7 @@ class HookState:
                              "it must be a number >= 0")
         self.compressor = compressor
         self.process_group = process_group
+        self._world_size: int | None = None
         self.start_iter = start_iter
         self.min_compression_rate = float(min_compression_rate)
         self.iteration = 0
@@ -82,11 +83,17 @@ class HookState:
 
     @property
     def world_size(self) -> int:
-        return dist.get_world_size(self.group) if dist.is_initialized() else 1
+        if self._world_size is None:
+            self._world_size = dist.get_world_size(self.group) if dist.is_initialized() else 1
+        return self._world_size
 
     @property
     def rank(self) -> int:
         return dist.get_rank(self.group) if dist.is_initialized() else 0
+
+    @property
+    def backend(self) -> str:
+        return dist.get_backend(self.group) if dist.is_initialized() else "none"
 
     def worth_compressing(self, bucket_index: int, numel: int, dtype: torch.dtype) -> bool:
         key = (bucket_index, numel, dtype)
@@ -131,11 +138,13 @@ class HookState:
     def __getstate__(self):
         """Picklable like torch's hook states: the process group and caches stay behind."""
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("process_group", "_gather_buffers", "telemetry", "deferred")}
+                if k not in ("process_group", "_gather_buffers", "telemetry", "deferred",
+                             "_world_size")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.process_group = None
+        self._world_size = None
         self._gather_buffers = {}
         self.deferred = []
         self.telemetry = Telemetry()
