@@ -143,18 +143,50 @@ def _powersgd(state: HookState, buf: torch.Tensor, index: int, rec, shapes):
         rec.bytes_sent = (plain.numel() * plain.element_size()
                           + (p.numel() + step.q_flat().numel()) * p.element_size())
     _mark(rec, buf.device)
-    wire.all_reduce_sum([p], state.group).wait()  # see the module docstring
-    q = comp.next_round(step, p)
-    futs = wire.all_reduce_sum([plain, q], state.group)
+    plain_fut = wire.all_reduce_sum([plain], state.group)
+    own_group = state.round_group(index)
+    if own_group is None:  # see the module docstring
+        wire.all_reduce_sum([p], state.group).wait()
+        q_fut = wire.all_reduce_sum([comp.next_round(step, p)], state.group)
+    else:
+        q_fut = _second_round(step, p, own_group, comp, buf.device)
 
     def decode(fut):
-        fut.value()  # raises if the collective failed
+        for f in fut.value():
+            f.value()  # raises if a collective failed
+        (q,) = q_fut.value()
         _mark(rec, buf.device)
         comp.finish(step, plain, q.div_(state.world_size), out=buf)
         _mark(rec, buf.device)
         return buf
 
-    return futs.then(decode)
+    return torch.futures.collect_all([plain_fut, q_fut]).then(decode)
+
+
+def _second_round(step, p: torch.Tensor, group, comp, device) -> torch.futures.Future:
+    """All-reduce P, then Q = M^T P, all-reduce Q, all on the bucket's own group (so the Q
+    issued from a callback cannot interleave with another bucket's collectives); the future's
+    value is [summed Q]."""
+    done = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
+
+    def after_p(fut):
+        try:
+            fut.value()
+            q_fut = wire.all_reduce_sum([comp.next_round(step, p)], group)
+        except Exception as exc:  # noqa: BLE001 - handed on through the future
+            done.set_exception(exc)
+            return
+        q_fut.then(lambda f: _settle(done, f))
+
+    wire.all_reduce_sum([p], group).then(after_p)
+    return done
+
+
+def _settle(target: torch.futures.Future, source: torch.futures.Future) -> None:
+    try:
+        target.set_result(source.value())
+    except Exception as exc:  # noqa: BLE001 - handed on through the future
+        target.set_exception(exc)
 
 
 def register(ddp_model, method: str | Compressor = "none", *, process_group=None,

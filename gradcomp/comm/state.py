@@ -47,6 +47,7 @@ class HookState:
         self.telemetry = Telemetry(telemetry_limit) if telemetry_limit else None
         self.checked_shared_randomness = False
         self._gather_buffers: dict[int, list[torch.Tensor]] = {}
+        self._round_groups: dict = {}
         self._worth_compressing: dict[tuple[int, int, torch.dtype], bool] = {}
         # Bucket layouts as parameter positions (known once `track_parameters` was called).
         self.param_index: dict[int, int] | None = None
@@ -95,6 +96,16 @@ class HookState:
     def backend(self) -> str:
         return dist.get_backend(self.group) if dist.is_initialized() else "none"
 
+    def round_group(self, bucket_index: int):
+        """A gloo group of all ranks for one bucket's multi-round exchange (None where the hook
+        must wait instead: NCCL, a custom process group, or a single rank)."""
+        if (self.process_group is not None or self.world_size == 1
+                or self.backend != "gloo"):
+            return None
+        if bucket_index not in self._round_groups:
+            self._round_groups[bucket_index] = dist.new_group(backend="gloo")
+        return self._round_groups[bucket_index]
+
     def worth_compressing(self, bucket_index: int, numel: int, dtype: torch.dtype) -> bool:
         key = (bucket_index, numel, dtype)
         if key not in self._worth_compressing:
@@ -139,12 +150,13 @@ class HookState:
         """Picklable like torch's hook states: the process group and caches stay behind."""
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("process_group", "_gather_buffers", "telemetry", "deferred",
-                             "_world_size")}
+                             "_world_size", "_round_groups")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.process_group = None
         self._world_size = None
+        self._round_groups = {}
         self._gather_buffers = {}
         self.deferred = []
         self.telemetry = Telemetry()
