@@ -205,7 +205,8 @@ def parser() -> argparse.ArgumentParser:
     network(wi)
     wi.add_argument("--method", default="none", help="a gradcomp method name")
     wi.add_argument("--compression", type=float, help="a bare compression ratio instead of a method")
-    wi.add_argument("--target-sf", type=float, default=0.9, help="scaling factor to reach")
+    wi.add_argument("--target-sf", type=_fraction, default=0.9,
+                    help="scaling factor to reach, in (0, 1]")
     wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
     wi.set_defaults(run=_whatif)
 
@@ -270,6 +271,13 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in (0, 1]")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -278,8 +286,12 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    args.run(args)
+    top = parser()
+    args = top.parse_args(argv)
+    try:
+        args.run(args)
+    except ValueError as exc:  # bad input found by the library: name it, no traceback
+        top.error(f"{args.command}: {exc}")
     return 0
 
 

@@ -55,10 +55,8 @@ def _entry(rank, fn, world_size, store, out_dir, args, backend):
 
 def make_model(dtype=torch.float32):
     torch.manual_seed(0)
-    # Without biases, DDP's first bucket layout equals the one it rebuilds after iteration 0
-    # (see the README on resuming).
-    model = nn.Sequential(nn.Linear(20, 48, bias=False), nn.ReLU(),
-                          nn.Linear(48, 48, bias=False), nn.ReLU(), nn.Linear(48, 1, bias=False))
+    model = nn.Sequential(nn.Linear(20, 48), nn.ReLU(), nn.Linear(48, 48), nn.ReLU(),
+                          nn.Linear(48, 1))
     return model.to(dtype)
 
 
@@ -172,12 +170,17 @@ def main_cases(rank, world_size, out_dir):
     return res
 
 
-def resume_cases(rank, world_size, out_dir, checkpoints):
-    """In fresh processes: load each method's checkpoint and train to the end."""
+def resume_cases(rank, world_size, out_dir, checkpoints, start=RESUME_AT, save=True):
+    """In fresh processes: load each method's checkpoint and train to the end (saving a
+    checkpoint again one step after the resume, as a user who resumes twice would)."""
     res = {}
     for name, ckpt in checkpoints[rank].items():
+        path = os.path.join(out_dir, f"{name}{rank}.again")
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
-                          start=RESUME_AT, checkpoint=ckpt)["params"]
+                          start=start, checkpoint=ckpt, save_at=start + 1 if save else None,
+                          save_path=path)["params"]
+        if save:
+            res[f"{name}_again"] = torch.load(path, weights_only=False)
     return res
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import gradcomp
-from ddp_workers import METHODS, dead_rank_case, main_cases, resume_cases, spawn
+from ddp_workers import METHODS, RESUME_AT, dead_rank_case, main_cases, resume_cases, spawn
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +91,13 @@ def test_checkpoint_resume_in_fresh_processes_is_bit_exact(runs):
     for rank in (0, 1):
         for name in METHODS:
             assert torch.equal(resumed[rank][name], runs[rank][name]["params"]), name
+    # A checkpoint taken right after a resume resumes exactly too.
+    again = [{n: resumed[r][f"{n}_again"] for n in ("topk", "powersgd", "qsgd", "int8")}
+             for r in (0, 1)]
+    twice = spawn(resume_cases, 2, again, RESUME_AT + 1, False)
+    for rank in (0, 1):
+        for name in again[0]:
+            assert torch.equal(twice[rank][name], runs[rank][name]["params"]), name
 
 
 def test_dead_rank_surfaces_as_an_error_within_the_timeout():

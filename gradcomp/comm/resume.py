@@ -31,6 +31,7 @@ def defer_if_moved(state: HookState, bucket, params, iteration: int):
     if bucket.is_last():
         _average_as_saved(state, saved, iteration)
         state.resuming = None
+        state.layout = dict(saved)  # what the residuals belong to, for the next checkpoint
     return fut
 
 

@@ -52,7 +52,7 @@ class HookState:
         # Bucket layouts as parameter positions (known once `track_parameters` was called).
         self.param_index: dict[int, int] | None = None
         self.layout: dict[int, tuple[int, ...]] = {}
-        self._layout_seen: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._iterations_seen = 0  # in this process, for `record_layout`
         self.resuming: dict[int, tuple[int, ...]] | None = None
         self.deferred: list = []
         compressor.set_rank(self.rank)
@@ -63,20 +63,25 @@ class HookState:
         self.param_index = {id(p): i for i, p in enumerate(module.parameters())}
 
     def record_layout(self, bucket) -> tuple[int, ...] | None:
-        """The positions of the parameters in `bucket` (None when parameters are not tracked);
-        looked up once per bucket index and size."""
+        """The positions of the parameters in `bucket` (None when parameters are not tracked).
+        DDP regroups its buckets once, after its first iteration (a bucket may keep its index
+        and size with its parameters in another order), so the layout is read afresh in the
+        first two iterations of this process and remembered after that."""
         if self.param_index is None:
             return None
-        key = (bucket.index(), bucket.buffer().numel())
-        params = self._layout_seen.get(key)
+        params = self.layout.get(bucket.index()) if self._layout_settled else None
         if params is None:
             params = tuple(self.param_index[id(p)] for p in bucket.parameters())
-            self._layout_seen[key] = params
         self.layout[bucket.index()] = params
         if bucket.is_last():
             for stale in [i for i in self.layout if i > bucket.index()]:
                 del self.layout[stale]
+            self._iterations_seen += 1
         return params
+
+    @property
+    def _layout_settled(self) -> bool:
+        return self._iterations_seen >= 2
 
     @property
     def group(self):
@@ -131,12 +136,19 @@ class HookState:
         return self.telemetry.rows() if self.telemetry else []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "start_iter": self.start_iter,
+        return {"method": self.compressor.name, "options": self.compressor.options(),
+                "iteration": self.iteration, "start_iter": self.start_iter,
                 "min_compression_rate": self.min_compression_rate,
                 "checked_shared_randomness": self.checked_shared_randomness,
                 "layout": dict(self.layout), "compressor": self.compressor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = (state["method"], state["options"])
+        mine = (self.compressor.name, self.compressor.options())
+        if saved != mine:
+            raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
+                             f"{saved[1]}; this hook runs {mine[0]!r} with {mine[1]}: build "
+                             "the hook with the same method and options before loading")
         self.iteration = state["iteration"]
         self.start_iter = state["start_iter"]
         self.min_compression_rate = state["min_compression_rate"]
@@ -150,12 +162,13 @@ class HookState:
         """Picklable like torch's hook states: the process group and caches stay behind."""
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("process_group", "_gather_buffers", "telemetry", "deferred",
-                             "_world_size", "_round_groups")}
+                             "_world_size", "_round_groups", "_iterations_seen")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.process_group = None
         self._world_size = None
+        self._iterations_seen = 0
         self._round_groups = {}
         self._gather_buffers = {}
         self.deferred = []

@@ -77,6 +77,17 @@ def check_int(value, option: str, minimum: int, maximum: int | None = None) -> i
     return value
 
 
+def check_bool(value, option: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{option}={value!r} is not allowed: {option} must be True or False")
+    return value
+
+
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype compressors compute in: float64 stays float64, everything else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def check_choice(value, option: str, allowed) -> Any:
     if value not in allowed:
         raise ValueError(
@@ -114,7 +125,7 @@ class Compressor:
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         """Combine the gathered payloads of all workers into the average gradient."""
-        total = self.decompress(payloads[0]).to(torch.float32)
+        total = self.decompress(payloads[0]).to(work_dtype(payloads[0].dtype))
         for p in payloads[1:]:
             total += self.decompress(p)
         return total.div_(len(payloads)).to(payloads[0].dtype)

@@ -5,7 +5,12 @@ from typing import Any, Hashable
 
 import torch
 
-from .base import Compressor, Payload, check_tensor
+from .base import Compressor, Payload, check_tensor, work_dtype
+
+
+def finite_or_zero(residual: torch.Tensor) -> torch.Tensor:
+    """The residual with NaN and +-Inf replaced by zero."""
+    return torch.where(torch.isfinite(residual), residual, 0.0)
 
 
 class ErrorFeedback(Compressor):
@@ -14,7 +19,9 @@ class ErrorFeedback(Compressor):
 
     Residuals are kept in float32 (float64 for float64 input) whatever the gradient dtype, so
     low-precision gradients do not lose what was dropped. A residual whose shape no longer
-    matches (DDP rebuilt its buckets) is dropped and starts again from zero.
+    matches (DDP rebuilt its buckets) is dropped and starts again from zero. A non-finite
+    gradient still decodes non-finite in its own step, but its NaN/Inf are not kept in the
+    residual (they would poison every later step, e.g. after an AMP overflow step).
     """
 
     def __init__(self, inner: Compressor):
@@ -47,15 +54,14 @@ class ErrorFeedback(Compressor):
 
     def compress(self, tensor: torch.Tensor, key: Hashable = None) -> Payload:
         check_tensor(tensor)
-        work_dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
         residual = self.residuals.get(key)
-        if residual is None or residual.shape != tensor.shape or residual.device != tensor.device:
-            corrected = tensor.to(work_dtype, copy=True)
-        else:
-            corrected = residual.add_(tensor)
+        if residual is None or residual.shape != tensor.shape:
+            corrected = tensor.to(work_dtype(tensor.dtype), copy=True)
+        else:  # not in place: a state_dict() taken earlier must not change
+            corrected = residual.to(tensor.device) + tensor
         payload = self.inner.compress(corrected.to(tensor.dtype), key)
         # Not in place: the payload may be a view of `corrected` (the identity method).
-        self.residuals[key] = corrected - self.inner.decompress(payload)
+        self.residuals[key] = finite_or_zero(corrected - self.inner.decompress(payload))
         return payload
 
     def decompress(self, payload: Payload) -> torch.Tensor:

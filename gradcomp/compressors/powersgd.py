@@ -28,7 +28,8 @@ from typing import Any, Hashable
 import numpy as np
 import torch
 
-from .base import Compressor, Payload, check_int, check_tensor
+from .base import Compressor, Payload, check_bool, check_int, check_tensor, work_dtype
+from .memory import finite_or_zero
 from .registry import register
 
 
@@ -130,14 +131,15 @@ class PowerSGD(Compressor):
                 min_compression_rate, (int, float)) or not min_compression_rate >= 0:
             raise ValueError(f"min_compression_rate={min_compression_rate!r} is not allowed: "
                              "it must be a number >= 0")
-        if not orthogonalization_epsilon >= 0:
+        if isinstance(orthogonalization_epsilon, bool) or not isinstance(
+                orthogonalization_epsilon, (int, float)) or not orthogonalization_epsilon >= 0:
             raise ValueError(f"orthogonalization_epsilon={orthogonalization_epsilon!r} is not "
-                             "allowed: it must be >= 0")
-        self.warm_start = bool(warm_start)
+                             "allowed: it must be a number >= 0")
+        self.warm_start = check_bool(warm_start, "warm_start")
         self.min_compression_rate = float(min_compression_rate)
-        self.error_feedback = bool(error_feedback)
+        self.error_feedback = check_bool(error_feedback, "error_feedback")
         self.epsilon = float(orthogonalization_epsilon)
-        self.seed = int(seed)
+        self.seed = check_int(seed, "seed", 0, 2**32 - 1)
         self._seed_stream = np.random.RandomState(self.seed)
         self.memories: dict[Hashable, dict[tuple[int, int], torch.Tensor]] = {}
         self.residuals: dict[Hashable, torch.Tensor] = {}
@@ -179,8 +181,7 @@ class PowerSGD(Compressor):
         """Add the residual, build the matrices and compute P = M Q (to be all-reduced)."""
         check_tensor(flat)
         layout = self.layout(shapes, flat_as_square)
-        work_dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
-        work = flat.to(work_dtype, copy=True)
+        work = flat.to(work_dtype(flat.dtype), copy=True)
         residual = self.residuals.get(key)
         if self.error_feedback and residual is not None and residual.shape == work.shape:
             work += residual
@@ -191,7 +192,7 @@ class PowerSGD(Compressor):
                 (s, (len(ids), s[1], layout.rank[s]), work.device)
                 for s, ids in layout.groups.items()]:
             qs = self._fresh_qs(layout, work)
-        qs = {shape: orthogonalize_(q.clone(), self.epsilon) for shape, q in qs.items()}
+        qs = {shape: orthogonalize_(_finite_or_eye(q), self.epsilon) for shape, q in qs.items()}
         step = PowerStep(key, layout, work, flat.dtype, mats, qs)
         step.ps = {s: torch.bmm(mats[s], qs[s]) for s in mats}
         return step
@@ -228,7 +229,7 @@ class PowerSGD(Compressor):
             for i in lay.plain:  # exact all-reduce: nothing to remember
                 o, n, _ = lay.pieces[i]
                 residual[o : o + n] = 0
-            self.residuals[step.key] = residual
+            self.residuals[step.key] = finite_or_zero(residual)
         if out is None:
             return result.to(step.out_dtype)
         return out.copy_(result)
@@ -271,6 +272,14 @@ class PowerSGD(Compressor):
         self._seed_stream.set_state(state["seed_stream"])
         self.memories = {k: dict(v) for k, v in state["memories"].items()}
         self.residuals = {k: v.clone() for k, v in state["residuals"].items()}
+
+
+def _finite_or_eye(q: torch.Tensor) -> torch.Tensor:
+    """A copy of the stacked Qs (b, m, r) where a Q that holds NaN/Inf (after a non-finite
+    gradient) is replaced by the first r columns of the identity, so warm start recovers; the
+    same on every rank, since Q was all-reduced, and without a host sync."""
+    eye = torch.eye(q.shape[1], q.shape[2], dtype=q.dtype, device=q.device).expand_as(q)
+    return torch.where(torch.isfinite(q).all(dim=(1, 2), keepdim=True), q, eye)
 
 
 def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict) -> torch.Tensor:

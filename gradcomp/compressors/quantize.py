@@ -16,7 +16,7 @@ import torch
 
 from .. import kernels
 from . import bitpack
-from .base import Compressor, Payload, check_choice, check_int
+from .base import Compressor, Payload, check_choice, check_int, work_dtype
 from .registry import register
 
 _F32 = torch.float32
@@ -24,10 +24,6 @@ _U8 = torch.uint8
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _nblocks(numel: int, block_size: int) -> int:
     return -(-numel // block_size)
 
@@ -120,7 +116,7 @@ class QSGD(Compressor):
             seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
             return list(kernels.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
                                             seed)), {}
-        n, work = flat.numel(), _work_dtype(flat.dtype)
+        n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size)
         mag = x.abs()
         amax = mag.amax(dim=1)  # NaN / Inf propagate
@@ -136,7 +132,7 @@ class QSGD(Compressor):
         return [_pack(_unblock(codes, n), self.bits), norm32], {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, _work_dtype(payload.dtype)
+        n, work = payload.numel, work_dtype(payload.dtype)
         packed, norm = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.qsgd_decode(packed, norm, n, self.levels, self.block_size,
@@ -201,7 +197,7 @@ class _BlockInt(Compressor):
             seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
             return list(kernels.int_encode(flat, self.bits, self.block_size, self.scheme,
                                            self.stochastic, seed)), {}
-        n, work = flat.numel(), _work_dtype(flat.dtype)
+        n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
         if self.scheme == "absmax":
@@ -221,7 +217,7 @@ class _BlockInt(Compressor):
         return [_pack(_unblock(codes, n), self.bits), scales], {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, _work_dtype(payload.dtype)
+        n, work = payload.numel, work_dtype(payload.dtype)
         packed, scales = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.int_decode(packed, scales, n, self.bits, self.block_size, self.scheme,
@@ -287,7 +283,7 @@ class TernGrad(Compressor):
         if kernels.supports(flat):  # CUDA: the Triton kernels
             seed = _kernel_seed(self._generator(flat.device), flat.device)
             return list(kernels.terngrad_encode(flat, self.block_size, seed)), {}
-        n, work = flat.numel(), _work_dtype(flat.dtype)
+        n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self._bs(n))
         mag = x.abs()
         s32 = mag.amax(dim=1).to(_F32)
@@ -300,7 +296,7 @@ class TernGrad(Compressor):
         return [bitpack.pack(_unblock(codes, n), self.bits), s32], {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, _work_dtype(payload.dtype)
+        n, work = payload.numel, work_dtype(payload.dtype)
         packed, s = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.terngrad_decode(packed, s, n, self.block_size, payload.dtype)
@@ -346,7 +342,7 @@ class Natural(Compressor):
         if kernels.supports(flat):  # CUDA: the Triton kernel
             seed = _kernel_seed(self._generator(flat.device), flat.device)
             return list(kernels.natural_encode(flat, seed)), {}
-        work = _work_dtype(flat.dtype)
+        work = work_dtype(flat.dtype)
         x = flat.to(work)
         mag = x.abs()
         mant, ex = torch.frexp(mag)  # mag = mant * 2**ex, mant in [0.5, 1)
@@ -364,7 +360,7 @@ class Natural(Compressor):
         return [bitpack.pack(sign.to(_U8), 1), exp.to(_U8)], {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, _work_dtype(payload.dtype)
+        n, work = payload.numel, work_dtype(payload.dtype)
         packed, exp = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.natural_decode(packed, exp, n, payload.dtype)

@@ -10,13 +10,9 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
-from .base import Compressor, Payload, check_int
+from .base import Compressor, Payload, check_int, work_dtype
 from .bitpack import pack, packed_nbytes, unpack
 from .registry import register
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _sign_bits(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,14 +81,14 @@ class SignSGD(Compressor):
         if kernels.supports_decode(payload.tensors[0], payload.dtype, payload.numel):
             return kernels.sign_decode(*payload.tensors, payload.numel, "signsgd", 0,
                                        payload.dtype)
-        work = _work_dtype(payload.dtype)
+        work = work_dtype(payload.dtype)
         bits = _unpack_bits(payload)
         flag = payload.tensors[1].to(work)
         return torch.where(bits, flag, -flag)
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         first = payloads[0]
-        work = _work_dtype(first.dtype)
+        work = work_dtype(first.dtype)
         ones = torch.zeros(first.numel, dtype=torch.int32, device=first.device)
         for p in payloads:
             ones += unpack(p.tensors[0], p.numel, 1)
@@ -150,7 +146,7 @@ class EFSignSGD(_Blocked):
     def _compress(self, flat, key):
         if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
             return wire, {}
-        x = flat.to(_work_dtype(flat.dtype))
+        x = flat.to(work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
         nblocks, length = _layout(x.numel(), self.block_size)
         sums = _blocked(x.abs(), nblocks, length).sum(dim=1)
@@ -160,7 +156,7 @@ class EFSignSGD(_Blocked):
     def _decompress(self, payload):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
-        work = _work_dtype(payload.dtype)
+        work = work_dtype(payload.dtype)
         nblocks, length = _layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
         scale = payload.tensors[1].to(work).unsqueeze(1)
@@ -189,7 +185,7 @@ class OneBit(_Blocked):
     def _compress(self, flat, key):
         if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
             return wire, {}
-        x = flat.to(_work_dtype(flat.dtype))
+        x = flat.to(work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
         n = x.numel()
         nblocks, length = _layout(n, self.block_size)
@@ -204,7 +200,7 @@ class OneBit(_Blocked):
     def _decompress(self, payload):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
-        work = _work_dtype(payload.dtype)
+        work = work_dtype(payload.dtype)
         nblocks, length = _layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
         means = payload.tensors[1].to(work).view(nblocks, 2)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .base import Compressor, Payload, check_int, check_ratio
+from .base import Compressor, Payload, check_int, check_ratio, work_dtype
 from .registry import register
 
 _INT32_LIMIT = 2**31
@@ -35,14 +35,10 @@ def _index_dtype(n: int) -> torch.dtype:
     return torch.int32 if n < _INT32_LIMIT else torch.int64
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _magnitudes(flat: torch.Tensor) -> torch.Tensor:
     """|flat| in float32 (float64 stays float64), with NaN and +-Inf mapped to +Inf so that
     non-finite elements are always selected."""
-    mags = flat.to(_work_dtype(flat.dtype)).abs()
+    mags = flat.to(work_dtype(flat.dtype)).abs()
     return torch.nan_to_num(mags, nan=math.inf, posinf=math.inf)
 
 
@@ -59,7 +55,7 @@ def _scatter_mean(payloads: list[Payload], ordered: bool | None = None) -> torch
     if not payloads:
         raise ValueError("aggregate needs at least one payload")
     first = payloads[0]
-    buf = torch.zeros(first.numel, dtype=_work_dtype(first.dtype), device=first.device)
+    buf = torch.zeros(first.numel, dtype=work_dtype(first.dtype), device=first.device)
     if first.numel:
         if ordered is None:
             ordered = buf.device.type != "cpu" and len(payloads) > 2

@@ -1,0 +1,45 @@
+"""HookState and error-feedback state without processes: checkpoints, bad input."""
+import pytest
+import torch
+
+import gradcomp
+from gradcomp.comm import HookState
+
+
+def test_loading_a_checkpoint_of_another_method_or_options_is_refused():
+    saved = HookState(gradcomp.compressor("topk", ratio=0.25, error_feedback=True)).state_dict()
+    for other in (gradcomp.compressor("topk", ratio=0.5, error_feedback=True),
+                  gradcomp.compressor("topk", ratio=0.25),
+                  gradcomp.compressor("randomk", ratio=0.25, error_feedback=True)):
+        with pytest.raises(ValueError, match="same method and options"):
+            HookState(other).load_state_dict(saved)
+    HookState(gradcomp.compressor("topk", ratio=0.25, error_feedback=True)).load_state_dict(saved)
+
+
+def test_a_state_dict_taken_earlier_does_not_change_with_training():
+    c = gradcomp.compressor("topk", ratio=0.1, error_feedback=True)
+    c.compress(torch.randn(100), key=0)
+    snapshot = c.state_dict()
+    before = snapshot["residuals"][0].clone()
+    c.compress(torch.randn(100), key=0)
+    assert torch.equal(snapshot["residuals"][0], before)
+
+
+@pytest.mark.parametrize("name", ["int8", "topk", "powersgd", "signsgd"])
+def test_a_non_finite_gradient_does_not_poison_later_steps(name):
+    c = gradcomp.compressor(name, error_feedback=True)
+    bad = torch.randn(16, 8)
+    bad[3, 2] = float("inf")
+    assert not torch.isfinite(c.decompress(c.compress(bad, key=0))).all()  # visible now
+    for _ in range(3):
+        out = c.decompress(c.compress(torch.randn(16, 8), key=0))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("bad", [dict(warm_start="no"), dict(error_feedback=1),
+                                 dict(seed=-1), dict(seed=1.5),
+                                 dict(orthogonalization_epsilon="x")])
+def test_powersgd_options_are_checked_by_name(bad):
+    (name,) = bad
+    with pytest.raises(ValueError, match=name):
+        gradcomp.compressor("powersgd", **bad)
