@@ -144,7 +144,7 @@ def _powersgd(state: HookState, buf: torch.Tensor, index: int, rec, shapes):
                           + (p.numel() + step.q_flat().numel()) * p.element_size())
     _mark(rec, buf.device)
     plain_fut = wire.all_reduce_sum([plain], state.group)
-    own_group = state.round_group(index)
+    own_group = state.round_group(index, buf.device)
     if own_group is None:  # see the module docstring
         wire.all_reduce_sum([p], state.group).wait()
         q_fut = wire.all_reduce_sum([comp.next_round(step, p)], state.group)

@@ -101,11 +101,11 @@ class HookState:
     def backend(self) -> str:
         return dist.get_backend(self.group) if dist.is_initialized() else "none"
 
-    def round_group(self, bucket_index: int):
+    def round_group(self, bucket_index: int, device: torch.device):
         """A gloo group of all ranks for one bucket's multi-round exchange (None where the hook
-        must wait instead: NCCL, a custom process group, or a single rank)."""
+        must wait instead: NCCL, CUDA tensors on gloo, a custom process group, or one rank)."""
         if (self.process_group is not None or self.world_size == 1
-                or self.backend != "gloo"):
+                or self.backend != "gloo" or device.type != "cpu"):
             return None
         if bucket_index not in self._round_groups:
             self._round_groups[bucket_index] = dist.new_group(backend="gloo")
