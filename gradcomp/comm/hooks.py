@@ -8,10 +8,16 @@ or, like torch's own hooks:
 
 Per bucket the hook compresses the flat gradient buffer (PowerSGD: each parameter's matrix),
 moves the payload by all-reduce or all-gather as the compressor declares, and writes the average
-gradient back. Work is chained on futures; nothing waits inside a future callback. The one
-blocking step is PowerSGD's first round: the hook waits for P's all-reduce before computing Q,
-so that every collective is issued from the hook itself, in the same order on every rank. On
-NCCL that wait is a stream wait; on gloo it holds the backward pass for one P round trip.
+gradient back. Work is chained on futures; nothing waits inside a future callback.
+
+PowerSGD needs two rounds (P, then Q from the summed P), and collectives must be issued in the
+same order on every rank: a Q issued from a callback could interleave with another bucket's
+collectives. On gloo with the default group and CPU tensors, each bucket gets its own gloo
+group for its P and Q (created once, in bucket order), so the second round is chained on the
+first without waiting. With NCCL, CUDA tensors on gloo (where chaining across threads and
+streams made ranks disagree on an H100) or a custom process group, the hook waits for P's
+all-reduce before computing Q: on NCCL a stream wait that does not block the CPU; on gloo it
+holds the backward pass for one round trip.
 """
 
 import torch
