@@ -14,8 +14,8 @@ PowerSGD needs two rounds (P, then Q from the summed P), and collectives must be
 same order on every rank: a Q issued from a callback could interleave with another bucket's
 collectives. On gloo with the default group and CPU tensors, each bucket gets its own gloo
 group for its P and Q (created once, in bucket order), so the second round is chained on the
-first without waiting. With NCCL, CUDA tensors on gloo (where chaining across threads and
-streams made ranks disagree on an H100) or a custom process group, the hook waits for P's
+first without waiting. With NCCL, CUDA tensors on gloo (the chained rounds are tested on CPU
+only) or a custom process group, the hook waits for P's
 all-reduce before computing Q: on NCCL a stream wait that does not block the CPU; on gloo it
 holds the backward pass for one round trip.
 """
@@ -149,24 +149,23 @@ def _powersgd(state: HookState, buf: torch.Tensor, index: int, rec, shapes):
         rec.bytes_sent = (plain.numel() * plain.element_size()
                           + (p.numel() + step.q_flat().numel()) * p.element_size())
     _mark(rec, buf.device)
-    plain_fut = wire.all_reduce_sum([plain], state.group)
     own_group = state.round_group(index, buf.device)
     if own_group is None:  # see the module docstring
         wire.all_reduce_sum([p], state.group).wait()
-        q_fut = wire.all_reduce_sum([comp.next_round(step, p)], state.group)
+        sums = wire.all_reduce_sum([plain, comp.next_round(step, p)], state.group)
     else:
-        q_fut = _second_round(step, p, own_group, comp, buf.device)
+        sums = torch.futures.collect_all([wire.all_reduce_sum([plain], state.group),
+                                          _second_round(step, p, own_group, comp, buf.device)])
+        sums = sums.then(lambda f: [t for part in f.value() for t in part.value()])
 
     def decode(fut):
-        for f in fut.value():
-            f.value()  # raises if a collective failed
-        (q,) = q_fut.value()
+        plain_sum, q_sum = fut.value()  # raises if a collective failed
         _mark(rec, buf.device)
-        comp.finish(step, plain, q.div_(state.world_size), out=buf)
+        comp.finish(step, plain_sum, q_sum.div_(state.world_size), out=buf)
         _mark(rec, buf.device)
         return buf
 
-    return torch.futures.collect_all([plain_fut, q_fut]).then(decode)
+    return sums.then(decode)
 
 
 def _second_round(step, p: torch.Tensor, group, comp, device) -> torch.futures.Future:
