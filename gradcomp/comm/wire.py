@@ -48,8 +48,12 @@ def all_reduce_sum(tensors, group) -> torch.futures.Future:
     flat = torch.cat([t.reshape(-1) for t in tensors]) if _same_dtype(tensors) else None
     if flat is None:
         futs = [dist.all_reduce(t, group=group, async_op=True).get_future() for t in tensors]
-        return torch.futures.collect_all(futs).then(
-            lambda f: [_checked(x, None) for x in f.value()] and list(tensors))
+        def check_all(done):
+            for fut in done.value():
+                fut.value()  # raises if that collective failed
+            return list(tensors)
+
+        return torch.futures.collect_all(futs).then(check_all)
 
     def scatter_back(fut):
         fut.value()  # raises if the collective failed
