@@ -87,3 +87,20 @@ def test_profile_measures_a_model_given_as_module_factory(tmp_path):
     assert out.returncode == 0, out.stderr
     whatif = json.loads(run("whatif", "--profile", str(path), "--workers", "2", "--json").stdout)
     assert whatif["t_iter_s"] > 0
+
+
+def test_bench_compress_then_fit_then_report(tmp_path):
+    table = tmp_path / "compress.csv"
+    rows = json.loads(run("bench", "compress", "--quick", "--methods", "fp16,int8",
+                          "--repeats", "1", "--out", str(table), "--json").stdout)
+    assert {r["method"] for r in rows} == {"fp16", "int8"} and table.exists()
+    again = json.loads(run("bench", "compress", "--quick", "--methods", "fp16,int8",
+                           "--repeats", "1", "--out", str(table), "--json").stdout)
+    assert len(again) == len(rows)  # resumed: nothing measured twice
+    assert len(table.read_text().splitlines()) == len(rows) + 1
+    fits = json.loads(run("fit", str(table), "--json").stdout)
+    assert {(f["method"], f["phase"]) for f in fits} == {
+        (m, p) for m in ("fp16", "int8") for p in ("encode", "decode")}
+    out = run("report", str(tmp_path), "--bandwidth", "10gbit")
+    assert out.returncode == 0, out.stderr
+    assert "Verdict" in (tmp_path / "report.md").read_text()
