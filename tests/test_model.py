@@ -297,3 +297,21 @@ def test_format_rate():
     assert format_rate(1.5e9) == "1.5 Gbit/s"
     assert format_rate(100e6) == "100 Mbit/s"
     assert format_rate(400e9) == "400 Gbit/s"
+
+
+def test_fitted_costs_are_never_negative():
+    """Noise around a zero intercept must not give a negative encode cost."""
+    import numpy as np
+    import pandas as pd
+
+    from gradcomp.evaluation.fit import fit_codec
+
+    n = np.array([1e3, 1e4, 1e5, 1e6] * 3)
+    noise = np.random.default_rng(0).normal(0, 3e-4, len(n))
+    table = pd.DataFrame({"method": "x", "numel": n, "encode_s": 1e-9 * n + noise,
+                          "decode_s": 2e-5 + 1e-9 * n})
+    fits = fit_codec(table)
+    unconstrained = np.polyfit(n, table["encode_s"], 1)[1]
+    assert unconstrained < 0  # the data would give a negative intercept
+    assert fits[("x", "encode")].params["a"] == 0 and fits[("x", "encode")].params["b"] > 0
+    assert abs(fits[("x", "decode")].params["a"] - 2e-5) < 1e-9

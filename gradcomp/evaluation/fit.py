@@ -61,7 +61,15 @@ def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
     if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
         raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
                          f"vary (got {len(y)})")
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    # Costs cannot be negative: least squares over the coefficients that stay >= 0 (drop the
+    # negative ones and refit until none is left; noise can otherwise give a < 0 or alpha < 0).
+    coef, free = np.zeros(len(names)), list(range(len(names)))
+    while free:
+        solution, *_ = np.linalg.lstsq(X[:, free], y, rcond=None)
+        if (solution >= 0).all():
+            coef[free] = solution
+            break
+        free = [f for f, c in zip(free, solution) if c > 0]
     fitted = X @ coef
     return Fit(label, dict(zip(names, map(float, coef))), _r2(y, fitted), y - fitted, len(y))
 
@@ -137,7 +145,9 @@ def fit_runs(runs: pd.DataFrame, profile, methods: dict | None = None, bucketing
     `methods.resolve(name)`)."""
     _columns(runs, ("method", "workers", "bandwidth_bps", "t_iter_s"), "runs")
     profile = load_profile(profile)
-    methods = {name: (methods or {}).get(name) or resolve(name) for name in set(runs["method"])}
+    # "ddp" rows (DDP's own all-reduce, no hook) are the uncompressed method.
+    methods = {name: (methods or {}).get(name) or resolve("none" if name == "ddp" else name)
+               for name in set(runs["method"])}
     measured = runs["t_iter_s"].to_numpy(float)
     rows = list(zip(runs["method"], runs["workers"], runs["bandwidth_bps"]))
 
