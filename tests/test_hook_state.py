@@ -43,3 +43,11 @@ def test_powersgd_options_are_checked_by_name(bad):
     (name,) = bad
     with pytest.raises(ValueError, match=name):
         gradcomp.compressor("powersgd", **bad)
+
+
+def test_pickled_state_keeps_its_telemetry_setting():
+    import pickle
+
+    off = pickle.loads(pickle.dumps(HookState(gradcomp.compressor("fp16"), telemetry_limit=0)))
+    on = pickle.loads(pickle.dumps(HookState(gradcomp.compressor("fp16"), telemetry_limit=5)))
+    assert off.telemetry is None and on.telemetry.records.maxlen == 5

@@ -44,6 +44,7 @@ class HookState:
         self.start_iter = start_iter
         self.min_compression_rate = float(min_compression_rate)
         self.iteration = 0
+        self.telemetry_limit = telemetry_limit
         self.telemetry = Telemetry(telemetry_limit) if telemetry_limit else None
         self.checked_shared_randomness = False
         self._gather_buffers: dict[int, list[torch.Tensor]] = {}
@@ -172,7 +173,7 @@ class HookState:
         self._round_groups = {}
         self._gather_buffers = {}
         self.deferred = []
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
 
 
 def fingerprint(compressor: Compressor) -> int:
