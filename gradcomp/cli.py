@@ -187,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print machine-readable JSON")
     comp.set_defaults(run=_compressors)
 
-    def network(p, sweep=False):
+    def network(p):
         p.add_argument("--profile", default="resnet50", help="built-in profile (resnet50, "
                        "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
         p.add_argument("--workers", type=_positive_int, default=8, help="data-parallel workers")

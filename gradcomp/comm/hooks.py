@@ -15,9 +15,9 @@ same order on every rank: a Q issued from a callback could interleave with anoth
 collectives. On gloo with the default group and CPU tensors, each bucket gets its own gloo
 group for its P and Q (created once, in bucket order), so the second round is chained on the
 first without waiting. With NCCL, CUDA tensors on gloo (the chained rounds are tested on CPU
-only) or a custom process group, the hook waits for P's
-all-reduce before computing Q: on NCCL a stream wait that does not block the CPU; on gloo it
-holds the backward pass for one round trip.
+only) or a custom process group, the hook waits for P's all-reduce before computing Q: on NCCL
+a stream wait that does not block the CPU; on gloo it holds the backward pass for one round
+trip.
 """
 
 import torch
@@ -40,7 +40,7 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
         if deferred is not None:
             return deferred
     # Only PowerSGD needs the parameters' shapes (asking DDP for them costs a little).
-    shapes = ([g.shape for g in bucket.gradients()] if hasattr(state.compressor, "begin")
+    shapes = ([g.shape for g in bucket.gradients()] if state.per_matrix
               else [bucket.buffer().shape])
     return average(state, bucket.buffer(), bucket.index(), shapes, iteration)
 
@@ -57,7 +57,7 @@ def average(state: HookState, buf: torch.Tensor, index: int, shapes, iteration: 
         return _plain_allreduce(state, buf, rec)
     if state.compressor.shared_randomness and not state.checked_shared_randomness:
         check_shared_randomness(state, buf.device)
-    if getattr(state.compressor, "begin", None) is not None:
+    if state.per_matrix:
         return _powersgd(state, buf, index, rec, shapes)
     if state.compressor.aggregation == "allreduce":
         return _compressed_allreduce(state, buf, index, rec)

@@ -41,6 +41,7 @@ class HookState:
         self.compressor = compressor
         self.process_group = process_group
         self._world_size: int | None = None
+        self._backend: str | None = None
         self.start_iter = start_iter
         self.min_compression_rate = float(min_compression_rate)
         self.iteration = 0
@@ -100,7 +101,15 @@ class HookState:
 
     @property
     def backend(self) -> str:
-        return dist.get_backend(self.group) if dist.is_initialized() else "none"
+        if self._backend is None:
+            self._backend = dist.get_backend(self.group) if dist.is_initialized() else "none"
+        return self._backend
+
+    @property
+    def per_matrix(self) -> bool:
+        """Whether the method compresses each parameter's matrix in rounds (PowerSGD's
+        begin / next_round / finish) rather than the flat bucket."""
+        return hasattr(self.compressor, "begin")
 
     def round_group(self, bucket_index: int, device: torch.device):
         """A gloo group of all ranks for one bucket's multi-round exchange (None where the hook
@@ -115,7 +124,7 @@ class HookState:
     def worth_compressing(self, bucket_index: int, numel: int, dtype: torch.dtype) -> bool:
         key = (bucket_index, numel, dtype)
         if key not in self._worth_compressing:
-            if getattr(self.compressor, "begin", None) is not None:  # decides per matrix
+            if self.per_matrix:  # the method decides per matrix itself
                 ok = True
             else:
                 sent = self.compressor.wire_nbytes(numel, dtype)
@@ -163,12 +172,13 @@ class HookState:
         """Picklable like torch's hook states: the process group and caches stay behind."""
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("process_group", "_gather_buffers", "telemetry", "deferred",
-                             "_world_size", "_round_groups", "_iterations_seen")}
+                             "_world_size", "_backend", "_round_groups", "_iterations_seen")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.process_group = None
         self._world_size = None
+        self._backend = None
         self._iterations_seen = 0
         self._round_groups = {}
         self._gather_buffers = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
+from ..kernels.blocks import block_counts, layout
 from .base import Compressor, Payload, check_int, work_dtype
 from .bitpack import pack, packed_nbytes, unpack
 from .registry import register
@@ -25,28 +26,12 @@ def _unpack_bits(payload: Payload) -> torch.Tensor:
     return unpack(payload.tensors[0], payload.numel, 1).bool()
 
 
-def _layout(numel: int, block_size: int) -> tuple[int, int]:
-    """(number of blocks, block length). block_size 0 is one block of the whole tensor (of
-    length >= 1, so an empty tensor still has one block, holding only padding)."""
-    if block_size == 0:
-        return 1, max(numel, 1)
-    return -(-numel // block_size), block_size
-
-
 def _blocked(x: torch.Tensor, nblocks: int, length: int, fill=0) -> torch.Tensor:
     """`x` padded with `fill` to nblocks * length values, viewed as (nblocks, length)."""
     pad = nblocks * length - x.numel()
     if pad:
         x = torch.cat([x, x.new_full((pad,), fill)])
     return x.view(nblocks, length)
-
-
-def _block_counts(numel: int, nblocks: int, length: int, dtype, device) -> torch.Tensor:
-    """Number of real (non-padding) values in each block."""
-    counts = torch.full((nblocks,), length, dtype=dtype, device=device)
-    if nblocks:
-        counts[-1:].fill_(numel - (nblocks - 1) * length)  # fill_: no host-device sync
-    return counts
 
 
 @register
@@ -111,7 +96,7 @@ class _Blocked(Compressor):
         return {"block_size": self.block_size}
 
     def wire_nbytes(self, numel, dtype=torch.float32):
-        nblocks, _ = _layout(numel, self.block_size)
+        nblocks, _ = layout(numel, self.block_size)
         return packed_nbytes(numel, 1) + 4 * self.scales_per_block * nblocks
 
     def _kernel_compress(self, flat):
@@ -148,16 +133,16 @@ class EFSignSGD(_Blocked):
             return wire, {}
         x = flat.to(work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
-        nblocks, length = _layout(x.numel(), self.block_size)
+        nblocks, length = layout(x.numel(), self.block_size)
         sums = _blocked(x.abs(), nblocks, length).sum(dim=1)
-        counts = _block_counts(x.numel(), nblocks, length, x.dtype, x.device).clamp_min(1)
+        counts = block_counts(x.numel(), nblocks, length, x.dtype, x.device).clamp_min(1)
         return [packed, (sums / counts).to(torch.float32)], {}
 
     def _decompress(self, payload):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
         work = work_dtype(payload.dtype)
-        nblocks, length = _layout(payload.numel, self.block_size)
+        nblocks, length = layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
         scale = payload.tensors[1].to(work).unsqueeze(1)
         return torch.where(bits, scale, -scale).reshape(-1)[: payload.numel]
@@ -188,11 +173,11 @@ class OneBit(_Blocked):
         x = flat.to(work_dtype(flat.dtype))
         bits, packed = _sign_bits(x)
         n = x.numel()
-        nblocks, length = _layout(n, self.block_size)
+        nblocks, length = layout(n, self.block_size)
         pos_sum = _blocked(torch.where(bits, x, 0), nblocks, length).sum(dim=1)
         neg_sum = _blocked(torch.where(bits, 0, x), nblocks, length).sum(dim=1)
         pos_count = _blocked(bits, nblocks, length, fill=False).sum(dim=1).to(x.dtype)
-        neg_count = _block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
+        neg_count = block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
         means = torch.stack([pos_sum / pos_count.clamp_min(1),
                              neg_sum / neg_count.clamp_min(1)], dim=1)
         return [packed, means.to(torch.float32).reshape(-1)], {}
@@ -201,7 +186,7 @@ class OneBit(_Blocked):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
         work = work_dtype(payload.dtype)
-        nblocks, length = _layout(payload.numel, self.block_size)
+        nblocks, length = layout(payload.numel, self.block_size)
         bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
         means = payload.tensors[1].to(work).view(nblocks, 2)
         out = torch.where(bits, means[:, :1], means[:, 1:])

@@ -24,6 +24,7 @@ import torch
 
 from . import _triton as K
 from . import interpreting
+from .blocks import block_counts, layout
 
 __all__ = [
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
@@ -156,26 +157,13 @@ def _partials(x: torch.Tensor, mode: int, length: int, nblocks: int,
     return part.view(nblocks, cpb, K.NPART)
 
 
-def _layout(numel: int, block_size: int) -> tuple[int, int]:
-    """(number of blocks, block length); block_size 0 is one block of the whole tensor."""
-    if block_size == 0:
-        return 1, max(numel, 1)
-    return _cdiv(numel, block_size), block_size
-
-
-def _block_counts(numel: int, nblocks: int, length: int, device) -> torch.Tensor:
-    counts = torch.full((nblocks,), length, dtype=_F32, device=device)
-    counts[-1:].fill_(numel - (nblocks - 1) * length)
-    return counts
-
-
 # -- int8 / int4 / qsgd / terngrad -----------------------------------------------------------
 def _quant_encode(x, method, bits, block_size, levels, inv, stochastic, seed, stat_fn):
     """Shared driver: the fused rows kernel where the layout allows, else statistics by
     `stat_fn(flat, length, nblocks)` and the elem kernel."""
     flat = _check_input(x)
     n = flat.numel()
-    nblocks, length = _layout(n, block_size)
+    nblocks, length = layout(n, block_size)
     nbytes = (n * bits + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)
     seed_t = _seed(seed, flat.device) if stochastic else packed  # not read when not STOCH
@@ -198,7 +186,7 @@ def _quant_encode(x, method, bits, block_size, levels, inv, stochastic, seed, st
 def _quant_decode(packed, stats, numel, method, bits, block_size, levels, inv, dtype):
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"dtype {dtype} is not supported by the kernels")
-    nblocks, _ = _layout(numel, block_size)
+    nblocks, _ = layout(numel, block_size)
     out = torch.empty(numel, dtype=dtype, device=packed.device)
     if numel == 0:
         return out
@@ -368,7 +356,7 @@ def sign_encode(x: torch.Tensor, method: str, block_size: int = 0):
     n = flat.numel()
     nbytes = (n + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)
-    nblocks, length = _layout(n, block_size)
+    nblocks, length = layout(n, block_size)
     if block_size and fused_block_size(block_size, 1):
         stats = torch.empty(nblocks * (2 if m == K.ONEBIT else 1), dtype=_F32,
                             device=flat.device)
@@ -388,7 +376,7 @@ def sign_encode(x: torch.Tensor, method: str, block_size: int = 0):
     if m == K.SIGN:
         amax = part[..., 0].amax()
         return packed, torch.where(torch.isfinite(amax), 1.0, math.nan).to(_F32).reshape(1)
-    counts = _block_counts(n, nblocks, length, flat.device)
+    counts = block_counts(n, nblocks, length, _F32, flat.device)
     if m == K.EFSIGN:
         return packed, part[..., 0].sum(dim=1) / counts.clamp_min(1)
     pos_count = part[..., 2].to(torch.int64).sum(dim=1).to(_F32)

@@ -1,0 +1,18 @@
+"""Block layout shared by the block-wise compressors and their kernels (no Triton here)."""
+import torch
+
+
+def layout(numel: int, block_size: int) -> tuple[int, int]:
+    """(number of blocks, block length). block_size 0 is one block of the whole tensor (of
+    length >= 1, so an empty tensor still has one block, holding only padding)."""
+    if block_size == 0:
+        return 1, max(numel, 1)
+    return -(-numel // block_size), block_size
+
+
+def block_counts(numel: int, nblocks: int, length: int, dtype, device) -> torch.Tensor:
+    """Number of real (non-padding) values in each block."""
+    counts = torch.full((nblocks,), length, dtype=dtype, device=device)
+    if nblocks:
+        counts[-1:].fill_(numel - (nblocks - 1) * length)  # fill_: no host-device sync
+    return counts
