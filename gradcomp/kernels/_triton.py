@@ -258,6 +258,13 @@ def _quant_rows_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbyte
         st0 = _row_max_nan(tl.abs(x), mask)
         tl.store(stats_ptr + r, st0, mask=rmask)
     code = _quant_codes(x, st0[:, None, None], st1, u, METHOD, BITS, LEVELS, INV, RECIP, STOCH)
+    _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS, BP2)
+
+
+@triton.jit
+def _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS: tl.constexpr,
+                 BP2: tl.constexpr):
+    """Write quantizer codes: one byte each for 8 bits, else packed (padding codes are 0)."""
     code = tl.where(mask, code, 0)
     if BITS == 8:
         tl.store(packed_ptr + e, code.to(tl.uint8), mask=mask)
@@ -290,11 +297,7 @@ def _quant_elem_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbyte
     else:
         u = 0.0
     code = _quant_codes(x, st0, st1, u, METHOD, BITS, LEVELS, INV, RECIP, STOCH)
-    code = tl.where(mask, code, 0)
-    if BITS == 8:
-        tl.store(packed_ptr + e, code.to(tl.uint8), mask=mask)
-    else:
-        _store_packed(packed_ptr, code, grp, gvalid, nbytes, BITS, BP2)
+    _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS, BP2)
 
 
 @triton.jit
