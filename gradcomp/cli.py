@@ -47,6 +47,10 @@ def _whatif(args) -> None:
     from .evaluation.units import format_rate
 
     common = dict(bucketing=args.bucketing, latency_s=args.latency)
+    on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
+    if args.sweep and on:
+        raise ValueError("--sweep is not allowed with --topology: the sweep varies one "
+                         "bandwidth for all links; scale the topology file instead")
     if args.sweep:
         frame = whatif.sweep(args.profile, workers=args.workers, methods=[args.method],
                              ratios=[args.compression] if args.compression else (), **common)
@@ -55,18 +59,19 @@ def _whatif(args) -> None:
                              "speedup"]))
         return
     pred = whatif.scenario(args.profile, args.workers, args.bandwidth, args.method,
-                           ratio=args.compression, **common)
+                           ratio=args.compression, **common, **on)
     need = whatif.required_compression(args.profile, args.workers, args.bandwidth,
-                                       target_sf=args.target_sf, **common)
+                                       target_sf=args.target_sf, **common, **on)
     row = {**pred.as_row(), "required_compression": need.ratio,
            "required_compression_reason": need.reason, "target_sf": args.target_sf}
     lines = [f"{args.profile} on {args.workers} workers at {format_rate(args.bandwidth)} "
-             f"({args.bucketing} bucketing), method {pred.method}:",
+             f"({args.bucketing} bucketing), method {pred.method}"
+             + (f", topology {args.topology}, {args.algorithm} all-reduce" if on else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
              f"speedup vs none {pred.speedup:.2f}x",
              f"  compression needed for SF {args.target_sf}: "
              + (f"{need.ratio:.3g}x" if need.ratio != float("inf") else f"unreachable ({need.reason})")]
-    if args.method != "none":
+    if args.method != "none" and not on:
         even = whatif.break_even_bandwidth(args.profile, args.workers, args.method, **common)
         row["break_even_bandwidth_bps"] = even
         lines.append(f"  {args.method} beats none below {format_rate(even)}"
@@ -80,14 +85,21 @@ def _advise(args) -> None:
 
     from .evaluation.advise import advise, verdict
 
+    from .evaluation.time_to_accuracy import TTA_COLUMNS
+
     costs = pd.read_csv(args.costs) if args.costs else None
     methods = args.methods.split(",") if args.methods else None
+    convergence = pd.read_csv(args.convergence) if args.convergence else None
     table = advise(args.profile, args.workers, args.bandwidth, methods=methods, costs=costs,
-                   bucketing=args.bucketing, latency_s=args.latency)
+                   bucketing=args.bucketing, latency_s=args.latency, convergence=convergence,
+                   task=args.task, target=args.target, topology=args.topology,
+                   algorithms=args.algorithms.split(",") if args.algorithms else None)
     answer = verdict(table)
+    columns = TTA_COLUMNS if convergence is not None else [
+        "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
+        "speedup", "compression", "codec_s", "costs"]
     _emit(args, {"verdict": answer, "ranking": table.to_dict("records")},
-          _table(table, ["rank", "method", "t_iter_s", "sf", "speedup", "compression",
-                         "codec_s", "costs"]) + "\n\n" + answer)
+          _table(table, columns) + "\n\n" + answer)
 
 
 def _profile(args) -> None:
@@ -117,13 +129,13 @@ def _run(args) -> None:
               bandwidth=args.bandwidth, progress=not args.json)
     report = out / "report.md"
     verdicts = [line for line in report.read_text().splitlines()
-                if line.startswith("- **Encode/decode costs")]
+                if line.startswith(("- **Encode/decode costs", "- **Time to accuracy"))]
     _emit(args, {"results": str(out), "report": str(report), "verdicts": verdicts},
           f"results in {out}\nreport: {report}\n\n" + "\n".join(verdicts))
 
 
 def _bench(args) -> None:
-    from .evaluation import bench_collective, bench_compress, bench_train
+    from .evaluation import bench_collective, bench_compress, bench_train, converge
 
     progress = not args.json
     if args.what == "compress":
@@ -132,12 +144,34 @@ def _bench(args) -> None:
             bench_compress.quick_sizes() if args.quick else None, device=args.device,
             repeats=args.repeats or 5, out=args.out, progress=progress)
         columns = ["method", "numel", "bytes_sent", "ratio", "rel_error", "encode_s", "decode_s"]
+    elif args.what == "collective" and args.blocksparse:
+        from pathlib import Path
+
+        from .evaluation import bench_blocksparse as bbs
+
+        frame = bbs.bench_block_sparse(
+            args.workers, numel=args.numel or (1 << 20 if args.quick else 1 << 24),
+            densities=args.densities.split(",") if args.densities else
+            bbs.quick_densities() if args.quick else None, block_size=args.block_size,
+            repeats=args.repeats or 5, out=args.out,
+            plot=args.out and Path(args.out).with_suffix(".png"), progress=progress)
+        columns = ["mode", "density", "union_density", "bytes_sent", "time_s", "predicted_s"]
     elif args.what == "collective":
         frame = bench_collective.bench_collective(
             args.workers, sizes=bench_collective.quick_sizes() if args.quick else None,
-            repeats=args.repeats or 10, out=args.out, progress=progress)
+            repeats=args.repeats or 10, out=args.out, progress=progress,
+            **({"collectives": args.collectives.split(",")} if args.collectives else {}))
         columns = ["collective", "world_size", "size_bytes", "time_s", "algbw_GBps",
-                   "busbw_GBps"]
+                   "busbw_GBps", "matches_allreduce"]
+    elif args.what == "converge":
+        size = converge.QUICK if args.quick else converge.FULL
+        frame = converge.bench_converge(
+            args.methods.split(",") if args.methods else None, task=args.task,
+            target=args.target, metric=args.metric, seeds=args.seeds or size["seeds"],
+            max_iters=args.max_iters or size["max_iters"], eval_every=size["eval_every"],
+            world_size=args.workers, out=args.out, progress=progress)
+        columns = ["method", "options", "error_feedback", "seed", "reached",
+                   "iterations_to_target", "final_accuracy", "bytes_sent_per_iter"]
     else:
         frame = bench_train.bench_train(
             args.methods.split(",") if args.methods else None, args.workers,
@@ -146,6 +180,22 @@ def _bench(args) -> None:
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
     shown = [c for c in columns if c in frame.columns]
     _emit(args, frame.to_dict("records"), _table(frame, shown))
+
+
+def _topology(args) -> None:
+    from .evaluation.topology import compare, default_suite, load_topology
+
+    specs = args.topology or default_suite()
+    table = compare([load_topology(t, args.workers, args.bandwidth) for t in specs],
+                    args.nbytes)
+    text = _table(table, ["topology", "workers", "trees", "forest_bps", "cut_bound_bps",
+                          "forest_vs_cut", "ring_s", "tree_s", "ps_s", "forest_s",
+                          "forest_speedup_vs_ring"])
+    if args.plot:
+        from .evaluation import plots
+
+        text += f"\n\nwrote {plots.allreduce_times(table, args.plot)}"
+    _emit(args, table.to_dict("records"), text)
 
 
 def _fit(args) -> None:
@@ -167,12 +217,62 @@ def _report(args) -> None:
     _emit(args, {"report": str(path)}, f"wrote {path}")
 
 
+def _testbed(args) -> None:
+    from .evaluation import testbed
+
+    if args.cleanup:
+        try:
+            removed = testbed.cleanup_stale()
+        except testbed.TestbedUnavailable as exc:
+            raise SystemExit(f"gradcomp testbed: {exc}") from None
+        _emit(args, {"removed": removed}, f"removed {len(removed)} stale testbed run(s)"
+              + "".join(f"\n  {run}" for run in removed))
+        return
+    if args.check:
+        row = testbed.rate_check(args.rate)
+        _emit(args, row, f"all-reduce of {row['nbytes']:,} bytes at {args.rate:g} bit/s: "
+              f"{row['measured_s'] * 1e3:.1f} ms measured, {row['expected_s'] * 1e3:.1f} ms "
+              f"expected from the rate ({row['rel_error']:+.1%})")
+        return
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        results = testbed.run_command(command, args.workers, args.rate,
+                                      args.rates.split(",") if args.rates else None,
+                                      args.topology, args.threads, args.timeout)
+    except (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError) as exc:
+        raise SystemExit(f"gradcomp testbed: {exc}") from None
+    _emit(args, [r.__dict__ for r in results],
+          "\n".join(f"[rank {r.rank}] {line}" for r in results
+                    for line in (r.stdout + r.stderr).splitlines()))
+
+
+def _validate(args) -> None:
+    import time
+
+    from .evaluation.testbed import JobFailed, TestbedUnavailable
+    from .evaluation.validate import summarize, validate_sweep
+
+    out = args.out or f"results/validate-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        table = validate_sweep(out, args.rates.split(","), args.methods.split(","), args.model,
+                               iterations=args.iterations, progress=not args.json)
+    except (TestbedUnavailable, JobFailed) as exc:
+        raise SystemExit(f"gradcomp validate: {exc}") from None
+    summary = summarize(table)
+    _emit(args, {"results": out, "rows": table.to_dict("records"),
+                 "summary": summary.to_dict("records")},
+          _table(table, ["rate", "method", "measured", "predicted", "rel_error"]) + "\n\n"
+          + _table(summary, summary.columns) + f"\n\nresults in {out}")
+
+
 def _short(options: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in options.items() if k != "seed")
 
 
 def parser() -> argparse.ArgumentParser:
     from .evaluation.codec_bench import RESNET50_NUMEL
+    from .evaluation.tasks import TASKS
+    from .evaluation.topology import ALGORITHMS
 
     top = argparse.ArgumentParser(prog="gradcomp", description=(
         "Gradient compression for data-parallel training, and whether it speeds you up."))
@@ -208,6 +308,9 @@ def parser() -> argparse.ArgumentParser:
     wi.add_argument("--target-sf", type=_fraction, default=0.9,
                     help="scaling factor to reach, in (0, 1]")
     wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
+    _topology_options(wi)
+    wi.add_argument("--algorithm", choices=ALGORITHMS, default="forest",
+                    help="with --topology: the all-reduce algorithm (default: forest)")
     wi.set_defaults(run=_whatif)
 
     ad = sub.add_parser("advise", help="rank methods by predicted iteration time and say "
@@ -215,7 +318,31 @@ def parser() -> argparse.ArgumentParser:
     network(ad)
     ad.add_argument("--costs", help="a `bench compress` CSV with measured encode/decode costs")
     ad.add_argument("--methods", help="comma-separated methods (default: all)")
+    ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
+                    "its target (measured iterations x predicted iteration time)")
+    ad.add_argument("--task", choices=TASKS, help="with --convergence: the task, when the "
+                    "table holds several")
+    ad.add_argument("--target", type=float, help="with --convergence: the target, when the "
+                    "table holds several")
+    _topology_options(ad)
+    ad.add_argument("--algorithms", help="with --topology: comma-separated all-reduce "
+                    f"algorithms of {', '.join(ALGORITHMS)} (default: all)")
     ad.set_defaults(run=_advise)
+
+    tp = sub.add_parser("topology", help="all-reduce time by ring, tree, parameter server and "
+                        "forest packing on network topologies, and the forest's rate against "
+                        "its cut bound")
+    tp.add_argument("--topology", action="append", help="built-in (two-racks, random, "
+                    "random:SEED, homogeneous) or a .json/.csv bandwidth matrix (bit/s); "
+                    "repeatable (default: two-racks, random:0..4, homogeneous)")
+    tp.add_argument("--workers", type=_positive_int, default=8, help="workers of the built-ins")
+    tp.add_argument("--bandwidth", type=_rate, default=_rate("10gbit"),
+                    help="link bandwidth of the built-ins (two-racks: the thin link is a tenth)")
+    tp.add_argument("--nbytes", type=_positive_int, default=100_000_000,
+                    help="gradient bytes per worker (default: 100 MB)")
+    tp.add_argument("--plot", help="also write a PNG of the completion times")
+    tp.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    tp.set_defaults(run=_topology)
 
     rn = sub.add_parser("run", help="the main job: measure compression, collectives and DDP "
                         "training here, fit the model, and write plots and a report")
@@ -227,14 +354,37 @@ def parser() -> argparse.ArgumentParser:
     rn.set_defaults(run=_run)
 
     be = sub.add_parser("bench", help="measure: compress (encode/decode cost), collective "
-                        "(all-reduce/all-gather/broadcast), train (DDP iterations per hook)")
-    be.add_argument("what", choices=("compress", "collective", "train"))
+                        "(all-reduce/all-gather/broadcast), train (DDP iterations per hook), "
+                        "converge (iterations to a target accuracy, with and without error "
+                        "feedback)")
+    be.add_argument("what", choices=("compress", "collective", "train", "converge"))
     be.add_argument("--out", help="CSV (or .parquet) to append rows to; resumed if it exists")
     be.add_argument("--methods", help="comma-separated methods (default: all)")
+    be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
+                    "allgather, broadcast, forest (the forest all-reduce executor; default: "
+                    "the first three)")
     be.add_argument("--workers", type=_positive_int, default=2, help="local worker processes")
     be.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     be.add_argument("--repeats", type=_positive_int, help="timed repeats / iterations")
     be.add_argument("--quick", action="store_true", help="CI-sized sweep")
+    be.add_argument("--blocksparse", action="store_true", help="collective: sweep the "
+                    "block-sparse all-reduce over block densities (plot beside --out)")
+    be.add_argument("--densities", help="--blocksparse: comma-separated fractions of non-zero "
+                    "blocks (default 0.001 ... 1)")
+    be.add_argument("--block-size", type=_positive_int, default=256,
+                    help="--blocksparse: elements per block")
+    be.add_argument("--numel", type=_positive_int, help="--blocksparse: float32 elements per "
+                    "worker (default 16M, --quick 1M)")
+    be.add_argument("--task", choices=TASKS, default="teacher", help="converge: the built-in "
+                    "task (teacher: generated; digits: scikit-learn's bundled images)")
+    be.add_argument("--metric", choices=("accuracy", "loss"), default="accuracy",
+                    help="converge: test accuracy >= target, or test loss <= target")
+    be.add_argument("--target", type=float, help="converge: the target (default: the "
+                    "task's accuracy target)")
+    be.add_argument("--seeds", type=_positive_int, help="converge: seeds 0..N-1 (default 3; "
+                    "--quick 1)")
+    be.add_argument("--max-iters", type=_positive_int, help="converge: iteration budget "
+                    "(default 600; --quick 200)")
     be.add_argument("--json", action="store_true", help="print machine-readable JSON")
     be.set_defaults(run=_bench)
 
@@ -259,6 +409,41 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=_positive_int, default=10)
     pr.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pr.set_defaults(run=_profile)
+
+    tb = sub.add_parser("testbed", help="run a command in every namespace of a bandwidth-"
+                        "limited local testbed (one network namespace per worker; needs root)")
+    tb.add_argument("--workers", type=_positive_int, default=2, help="namespaces (ranks)")
+    tb.add_argument("--rate", type=_rate, default=_rate("1gbit"),
+                    help="every link's rate: 100mbit, 1gbit, 2.5gbit, ...")
+    tb.add_argument("--rates", help="comma-separated rate per worker's link (heterogeneous)")
+    tb.add_argument("--topology", choices=("star", "p2p"), default="star",
+                    help="a bridge joining every namespace, or one link between 2")
+    tb.add_argument("--threads", type=_positive_int, default=1,
+                    help="OMP_NUM_THREADS of each worker")
+    tb.add_argument("--timeout", type=float, help="seconds before the job is stopped")
+    tb.add_argument("--cleanup", action="store_true", help="remove what killed runs left")
+    tb.add_argument("--check", action="store_true", help="time an all-reduce of 4 MiB at "
+                    "--rate against what the rate implies")
+    tb.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    tb.add_argument("command", nargs=argparse.REMAINDER,
+                    help="-- COMMAND... run in each namespace with RANK, WORLD_SIZE, "
+                    "MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME set")
+    tb.set_defaults(run=_testbed)
+
+    from .evaluation.validate import DEFAULT_METHODS, DEFAULT_RATES, MODELS
+
+    va = sub.add_parser("validate", help="measure DDP iterations in the testbed at several "
+                        "rates and hold the performance model's predictions against them")
+    va.add_argument("--rates", default=",".join(DEFAULT_RATES), help="comma-separated rates")
+    va.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                    help="comma-separated methods ('ddp': DDP's own all-reduce)")
+    va.add_argument("--model", choices=tuple(MODELS), default="mlp", help="built-in model")
+    va.add_argument("--iterations", type=_positive_int, default=10,
+                    help="timed iterations per method and rate")
+    va.add_argument("--out", help="results folder (default: results/validate-<timestamp>); "
+                    "an existing one is resumed")
+    va.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    va.set_defaults(run=_validate)
     return top
 
 
@@ -276,6 +461,12 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a number in (0, 1]")
     return value
+
+
+def _topology_options(p) -> None:
+    p.add_argument("--topology", help="a network topology instead of one bandwidth: "
+                   "two-racks, random, random:SEED, homogeneous (built for --workers and "
+                   "--bandwidth) or a .json/.csv matrix of link bandwidths (bit/s)")
 
 
 def _positive_int(text: str) -> int:

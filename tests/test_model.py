@@ -239,6 +239,17 @@ def test_fit_collectives_recovers_alpha_and_bandwidth():
     assert net.alpha("allreduce") == pytest.approx(2e-5, rel=0.2)
 
 
+def test_network_from_fit_takes_the_nominal_rate_where_the_sweep_resolved_none():
+    # Payloads too small to leave the latency: times fall with size, the slope fits to 0.
+    rows = pd.DataFrame({"collective": "allreduce", "world_size": 2,
+                         "nbytes": [1e3, 1e4, 1e5], "time_s": [3e-4, 2.9e-4, 2.8e-4]})
+    fits = fit_collectives(rows)
+    assert fits["allreduce"].params["bandwidth_bps"] == math.inf
+    net = network_from_fit(fits, 2, "1gbit")
+    assert net.bytes_per_s("allreduce") == pytest.approx(1e9 / 8)
+    assert net.alpha("allreduce") > 0
+
+
 def test_fit_runs_recovers_contention_and_efficiency():
     profile = load_profile("resnet50")
     method = MethodCost.fixed_ratio(4, encode=(2e-3, 2e-10), decode=(1e-3, 1e-10), name="c4")

@@ -1,5 +1,9 @@
 """What training code uses: DDP communication hooks and the collectives behind them."""
+from .blocksparse import block_sparse_all_reduce
+from .forest import forest_all_reduce
+from .forest_packing import Forest, pack_forest
 from .hooks import hook, register
 from .state import HookState, SharedRandomnessMismatch
 
-__all__ = ["HookState", "SharedRandomnessMismatch", "hook", "register"]
+__all__ = ["Forest", "HookState", "SharedRandomnessMismatch", "block_sparse_all_reduce",
+           "forest_all_reduce", "hook", "pack_forest", "register"]

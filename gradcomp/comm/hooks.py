@@ -18,6 +18,12 @@ first without waiting. With NCCL, CUDA tensors on gloo (the chained rounds are t
 only) or a custom process group, the hook waits for P's all-reduce before computing Q: on NCCL
 a stream wait that does not block the CPU; on gloo it holds the backward pass for one round
 trip.
+
+With `communicator="blocksparse"` (topk, threshold, randomk) each rank decodes its own payload
+to a dense, mostly zero bucket and sums it with `blocksparse.block_sparse_all_reduce`, whose
+three rounds are chained on the bucket's own gloo group in the same way, or waited for where
+PowerSGD waits. Its result is the all-gather path's average up to the order of the additions;
+`bytes_sent` counts this rank's bitmap, blocks sent to other owners and shard.
 """
 
 import torch
@@ -25,6 +31,7 @@ import torch.distributed as dist
 
 from ..compressors import Compressor, compressor as build_compressor, option_names
 from . import resume, wire
+from .blocksparse import DEFAULT_BLOCK_SIZE, block_sparse_all_reduce
 from .state import HookState, check_shared_randomness
 from .telemetry import BucketRecord, mark
 
@@ -59,6 +66,8 @@ def average(state: HookState, buf: torch.Tensor, index: int, shapes, iteration: 
         check_shared_randomness(state, buf.device)
     if state.per_matrix:
         return _powersgd(state, buf, index, rec, shapes)
+    if state.communicator == "blocksparse":
+        return _block_sparse(state, buf, index, rec)
     if state.compressor.aggregation == "allreduce":
         return _compressed_allreduce(state, buf, index, rec)
     return _compressed_allgather(state, buf, index, rec)
@@ -138,6 +147,33 @@ def _compressed_allgather(state: HookState, buf: torch.Tensor, index: int, rec):
     return wire.all_gather_bytes(send, recv, state.group).then(decode)
 
 
+def _block_sparse(state: HookState, buf: torch.Tensor, index: int, rec):
+    """Decode this rank's own payload to a dense, mostly zero bucket and sum it with the
+    block-sparse all-reduce (on the bucket's own gloo group, chained, where `round_group`
+    gives one; else waiting for its rounds, as PowerSGD does)."""
+    comp = state.compressor
+    dense = comp.decompress(comp.compress(buf, key=index)).reshape(-1)
+    dense.div_(state.world_size)
+    _mark(rec, buf.device)
+
+    def decode(fut):
+        exchange = fut.value()  # raises if a collective failed
+        _mark(rec, buf.device)
+        if rec:
+            rec.bytes_sent = exchange.bytes_sent
+        out = _write_back(buf, exchange.tensor)
+        _mark(rec, buf.device)
+        return out
+
+    own_group = state.round_group(index, buf.device)
+    if own_group is not None:
+        return block_sparse_all_reduce(dense, state.block_size, own_group,
+                                       async_op=True).then(decode)
+    done = torch.futures.Future()
+    done.set_result(block_sparse_all_reduce(dense, state.block_size, state.group))
+    return done.then(decode)
+
+
 def _powersgd(state: HookState, buf: torch.Tensor, index: int, rec, shapes):
     comp = state.compressor
     if sum(s.numel() for s in shapes) != buf.numel():
@@ -197,10 +233,13 @@ def _settle(target: torch.futures.Future, source: torch.futures.Future) -> None:
 def register(ddp_model, method: str | Compressor = "none", *, process_group=None,
              start_iter: int = 1, min_compression_rate: float | None = None,
              error_feedback: bool | None = None, telemetry_limit: int = 100_000,
+             communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE,
              **options) -> HookState:
     """Register gradcomp's hook with `method` on a DistributedDataParallel model.
 
-    `options` go to the compressor (`gradcomp.compressor(method, **options)`);
+    `communicator` and `block_size` go to `HookState` ("blocksparse": the block-sparse
+    all-reduce, for topk, threshold and randomk); `options` go to the compressor
+    (`gradcomp.compressor(method, **options)`);
     `min_compression_rate` goes to the compressor when it has that option (PowerSGD), else to
     the hook. Returns the `HookState` (checkpoint it with `state_dict()`).
     """
@@ -215,7 +254,8 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
         comp = build_compressor(method, error_feedback=error_feedback, **options)
     state = HookState(comp, process_group=process_group, start_iter=start_iter,
                       min_compression_rate=1.0 if min_compression_rate is None
-                      else min_compression_rate, telemetry_limit=telemetry_limit)
+                      else min_compression_rate, telemetry_limit=telemetry_limit,
+                      communicator=communicator, block_size=block_size)
     state.track_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, hook)
     return state

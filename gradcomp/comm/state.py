@@ -7,7 +7,13 @@ import torch
 import torch.distributed as dist
 
 from ..compressors import Compressor
+from ..compressors.base import check_int
+from .blocksparse import DEFAULT_BLOCK_SIZE
 from .telemetry import Telemetry
+
+COMMUNICATORS = ("default", "blocksparse")
+#: Methods whose decoded payload is mostly zero, so the block-sparse all-reduce can carry it.
+BLOCK_SPARSE_METHODS = ("topk", "threshold", "randomk")
 
 
 class SharedRandomnessMismatch(RuntimeError):
@@ -26,10 +32,15 @@ class HookState:
         this many times smaller (methods with their own option, such as PowerSGD, apply it
         per matrix themselves).
     telemetry_limit: how many per-bucket records to keep (0: none).
+    communicator: "default" (the payload travels as the method declares: all-reduce or
+        all-gather) or "blocksparse" (sparsifying methods only: each rank decodes its own
+        payload to a dense, mostly zero bucket and `block_sparse_all_reduce`s it).
+    block_size: elements per block of the block-sparse all-reduce.
     """
 
     def __init__(self, compressor: Compressor, process_group=None, start_iter: int = 1,
-                 min_compression_rate: float = 1.0, telemetry_limit: int = 100_000):
+                 min_compression_rate: float = 1.0, telemetry_limit: int = 100_000,
+                 communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE):
         if not isinstance(compressor, Compressor):
             raise TypeError("compressor must be a gradcomp Compressor, e.g. "
                             "gradcomp.compressor('topk', ratio=0.01)")
@@ -38,6 +49,15 @@ class HookState:
         if not isinstance(min_compression_rate, (int, float)) or not min_compression_rate >= 0:
             raise ValueError(f"min_compression_rate={min_compression_rate!r} is not allowed: "
                              "it must be a number >= 0")
+        if communicator not in COMMUNICATORS:
+            raise ValueError(f"communicator={communicator!r} is not allowed: choose one of "
+                             f"{', '.join(map(repr, COMMUNICATORS))}")
+        if communicator == "blocksparse" and compressor.name not in BLOCK_SPARSE_METHODS:
+            raise ValueError(f"communicator='blocksparse' is not allowed for method "
+                             f"{compressor.name!r}: it carries the mostly zero gradients of "
+                             f"{', '.join(map(repr, BLOCK_SPARSE_METHODS))}")
+        self.communicator = communicator
+        self.block_size = check_int(block_size, "block_size", 1)
         self.compressor = compressor
         self.process_group = process_group
         self._world_size: int | None = None
@@ -147,6 +167,7 @@ class HookState:
 
     def state_dict(self) -> dict[str, Any]:
         return {"method": self.compressor.name, "options": self.compressor.options(),
+                "communicator": self.communicator, "block_size": self.block_size,
                 "iteration": self.iteration, "start_iter": self.start_iter,
                 "min_compression_rate": self.min_compression_rate,
                 "checked_shared_randomness": self.checked_shared_randomness,
@@ -159,6 +180,11 @@ class HookState:
             raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
                              f"{saved[1]}; this hook runs {mine[0]!r} with {mine[1]}: build "
                              "the hook with the same method and options before loading")
+        saved_comm = state.get("communicator", "default")
+        if saved_comm != self.communicator:
+            raise ValueError(f"this checkpoint was saved with communicator={saved_comm!r}; this "
+                             f"hook runs communicator={self.communicator!r}: build the hook "
+                             "with the same communicator before loading")
         self.iteration = state["iteration"]
         self.start_iter = state["start_iter"]
         self.min_compression_rate = state["min_compression_rate"]

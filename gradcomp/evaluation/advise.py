@@ -6,8 +6,8 @@ method, numel, encode_s, decode_s; fitted per method by `fit.fit_codec`); method
 it, and all methods when no table is given, get the stated memory-bound floors of
 `methods.assumed_costs` (20 us per application plus the bytes moved at 800 GB/s), which
 flatter slow kernels such as top-k: measure before trusting a close call.
-The ranking is by time per iteration only; the effect of compression on convergence is not
-modelled.
+Without convergence data the ranking is by time per iteration only; with a convergence
+benchmark's table it is by predicted time to the target accuracy (`time_to_accuracy`).
 """
 from __future__ import annotations
 
@@ -20,26 +20,47 @@ from .fit import as_costs
 from .methods import MethodCost, resolve
 from .network import Network
 from .profiles import load_profile
+from .time_to_accuracy import time_to_accuracy, tta_verdict
 from .timeline import predict
+from .topology import ALGORITHMS, network_on
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
 
 
 def advise(profile, workers: int, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
-           contention: float = 1.0) -> pd.DataFrame:
+           contention: float = 1.0, convergence=None, task=None,
+           target=None, topology=None, algorithms=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults, and
     `none` always), fastest first: predicted t_iter, SF, speedup vs none, compression, the
-    per-iteration encode + decode time and where the costs came from."""
+    per-iteration encode + decode time and where the costs came from.
+
+    With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
+    one row per measured variant instead, ranked by predicted time to the target
+    (`time_to_accuracy`), those that did not reach it last.
+
+    With a `topology` (`topology.load_topology`: a built-in name or a bandwidth-matrix file,
+    built for `workers` and `bandwidth`): one row per method and all-reduce algorithm of
+    `algorithms` (default: ring, tree, ps, forest), column `algorithm`; speedups are against
+    uncompressed ring all-reduce."""
+    if convergence is not None:
+        return time_to_accuracy(convergence, profile, workers, bandwidth, costs, bucketing,
+                                latency_s, efficiency, contention, task, target, methods)
     profile = load_profile(profile)
-    network = Network(workers, bandwidth, latency_s, efficiency)
+    if topology is None:
+        networks = {None: Network(workers, bandwidth, latency_s, efficiency)}
+    else:
+        networks = {a: network_on(topology, a, latency_s, efficiency, workers, bandwidth)
+                    for a in (algorithms or ALGORITHMS)}
     fitted = as_costs(costs)
     chosen = list(names() if methods is None else methods)
     if not any(m == "none" or getattr(m, "name", None) == "none" for m in chosen):
         chosen.insert(0, "none")
-    base = predict(profile, network, "none", bucketing, contention).t_iter_s
+    base = predict(profile, next(iter(networks.values())) if topology is None else
+                   network_on(topology, "ring", latency_s, efficiency, workers, bandwidth),
+                   "none", bucketing, contention).t_iter_s
     rows = []
-    for m in chosen:
+    for (algorithm, network), m in ((n, m) for n in networks.items() for m in chosen):
         method = resolve(m, fitted)
         origin = ("given" if isinstance(m, (MethodCost, int, float)) else
                   "none" if m == "none" else "fitted" if m in fitted else "assumed")
@@ -51,7 +72,8 @@ def advise(profile, workers: int, bandwidth, methods=None, costs=None,
                      "t_iter_s": pred.t_iter_s, "sf": pred.sf, "speedup": pred.speedup,
                      "compression": pred.compression, "exposed_comm_s": pred.exposed_comm_s,
                      "codec_s": codec, "costs": origin, "bucketing": pred.bucketing,
-                     "workers": pred.workers, "bandwidth_bps": pred.bandwidth_bps})
+                     "workers": pred.workers, "bandwidth_bps": pred.bandwidth_bps,
+                     **({} if algorithm is None else {"algorithm": algorithm})})
     table = pd.DataFrame(rows).sort_values("t_iter_s", kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
@@ -59,9 +81,16 @@ def advise(profile, workers: int, bandwidth, methods=None, costs=None,
 
 def verdict(table: pd.DataFrame, worth: float = WORTH) -> str:
     """A plain answer from an `advise` table: is compression worth it, and by how much."""
+    if "time_to_target_s" in table.columns:
+        return tta_verdict(table)
     none = table[table["method"] == "none"].iloc[0]
     best = table.iloc[0]
     system = f"uncompressed {'DDP' if none['bucketing'] == 'ddp' else 'Horovod'}"
+    if "algorithm" in table.columns:
+        system += f" with {none['algorithm']} all-reduce"
+        if best["method"] != "none":
+            best = best.copy()
+            best["method"] = f"{best['method']} with {best['algorithm']} all-reduce"
     if best["method"] == "none":
         runner = table.iloc[1] if len(table) > 1 else None
         tail = "" if runner is None else (
@@ -74,6 +103,7 @@ def verdict(table: pd.DataFrame, worth: float = WORTH) -> str:
                 f"{best['method']}, would save {saving:.1%} of the iteration time.")
     ratio = "" if not math.isfinite(best["compression"]) else \
         f", {best['compression']:.3g}x less traffic"
-    return (f"Yes: {best['method']} is {best['speedup']:.2f}x faster than {system} (SF "
+    return (f"Yes: {best['method']} is {none['t_iter_s'] / best['t_iter_s']:.2f}x faster "
+            f"than {system} (SF "
             f"{none['sf']:.2f} -> {best['sf']:.2f}{ratio}). Time per iteration only; "
             f"convergence is not modelled.")

@@ -13,8 +13,15 @@ with the payload the performance model uses:
 * time_s, time_spread_s; algbw_GBps = size_bytes / time_s / 1e9;
 * busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather, 1 for
   broadcast (from rank 0);
+* collective ``forest`` (not by default): the forest all-reduce (`comm.forest`) of a forest
+  packed for equal links between all workers (local workers have no slower pairs), with
+  `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
+  time against ``allreduce`` is the executor's overhead, not a topology's speedup;
 * collective, count (float32 elements per worker), dtype, repeats, warmup, device and the
   environment columns (world_size, backend, ...).
+
+The block-sparse all-reduce's density sweep (`gradcomp bench collective --blocksparse`) is in
+`bench_blocksparse`.
 
 Spawned: `bench_collective(world_size=2)`. Under torchrun:
 ``torchrun --nproc-per-node 2 -m gradcomp.evaluation.bench_collective --out coll.csv``.
@@ -27,21 +34,25 @@ import sys
 import tempfile
 from functools import partial
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from ..comm.forest import forest_all_reduce
+from ..comm.forest_packing import pack_forest
 from ..compressors.base import check_int
-from .env import barrier, check_backend, environment, init_from_env, local_device, spawn
+from .env import check_backend, environment, init_from_env, local_device, spawn
 from .fit import fit_collectives, summary
 from .network import COLLECTIVES
 from .store import ResultTable, as_table
-from .timing import Clock
+from .timing import slowest_rank_seconds
 
 KEY_COLUMNS = ("collective", "nbytes", "world_size", "backend", "device_name")
 BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p,
-              "broadcast": lambda p: 1.0}
+              "broadcast": lambda p: 1.0, "forest": lambda p: 2 * (p - 1) / p}
+MEASURED = COLLECTIVES + ("forest",)
 
 
 def default_sizes() -> list[int]:
@@ -66,28 +77,34 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
     count = nbytes // 4
     x = torch.zeros(count, device=device)
     out = torch.empty(count * p, device=device) if collective == "allgather" else None
-    op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
-          "broadcast": partial(dist.broadcast, x, 0)}[collective]
-    clock, times = Clock(device), []
-    for i in range(warmup + repeats):
-        barrier(device)
-        clock.sync()
-        start = clock.mark()
-        op()
-        end = clock.mark()
-        clock.sync()
-        if i >= warmup:
-            times.append(clock.seconds(start, end))
-    slowest = torch.tensor(times, dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    time_s = slowest.median().item()
+    extra = {}
+    if collective == "forest":
+        forest = pack_forest(np.ones((p, p)))
+        op = partial(forest_all_reduce, x, forest)
+        extra["matches_allreduce"] = _forest_matches(forest, count, device)
+    else:
+        op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
+              "broadcast": partial(dist.broadcast, x, 0)}[collective]
+    time_s, spread, _ = slowest_rank_seconds(op, device, repeats, warmup)
     size = nbytes * p if collective == "allgather" else nbytes
     algbw = size / time_s / 1e9
     return {"collective": collective, "nbytes": nbytes, "size_bytes": size, "count": count,
             "dtype": "float32", "time_s": time_s,
-            "time_spread_s": (slowest.max() - slowest.min()).item(), "algbw_GBps": algbw,
+            "time_spread_s": spread, "algbw_GBps": algbw,
             "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
-            "warmup": warmup, "device": device.type}
+            "warmup": warmup, "device": device.type, **extra}
+
+
+def _forest_matches(forest, count: int, device) -> bool:
+    """Whether the forest all-reduce of random integers equals dist.all_reduce on every rank."""
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    x = torch.randint(-1000, 1000, (count,), generator=gen).float().to(device)
+    expected = x.clone()
+    dist.all_reduce(expected)
+    same = torch.tensor(float(torch.equal(forest_all_reduce(x, forest), expected)),
+                        device=device)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    return bool(same.item())
 
 
 def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str,
@@ -104,9 +121,9 @@ def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str
 
 def _cases(collectives, sizes) -> list[tuple[str, int]]:
     for c in collectives:
-        if c not in COLLECTIVES:
+        if c not in MEASURED:
             raise ValueError(f"collective {c!r} is not allowed: choose among "
-                             f"{', '.join(map(repr, COLLECTIVES))}")
+                             f"{', '.join(map(repr, MEASURED))}")
     if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 4 or n % 4
                         for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give payload bytes per worker, "
@@ -145,8 +162,8 @@ def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None
 
 def collective_fit(table: pd.DataFrame) -> pd.DataFrame:
     """Per collective: alpha_s, beta_s_per_byte, bandwidth_bps (bits/s), r2, n, rmse of the
-    alpha-beta fit (`fit.fit_collectives`) to a collective-bench table."""
-    return summary(fit_collectives(table))
+    alpha-beta fit (`fit.fit_collectives`) to a collective-bench table (forest rows left out)."""
+    return summary(fit_collectives(table[table["collective"].isin(COLLECTIVES)]))
 
 
 def main(argv=None) -> int:
@@ -157,11 +174,17 @@ def main(argv=None) -> int:
     args.add_argument("--quick", action="store_true", help="sizes up to 4 MiB")
     args.add_argument("--repeats", type=int, default=10)
     args.add_argument("--warmup", type=int, default=3)
+    args.add_argument("--sizes", default=None,
+                      help="comma-separated payload bytes per worker (default: the sweep)")
+    args.add_argument("--collectives", default=",".join(COLLECTIVES),
+                      help=f"comma-separated, of {', '.join(COLLECTIVES)}")
     a = args.parse_args(argv)
     backend = init_from_env(a.backend)
     try:
         table = ResultTable(a.out, KEY_COLUMNS)
-        cases = _cases(COLLECTIVES, quick_sizes() if a.quick else default_sizes())
+        sizes = [int(n) for n in a.sizes.split(",")] if a.sizes else \
+            quick_sizes() if a.quick else default_sizes()
+        cases = _cases(a.collectives.split(","), sizes)
         device_name = environment(device=local_device(backend))["device_name"]
         p = dist.get_world_size()
         keys = {_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}
@@ -171,7 +194,7 @@ def main(argv=None) -> int:
             todo = [[case for key, case in keys.items() if key not in done]]
         dist.broadcast_object_list(todo, src=0)
         run_cases(todo[0], a.repeats, a.warmup, table, backend, progress=True)
-        if dist.get_rank() == 0:
+        if dist.get_rank() == 0 and len(set(sizes)) > 1:  # a fit needs two sizes
             print(collective_fit(table.frame(keys=set(keys))).to_string(index=False))
     finally:
         dist.destroy_process_group()

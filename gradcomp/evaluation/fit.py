@@ -130,11 +130,18 @@ def fit_collectives(table: pd.DataFrame) -> dict[str, Fit]:
 
 def network_from_fit(fits: dict[str, Fit], workers: int, bandwidth_bps) -> Network:
     """A Network whose per-collective latency is the fitted alpha and whose per-collective
-    efficiency is the fitted bandwidth / the nominal `bandwidth_bps`."""
+    efficiency is the fitted bandwidth / the nominal `bandwidth_bps`. Where a sweep did not
+    resolve a bandwidth (fitted slope 0: its payloads were too small to leave the latency's
+    noise), the nominal bandwidth is taken (efficiency 1)."""
     nominal = Network(workers, bandwidth_bps).bandwidth_bps
+
+    def efficiency(fit: Fit) -> float:
+        rate = fit.params["bandwidth_bps"]
+        return rate / nominal if math.isfinite(rate) else 1.0
+
     return Network(workers, nominal,
                    {c: max(f.params["alpha_s"], 0.0) for c, f in fits.items()},
-                   {c: f.params["bandwidth_bps"] / nominal for c, f in fits.items()})
+                   {c: efficiency(f) for c, f in fits.items()})
 
 
 def fit_runs(runs: pd.DataFrame, profile, methods: dict | None = None, bucketing="ddp",

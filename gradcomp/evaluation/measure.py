@@ -3,7 +3,8 @@
 Per repeat: forward (including the loss), backward with the time each parameter's gradient is
 accumulated (`register_post_accumulate_grad_hook`; on CUDA a timed event recorded in the hook,
 so asynchronous kernels are counted where they run), and one SGD step (momentum 0.9) on
-clones of the parameters and gradients, so the model's weights are not changed. Warm-up
+clones of the parameters and gradients, so the model's weights are not changed (clones and
+optimizer persist across repeats, so the timed steps update momentum buffers). Warm-up
 iterations first; the device is synchronised around every timed phase; each time is the
 median over the repeats. Gradients are listed in the order they become ready (median ready
 time); parameters that receive no gradient are left out. The model's ``.grad`` are cleared.
@@ -55,6 +56,7 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
         lambda p, i=i: marks.__setitem__(i, clock.mark())) for i, p in enumerate(params)]
     times = {"forward": [], "backward": [], "optimizer": []}
     ready: dict[int, list[float]] = {}
+    optimizer = None
     try:
         for step in range(warmup + repeats):
             for p in params:
@@ -66,10 +68,11 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
             t1 = clock.mark()
             loss.backward()
             t2 = clock.mark()
-            shadow = [p.detach().clone() for p in params if p.grad is not None]
+            if optimizer is None:  # one optimizer over clones, so momentum is steady state
+                shadow = [p.detach().clone() for p in params if p.grad is not None]
+                optimizer = torch.optim.SGD(shadow, lr=0.01, momentum=0.9)
             for s, p in zip(shadow, [p for p in params if p.grad is not None]):
                 s.grad = p.grad.detach().clone()
-            optimizer = torch.optim.SGD(shadow, lr=0.01, momentum=0.9)
             clock.sync()
             t3 = clock.mark()
             optimizer.step()

@@ -2,8 +2,11 @@
 how the payloads aggregate, and its encode / decode time.
 
 Aggregations: ``allreduce`` (one ring all-reduce of the payload), ``allgather`` (one
-all-gather; decode once per received payload, i.e. p times) and ``powersgd`` (two sequential
-all-reduces: the uncompressed pieces with P, then Q). Encode and decode cost ``a + b*n``
+all-gather; decode once per received payload, i.e. p times), ``powersgd`` (two sequential
+all-reduces: the uncompressed pieces with P, then Q) and ``blocksparse`` (the decoded, mostly
+zero gradient through the block-sparse all-reduce; `BlockSparsity` says how many blocks are
+non-zero; method names ``topk+blocksparse``, ``threshold+blocksparse``,
+``randomk+blocksparse``). Encode and decode cost ``a + b*n``
 seconds for n elements per application; a method applies once per bucket, or once per
 parameter when `per_parameter` (PowerSGD compresses each matrix).
 
@@ -26,10 +29,13 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..comm import blocksparse
+from ..comm.state import BLOCK_SPARSE_METHODS
 from ..compressors import compressor
 from .architectures import Shape
 
-AGGREGATIONS = ("allreduce", "allgather", "powersgd")
+AGGREGATIONS = ("allreduce", "allgather", "powersgd", "blocksparse")
+BLOCK_SPARSE_SUFFIX = "+blocksparse"
 DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
 LAUNCH_S = 20e-6
 MEMORY_BPS = 800e9
@@ -37,6 +43,49 @@ PASSES = {"fp16": (1, 1), "bf16": (1, 1), "topk": (3, 1), "threshold": (2, 1),
           "randomk": (3, 1), "powersgd": (4, 3)}
 DEFAULT_PASSES = (2, 1)
 EF_PASSES = 3
+
+
+@dataclass(frozen=True)
+class BlockSparsity:
+    """How a gradient falls into the blocks of the block-sparse all-reduce.
+
+    ratio: fraction of elements each worker keeps, at independent uniform positions, so a
+        block of b elements is non-zero with probability ``1 - (1 - ratio)^b`` (top-k's
+        elements scatter: at ratio 0.01 and b = 256, 92% of blocks are non-zero);
+    density: a measured fraction of non-zero blocks per worker instead;
+    union_density: a measured fraction of blocks non-zero on some worker; else
+        ``1 - (1 - density)^p`` for independent workers, or `density` when all workers keep
+        the same positions (`shared_positions`: random-k's shared seed).
+    """
+
+    block_size: int = blocksparse.DEFAULT_BLOCK_SIZE
+    ratio: float = 1.0
+    density: float | None = None
+    union_density: float | None = None
+    shared_positions: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) \
+                or self.block_size < 1:
+            raise ValueError(f"block_size={self.block_size!r} is not allowed: it must be an "
+                             "integer >= 1")
+        for option in ("ratio", "density", "union_density"):
+            value = getattr(self, option)
+            if value is not None and not (isinstance(value, (int, float))
+                                          and 0 <= value <= 1):
+                raise ValueError(f"{option}={value!r} is not allowed: it must be a fraction "
+                                 "in [0, 1]")
+
+    def worker_density(self) -> float:
+        if self.density is not None:
+            return float(self.density)
+        return 1.0 - (1.0 - self.ratio) ** self.block_size
+
+    def union(self, workers: int) -> float:
+        if self.union_density is not None:
+            return float(self.union_density)
+        d = self.worker_density()
+        return d if self.shared_positions else blocksparse.union_density(d, workers)
 
 
 @dataclass(frozen=True)
@@ -52,11 +101,15 @@ class MethodCost:
     encode: tuple[float, float] = (0.0, 0.0)
     decode: tuple[float, float] = (0.0, 0.0)
     per_parameter: bool = False
+    blocks: BlockSparsity | None = None
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation={self.aggregation!r} is not allowed: choose one of "
                              f"{', '.join(map(repr, AGGREGATIONS))}")
+        if (self.aggregation == "blocksparse") != (self.blocks is not None):
+            raise ValueError("blocks: give a BlockSparsity exactly when aggregation is "
+                             "'blocksparse'")
         for option in ("encode", "decode"):
             a, b = getattr(self, option)
             if not (math.isfinite(a) and math.isfinite(b)):
@@ -123,6 +176,18 @@ class MethodCost:
         return cls(label, comp.aggregation, wire, encode, decode, split)
 
 
+    @classmethod
+    def block_sparse(cls, blocks: BlockSparsity, encode=(0.0, 0.0), decode=(0.0, 0.0),
+                     name: str = "blocksparse") -> "MethodCost":
+        """The block-sparse all-reduce of the gradient as it is (e.g. with measured block
+        densities), or of a sparsifier's decoded output (`resolve("topk+blocksparse")`).
+        `wire` gives the upstream bytes of one worker (the timeline adds the union's)."""
+        def wire(shapes, dtype_bytes):
+            return (sum(math.prod(s) for s in shapes) * dtype_bytes * blocks.worker_density(),)
+
+        return cls(name, "blocksparse", wire, encode, decode, blocks=blocks)
+
+
 def _label(name: str, options: dict) -> str:
     return f"{name}({', '.join(f'{k}={v}' for k, v in options.items())})" if options else name
 
@@ -164,8 +229,31 @@ def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     if not isinstance(method, str):
         raise TypeError(f"method={method!r}: give a gradcomp method name, a compression ratio "
                         "or a MethodCost")
+    if method.endswith(BLOCK_SPARSE_SUFFIX):
+        return _block_sparse_method(method, costs, **options)
     comp = compressor(method, **options)
     built = MethodCost.from_compressor(comp, name=_label(method, options))
     if costs and method in costs:
         return built.with_costs(*costs[method])
     return assumed_costs(built, error_feedback=hasattr(comp, "inner"))
+
+
+def _block_sparse_method(method: str, costs: dict | None,
+                         block_size: int = blocksparse.DEFAULT_BLOCK_SIZE,
+                         **options) -> MethodCost:
+    """``<sparsifier>+blocksparse``: the sparsifier's encode plus decoding its own payload to a
+    dense buffer, then the block-sparse all-reduce; decode writes the result back (the
+    sparsifier's decode cost)."""
+    base = method[: -len(BLOCK_SPARSE_SUFFIX)]
+    if base not in BLOCK_SPARSE_METHODS:
+        allowed = ", ".join(m + BLOCK_SPARSE_SUFFIX for m in BLOCK_SPARSE_METHODS)
+        raise ValueError(f"method={method!r} is not allowed: the block-sparse communicator "
+                         f"takes {allowed}")
+    inner = resolve(base, costs, **options)
+    comp = compressor(base, **options)
+    inner_comp = getattr(comp, "inner", comp)
+    blocks = BlockSparsity(block_size, inner_comp.ratio,
+                           shared_positions=inner_comp.shared_randomness)
+    encode = (inner.encode[0] + inner.decode[0], inner.encode[1] + inner.decode[1])
+    return MethodCost.block_sparse(blocks, encode, inner.decode,
+                                   name=_label(method, options))

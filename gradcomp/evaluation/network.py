@@ -7,7 +7,16 @@ With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 byte
   one element-wise add of n-byte vectors (the reduce-scatter's reductions): ``n /
   reduce_bytes_per_s`` when that is set, else the profile's vec-add table, else free;
 * ring all-gather: ``(p-1) alpha + (p-1) * S/B``;
-* pipelined (ring) broadcast: ``(p-1) alpha + S/B``.
+* pipelined (ring) broadcast: ``(p-1) alpha + S/B``;
+* block-sparse all-reduce (`block_sparse_cost`): bitmaps, then upstream non-zero blocks per
+  worker and the downstream union, with the all-gather's alpha and B
+  (`gradcomp.comm.blocksparse`).
+
+With a `topology` (`topology.Topology`: a matrix of link bandwidths), all-reduce costs what
+its simulator gives for `algorithm` (ring, tree, ps, forest), all-gather and broadcast what a
+ring in rank order costs on it (`Topology.ring_time`), at the latency and efficiency here
+(reductions not priced); `bandwidth_bps` is then the algorithm's bus bandwidth
+(`topology.network_on`).
 
 p = 1 and empty payloads cost 0. `latency_s` and `efficiency` are one number or a mapping
 collective -> value (missing collectives: latency 0, efficiency 1), as
@@ -19,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from ..comm import blocksparse
 from .units import parse_rate
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast")
@@ -40,6 +50,8 @@ class Network:
     latency_s: float | Mapping[str, float] = 0.0
     efficiency: float | Mapping[str, float] = 1.0
     reduce_bytes_per_s: float | None = None
+    topology: object | None = None
+    algorithm: str = "ring"
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
@@ -61,6 +73,13 @@ class Network:
         if self.reduce_bytes_per_s is not None and not self.reduce_bytes_per_s > 0:
             raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
                              "it must be > 0 (or None)")
+        if self.topology is not None:
+            from .topology import ALGORITHMS
+
+            _check_choice(self.algorithm, "algorithm", ALGORITHMS)
+            if self.topology.workers != self.workers:
+                raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "
+                                 f"{self.topology.workers} workers")
 
     def alpha(self, collective: str) -> float:
         lat = self.latency_s
@@ -81,6 +100,11 @@ class Network:
         if p == 1 or nbytes <= 0:
             return 0.0
         alpha, bw = self.alpha(collective), self.bytes_per_s(collective)
+        if self.topology is not None:
+            eff = bw * 8 / self.bandwidth_bps
+            if collective == "allreduce":
+                return self.topology.allreduce_time(self.algorithm, nbytes, alpha, eff)
+            return self.topology.ring_time(collective, nbytes, alpha, eff)
         if collective == "allgather":
             return (p - 1) * alpha + (p - 1) * nbytes / bw
         if collective == "broadcast":
@@ -92,3 +116,30 @@ class Network:
         elif add_time is not None:
             add = add_time(chunk) or 0.0
         return 2 * (p - 1) * alpha + 2 * (p - 1) * chunk / bw + (p - 1) * add
+
+    def block_sparse_cost(self, numel: int, element_bytes: int, block_size: int,
+                          density: float, union_density: float,
+                          add_time: Callable[[float], float | None] | None = None
+                          ) -> tuple[float, float]:
+        """(seconds, bytes one worker sends) of a block-sparse all-reduce of `numel`
+        elements with a fraction `density` of non-zero blocks per worker and `union_density`
+        non-zero on some worker: bitmaps, then the sparse rounds (an owner adds the p-1
+        others' blocks of its shard, priced like `cost`'s reductions), or the dense
+        all-reduce where that is faster, as the implementation decides."""
+        p = self.workers
+        if p == 1 or numel <= 0:
+            return 0.0, 0.0
+        alpha, bw = self.alpha("allgather"), self.bytes_per_s("allgather")
+        nbytes = numel * element_bytes
+        traffic = blocksparse.expected_traffic(p, numel, element_bytes, block_size, density,
+                                               union_density)
+        first = blocksparse.sparse_seconds(p, blocksparse.Traffic(traffic.bitmap_bytes, 0, 0),
+                                           alpha, bw)
+        sparse = blocksparse.sparse_seconds(p, traffic, alpha, bw, bitmaps=False)
+        if sparse < blocksparse.dense_seconds(p, nbytes, alpha, bw):
+            chunk = density * nbytes / p
+            add = (chunk / self.reduce_bytes_per_s if self.reduce_bytes_per_s is not None
+                   else (add_time(chunk) or 0.0) if add_time is not None else 0.0)
+            return (first + sparse + (p - 1) * add,
+                    traffic.bitmap_bytes + traffic.exchange_bytes + traffic.shard_bytes)
+        return first + self.cost("allreduce", nbytes, add_time), traffic.bitmap_bytes + nbytes

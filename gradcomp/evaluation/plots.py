@@ -7,6 +7,9 @@ Drawn on Agg canvases in seaborn's style, without pyplot or changing global matp
 * `collective_times`: measured collective time vs payload, with the fitted alpha-beta cost;
 * `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method;
 * `predicted_vs_measured`: the model's iteration time against the measured one, per method.
+* `validation_sweep`: measured and predicted iteration time vs link rate (`validate`).
+* `block_sparse_sweep`: block-sparse all-reduce time vs block density, measured and predicted.
+* `allreduce_times`: simulated all-reduce time per algorithm on each topology (`topology`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from .network import Network
 from .store import write_atomic
@@ -197,4 +201,112 @@ def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
     ax.legend(loc="lower right")
     ax.set_title(title or "Training iteration time: measured vs predicted by the model "
                           "(label: relative error)", fontsize="medium")
+    return _save(fig, path)
+
+
+@_styled
+def validation_sweep(table: pd.DataFrame, path, size=(12, 5.5), title=None):
+    """`validate` rows (rate_bps, method, measured, predicted; seconds): iteration time vs
+    link rate per method, measured as points, predicted as lines (left); predicted against
+    measured with the +-10% band (right)."""
+    methods = list(dict.fromkeys(table["method"]))
+    styles = _styles(methods)
+    fig, axes = _figure(size, 2)
+    left, right = axes[0]
+    for method in methods:
+        rows = table[table["method"] == method].sort_values("rate_bps")
+        style = styles[method]
+        left.plot(rows["rate_bps"] / 1e9, rows["predicted"] * 1e3, color=style["color"],
+                  linestyle=style["linestyle"], label=method)
+        left.plot(rows["rate_bps"] / 1e9, rows["measured"] * 1e3, color=style["color"],
+                  marker=style["marker"], linestyle="none")
+        right.plot(rows["measured"] * 1e3, rows["predicted"] * 1e3, color=style["color"],
+                   marker=style["marker"], linestyle="none")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    lo = float(np.nanmin(table[["measured", "predicted"]].to_numpy())) * 1e3 * 0.8
+    hi = float(np.nanmax(table[["measured", "predicted"]].to_numpy())) * 1e3 * 1.25
+    ms = [t for t in (10, 20, 50, 100, 200, 300, 500, 1000, 2000, 5000, 10000, 20000)
+          if lo <= t <= hi]
+    rates = sorted(set(table["rate_bps"] / 1e9))
+    for axis, ticks in ((left.xaxis, rates), (left.yaxis, ms), (right.xaxis, ms),
+                        (right.yaxis, ms)):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    left.set_xlabel("link rate per worker (Gbit/s)")
+    left.set_ylabel("iteration time (ms)")
+    diagonal = np.array([lo, hi])
+    right.plot(diagonal, diagonal, color="black", linewidth=1)
+    right.fill_between(diagonal, diagonal * 0.9, diagonal * 1.1, color="grey", alpha=0.2,
+                       label="+-10%")
+    right.set_xlim(lo, hi)
+    right.set_ylim(lo, hi)
+    right.set_xlabel("measured iteration time (ms)")
+    right.set_ylabel("predicted iteration time (ms)")
+    right.legend(loc="upper left", fontsize="small")
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    fig.suptitle(title or "Measured (points) and predicted (lines) iteration time vs rate")
+    return _save(fig, path)
+
+
+@_styled
+def block_sparse_sweep(table: pd.DataFrame, path, size=(9, 5.5), title=None):
+    """A `bench_blocksparse` table: block-sparse all-reduce time vs the fraction of non-zero
+    blocks per worker (log-log), measured (points, bars: spread) and predicted (line), with
+    the dense all-reduce's measured (dashed) and predicted (dotted) time."""
+    fig, axes = _figure(size)
+    ax = axes[0, 0]
+    colors = sns.color_palette("deep", 2)
+    sparse = table[table["mode"] == "sparse"].sort_values("density")
+    ax.errorbar(sparse["density"], sparse["time_s"] * 1e3, yerr=sparse["time_spread_s"] * 1e3 / 2,
+                marker="o", linestyle="none", color=colors[0], capsize=3,
+                label="block-sparse, measured")
+    ax.plot(sparse["density"], sparse["predicted_s"] * 1e3, color=colors[0],
+            label="block-sparse, predicted")
+    for _, row in table[table["mode"] == "dense"].iterrows():
+        ax.axhline(row["time_s"] * 1e3, color=colors[1], linestyle="--",
+                   label="dense all-reduce, measured")
+        ax.axhline(row["predicted_s"] * 1e3, color=colors[1], linestyle=":",
+                   label="dense all-reduce, predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("non-zero blocks per worker (fraction)")
+    ax.set_ylabel("time (ms)")
+    ax.legend(fontsize="small")
+    first = table.iloc[0]
+    ax.set_title(title or f"Block-sparse all-reduce of {first['nbytes'] / 2**20:.0f} MiB, "
+                 f"{first['world_size']} workers ({first['backend']}), blocks of "
+                 f"{first['block_size']}", fontsize="medium")
+    return _save(fig, path)
+
+
+@_styled
+def allreduce_times(table: pd.DataFrame, path, size=(11, 5.5), title=None):
+    """Grouped bars: all-reduce time (log) by ring, tree, parameter server and forest on each
+    topology, from `topology.compare` rows; the forest's rate / cut bound written above."""
+    algorithms = [c[:-2] for c in table.columns
+                  if c.endswith("_s") and c[:-2] in ("ring", "tree", "ps", "forest")]
+    fig, axes = _figure(size)
+    ax = axes[0, 0]
+    x = np.arange(len(table))
+    width = 0.8 / len(algorithms)
+    colors = sns.color_palette("deep", len(algorithms))
+    for i, algorithm in enumerate(algorithms):
+        ax.bar(x + (i - (len(algorithms) - 1) / 2) * width, table[f"{algorithm}_s"] * 1e3,
+               width, label=algorithm, color=colors[i])
+    if "forest_vs_cut" in table:
+        top = table[[f"{a}_s" for a in algorithms]].max(axis=1) * 1e3
+        for xi, t, share in zip(x, top, table["forest_vs_cut"]):
+            ax.annotate(f"forest {share:.1%}\nof cut bound", (xi, t), xytext=(0, 4),
+                        textcoords="offset points", ha="center", fontsize="x-small")
+    ax.set_yscale("log")
+    ax.margins(y=0.15)
+    ax.set_xticks(x, table["topology"])
+    ax.set_ylabel("all-reduce time (ms)")
+    ax.legend(title="algorithm", fontsize="small")
+    first = table.iloc[0]
+    ax.set_title(title or f"Simulated all-reduce of {first['nbytes'] / 1e6:g} MB per worker, "
+                          f"{first['workers']} workers", fontsize="medium")
     return _save(fig, path)

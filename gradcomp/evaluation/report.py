@@ -4,9 +4,10 @@ model, ask it about the chosen profile / workers / bandwidth, draw the figures a
 
 Inputs (any may be missing; its sections then say so): ``compress.csv`` (`bench_compress`),
 ``collective.csv`` (`bench_collective`), ``train.csv`` and ``train_profile.json``
-(`bench_train`). Outputs: ``advise.csv``, ``speedup_sweep.csv``, ``scaling_sweep.csv``,
-``codec_fits.csv``, ``collective_fits.csv``, ``train_validation.csv``, the PNGs of `plots`,
-and ``report.md``.
+(`bench_train`), ``converge.csv`` and its curve table (`converge`). Outputs: ``advise.csv``,
+``speedup_sweep.csv``, ``scaling_sweep.csv``, ``codec_fits.csv``, ``collective_fits.csv``,
+``train_validation.csv``, ``time_to_accuracy.csv``, the PNGs of `plots` and
+`converge_plots`, and ``report.md``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .. import names
 from . import plots
 from .advise import advise, verdict
 from .bucketing import DDP
+from .converge_report import convergence_section
 from .env import environment
 from .fit import codec_costs, fit_codec, fit_collectives, network_from_fit, summary, validate
 from .methods import resolve
@@ -60,7 +62,10 @@ def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
     for row in train.itertuples():
         name = "none" if row.method == "ddp" else row.method
         network = network_from_fit(fits, int(row.world_size), nominal)
-        pred = predict(profile, network, resolve(name, costs), DDP(float(row.bucket_cap_mb)),
+        # bench_train passes bucket_cap_mb to DDP, and torch then gives the first bucket
+        # the same cap (the 1 MiB first bucket is for the default cap only).
+        cap = float(row.bucket_cap_mb)
+        pred = predict(profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
                        baseline_s=math.nan)
         predicted.append(pred.t_iter_s)
         origin.append("fitted" if name in costs else "assumed")
@@ -255,5 +260,6 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     lines += _codec(out, compress, codec_fits)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, costs)
+    lines += convergence_section(out, profile, workers, bandwidth, bucketing, costs)
     lines += _environment(tables)
     return write_atomic(out / "report.md", "\n".join(lines))

@@ -1,5 +1,6 @@
-"""The main job (`gradcomp run`): measure codecs, collectives and training on this machine,
-fit the performance model, ask it about a profile, and write the figures and ``report.md``.
+"""The main job (`gradcomp run`): measure codecs, collectives, training and convergence on
+this machine, fit the performance model, ask it about a profile, and write the figures and
+``report.md``.
 
 Everything goes into one results folder (default ``results/<local time>``): the measurement
 tables are appended row by row as measured, so a run interrupted at any point resumes when
@@ -14,6 +15,7 @@ from pathlib import Path
 from .bench_collective import bench_collective
 from .bench_compress import bench_compress
 from .bench_train import bench_train
+from .converge import CONVERGE, FULL, QUICK, bench_converge
 from .network import Network
 from .profiles import load_profile
 from .report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, write_report
@@ -55,18 +57,25 @@ def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
     out.mkdir(parents=True, exist_ok=True)
     _say(progress, f"results in {out}")
     methods = None if methods is None else list(methods)
-    _say(progress, "1/4 encode/decode cost of each method")
+    _say(progress, "1/5 encode/decode cost of each method")
     bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
                    out=out / COMPRESS, progress=progress)
-    _say(progress, f"2/4 collectives across {LOCAL_WORKERS} local workers")
+    _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
                      repeats=plan["collective_repeats"], warmup=plan["collective_warmup"],
                      out=out / COLLECTIVE, progress=progress)
-    _say(progress, f"3/4 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
+    _say(progress, f"3/5 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
     bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
                 iterations=plan["iterations"], out=out / TRAIN,
                 profile_out=out / TRAIN_PROFILE, progress=progress)
-    _say(progress, "4/4 fits, what-if, advice, figures and report")
+    converge = QUICK if quick else FULL
+    _say(progress, f"4/5 convergence to the target on the built-in task, with and without "
+                   f"error feedback ({converge['seeds']} seed(s), <= {converge['max_iters']} "
+                   "iterations)")
+    bench_converge(methods, seeds=converge["seeds"], max_iters=converge["max_iters"],
+                   eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
+                   out=out / CONVERGE, progress=progress)
+    _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
     report = write_report(out, profile, workers, bandwidth)
     _say(progress, f"report: {report}")
     return out

@@ -7,6 +7,8 @@ stream (collectives):
 
 * all-reduce methods: encode -> all-reduce -> decode;
 * all-gather methods: encode -> all-gather -> decode of the p received payloads;
+* ``blocksparse``: encode (and decode of the own payload) -> block-sparse all-reduce ->
+  write back (`Network.block_sparse_cost`, blocks from the method's `BlockSparsity`);
 * ``powersgd``: half the encode (P = M Q) -> all-reduce of the plain pieces and P -> the other
   half (Q = M^T P) -> all-reduce of Q -> decode.
 
@@ -107,6 +109,12 @@ def _stages(method: MethodCost, network: Network, profile: Profile, shapes) -> l
     if method.aggregation == "allgather":
         chain = [("codec", enc), ("comm", network.cost("allgather", rounds[0])),
                  ("codec", network.workers * dec)]
+    elif method.aggregation == "blocksparse":
+        blocks = method.blocks
+        seconds, sent = network.block_sparse_cost(
+            sum(math.prod(s) for s in shapes), profile.dtype_bytes, blocks.block_size,
+            blocks.worker_density(), blocks.union(network.workers), profile.add_time)
+        return [("codec", enc), ("comm", seconds), ("codec", dec)], sent
     elif method.aggregation == "powersgd":
         chain = [("codec", enc / 2), ("comm", reduce(rounds[0])), ("codec", enc / 2),
                  ("comm", reduce(rounds[1])), ("codec", dec)]

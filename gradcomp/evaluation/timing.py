@@ -42,3 +42,29 @@ def median_seconds(fn, device: torch.device, repeats: int = 5, warmup: int = 1) 
         clock.sync()
         times.append(clock.seconds(start, end))
     return statistics.median(times), max(times) - min(times)
+
+
+def slowest_rank_seconds(fn, device: torch.device, repeats: int, warmup: int,
+                         reset=None) -> tuple[float, float, object]:
+    """For a collective `fn` called on every rank: median and spread of the slowest rank's
+    time over `repeats` calls after `warmup`, each started after `reset()` (if given) and a
+    barrier; and the last call's result."""
+    import torch.distributed as dist
+
+    from .env import barrier
+
+    clock, times, result = Clock(device), [], None
+    for i in range(warmup + repeats):
+        if reset is not None:
+            reset()
+        barrier(device)
+        clock.sync()
+        start = clock.mark()
+        result = fn()
+        end = clock.mark()
+        clock.sync()
+        if i >= warmup:
+            times.append(clock.seconds(start, end))
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.median().item(), (slowest.max() - slowest.min()).item(), result

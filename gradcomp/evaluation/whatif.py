@@ -19,6 +19,7 @@ from .methods import MethodCost, resolve
 from .network import Network
 from .profiles import load_profile
 from .timeline import Prediction, predict
+from .topology import network_on
 
 
 def default_bandwidths(points: int = 25) -> np.ndarray:
@@ -28,12 +29,16 @@ def default_bandwidths(points: int = 25) -> np.ndarray:
 
 def scenario(profile, workers: int, bandwidth, method="none", ratio: float | None = None,
            bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
-           contention: float = 1.0, aggregation: str = "allreduce") -> Prediction:
+           contention: float = 1.0, aggregation: str = "allreduce", topology=None,
+           algorithm: str = "ring") -> Prediction:
     """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
-    compression `ratio` sent by `aggregation` when given."""
+    compression `ratio` sent by `aggregation` when given. With a `topology` (see
+    `topology.network_on`, built for `workers` and `bandwidth`), all-reduces run
+    `algorithm` on it."""
     if ratio is not None:
         method = MethodCost.fixed_ratio(ratio, aggregation)
-    network = Network(workers, bandwidth, latency_s, efficiency)
+    network = Network(workers, bandwidth, latency_s, efficiency) if topology is None else \
+        network_on(topology, algorithm, latency_s, efficiency, workers, bandwidth)
     return predict(profile, network, method, bucketing, contention)
 
 
@@ -74,7 +79,8 @@ class Requirement:
 def required_compression(profile, workers: int, bandwidth, target_sf: float = 0.9,
                          bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
                          contention: float = 1.0, aggregation: str = "allreduce",
-                         max_ratio: float = 1e6, rtol: float = 1e-3) -> Requirement:
+                         max_ratio: float = 1e6, rtol: float = 1e-3, topology=None,
+                         algorithm: str = "ring") -> Requirement:
     """Bisection (on log ratio, to relative precision `rtol`) for the smallest bare
     compression ratio whose SF reaches `target_sf`; SF does not decrease with the ratio."""
     if not 0 < target_sf:
@@ -83,7 +89,7 @@ def required_compression(profile, workers: int, bandwidth, target_sf: float = 0.
     def sf(ratio):
         return scenario(profile, workers, bandwidth, ratio=ratio, bucketing=bucketing,
                       latency_s=latency_s, efficiency=efficiency, contention=contention,
-                      aggregation=aggregation).sf
+                      aggregation=aggregation, topology=topology, algorithm=algorithm).sf
 
     base = sf(1.0)
     if base >= target_sf:

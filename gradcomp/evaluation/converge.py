@@ -1,0 +1,317 @@
+"""The convergence benchmark: train a built-in task (`tasks`) with DDP across local workers, once
+per (method, options, error feedback, seed), until the test metric reaches the target or the
+iteration budget runs out, and record the curve, the iterations to target, the final quality
+and the bytes the hook sent.
+
+Training: the task's student MLP (the same initial weights on every rank, from the seed), SGD
+(default lr 0.04, momentum 0.9) with the same hyperparameters for every method, tuned for
+uncompressed training (signSGD's unit-size output makes that step large). Each rank draws its
+own minibatches of `batch_size` (default 64) from the training set (generator seeded by seed
+and rank). Every `eval_every`
+iterations rank 0 evaluates the test loss and accuracy; the ranks average their training loss
+over those iterations. A run stops at the target (`stop_at_target`), at the budget, or when
+the loss is no longer finite (diverged).
+
+Error feedback: every method runs without and with it (`error_feedback` column), except
+`none`, for which the residual is always zero (only without). PowerSGD keeps its own residuals
+(on by default); for it the column is its own `error_feedback` option.
+
+Sizes: `QUICK` (CI: one seed, 200 iterations) and `FULL` (the default: three seeds, 600).
+
+Tables (appended by rank 0 as measured):
+
+* summary (`out`, e.g. ``converge.csv``), one row per run: the key (task, metric, target,
+  method, options, error_feedback, seed, max_iters, eval_every, batch_size, lr, momentum,
+  world_size, backend, device_name), reached, iterations_to_target (NaN when not reached),
+  iterations_run, diverged, final_train_loss, final_test_loss, final_accuracy,
+  best_accuracy, params, bytes_original_per_iter, bytes_sent_per_iter (mean over the
+  compressed iterations, summed over buckets), bytes_sent_total, ratio, train_wall_s, and
+  the environment columns;
+* curve (``<stem>_curve<suffix>`` beside it), one row per evaluation: the key, iteration,
+  train_loss, test_loss, test_accuracy.
+
+A run is finished when its summary row is on disk: a rerun skips it. Curve rows of a run that
+was cut off are appended again when it reruns; `load_curves` keeps the last copy.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from .. import comm
+from ..compressors import compressor, names, option_names
+from ..compressors.base import check_int
+from .bench_compress import method_cases
+from .bench_train import HOOK_OPTIONS
+from .env import check_backend, environment, spawn
+from .store import ResultTable, as_table
+from .tasks import DEFAULT_TARGETS, check_task, load_task
+
+CONVERGE, CURVE = "converge.csv", "converge_curve.csv"
+METRICS = ("accuracy", "loss")
+KEY_COLUMNS = ("task", "metric", "target", "method", "options", "error_feedback", "seed",
+               "max_iters", "eval_every", "batch_size", "lr", "momentum", "world_size",
+               "backend", "device_name")
+CURVE_KEY = (*KEY_COLUMNS, "iteration")
+# The extra case of the default sweep: top-k at 0.1%, aggressive enough to need error feedback.
+AGGRESSIVE = ("topk", {"ratio": 0.001})
+QUICK = dict(max_iters=200, eval_every=10, seeds=1)
+FULL = dict(max_iters=600, eval_every=10, seeds=3)
+
+
+def curve_path(out) -> Path:
+    """Where the curve table of summary table `out` lives."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}_curve{out.suffix}")
+
+
+def default_cases() -> list[tuple[str, dict]]:
+    """Every registered method with its defaults, and top-k at 0.1% (`AGGRESSIVE`)."""
+    return [(name, {}) for name in names()] + [AGGRESSIVE]
+
+
+def variants(methods=None, error_feedback=(False, True)) -> list[tuple[str, dict, bool]]:
+    """(name, options, error_feedback) for each case of `methods` (None: `default_cases`;
+    else names and (name, options) pairs) and each error-feedback setting; `none` only
+    without."""
+    cases = default_cases() if methods is None else method_cases(methods)
+    settings = [_check_ef(e) for e in error_feedback]
+    if not settings:
+        raise ValueError("error_feedback=() is not allowed: give False, True or both")
+    return [(name, options, ef) for name, options in cases for ef in settings
+            if not (name == "none" and ef)]
+
+
+def _check_ef(value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"error_feedback={value!r} is not allowed: each setting must be "
+                         "True or False")
+    return value
+
+
+def options_text(name: str, options: dict, error_feedback: bool) -> str:
+    """The run's compressor and hook options as JSON (error feedback in its own column);
+    bad options raise here, before anything is spawned."""
+    hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
+    rest = {k: v for k, v in options.items() if k not in HOOK_OPTIONS}
+    try:
+        built = compressor(name, error_feedback=error_feedback, **rest)
+    except TypeError as exc:
+        raise ValueError(f"methods: {exc}") from None
+    shown = {k: v for k, v in built.options().items() if k != "error_feedback"}
+    return json.dumps({**shown, **hook}, sort_keys=True)
+
+
+def compressor_options(name: str, options: str | dict) -> dict:
+    """The options (JSON text or a dict) that `gradcomp.compressor(name)` accepts."""
+    options = json.loads(options) if isinstance(options, str) else dict(options)
+    return {k: v for k, v in options.items() if k in option_names(name)}
+
+
+def _number(value, option: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{option}={value!r} is not allowed: it must be a finite number")
+    return float(value)
+
+
+def make_spec(task: str = "teacher", target=None, metric: str = "accuracy",
+              max_iters: int = 600, eval_every: int = 10, batch_size: int = 64,
+              lr: float = 0.04, momentum: float = 0.9, stop_at_target: bool = True) -> dict:
+    """The checked settings of a sweep (see `bench_converge`)."""
+    check_task(task)
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, METRICS))}")
+    if target is None:
+        if metric != "accuracy":
+            raise ValueError("target=None is not allowed with metric='loss': give the test "
+                             "loss to reach")
+        target = DEFAULT_TARGETS[task]
+    target = _number(target, "target")
+    if metric == "accuracy" and not 0 < target <= 1:
+        raise ValueError(f"target={target!r} is not allowed: an accuracy target is in (0, 1]")
+    if metric == "loss" and not target > 0:
+        raise ValueError(f"target={target!r} is not allowed: a loss target is > 0")
+    check_int(max_iters, "max_iters", 2)
+    check_int(eval_every, "eval_every", 1)
+    check_int(batch_size, "batch_size", 1)
+    if not _number(lr, "lr") > 0:
+        raise ValueError(f"lr={lr!r} is not allowed: it must be > 0")
+    if not 0 <= _number(momentum, "momentum") < 1:
+        raise ValueError(f"momentum={momentum!r} is not allowed: it must be in [0, 1)")
+    if not isinstance(stop_at_target, bool):
+        raise ValueError(f"stop_at_target={stop_at_target!r} is not allowed: True or False")
+    return dict(task=task, metric=metric, target=target, max_iters=max_iters,
+                eval_every=eval_every, batch_size=batch_size, lr=float(lr),
+                momentum=float(momentum), stop_at_target=stop_at_target)
+
+
+def _check_seeds(seeds) -> list[int]:
+    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) \
+        else list(seeds)
+    if not seeds:
+        raise ValueError("seeds=[] is not allowed: give at least one seed (or a count >= 1)")
+    for s in seeds:
+        check_int(s, "seeds", 0)
+    return seeds
+
+
+def reached(metric: str, value: float, target: float) -> bool:
+    """Whether a test `value` of `metric` meets `target` (NaN never does)."""
+    return value >= target if metric == "accuracy" else value <= target
+
+
+def _evaluate(model, task, train_loss: float, device) -> tuple[float, float, float]:
+    """(train loss averaged over the ranks, test loss, test accuracy), the same on every
+    rank: rank 0 evaluates, one all-reduce shares it."""
+    stats = torch.tensor([train_loss, 0.0, 0.0], dtype=torch.float64, device=device)
+    if dist.get_rank() == 0:
+        with torch.no_grad():
+            logits = model(task.x_test)
+            stats[1] = F.cross_entropy(logits, task.y_test).item()
+            stats[2] = (logits.argmax(dim=1) == task.y_test).double().mean().item()
+    dist.all_reduce(stats)
+    return stats[0].item() / dist.get_world_size(), stats[1].item(), stats[2].item()
+
+
+def _bytes(state, iterations: int) -> dict:
+    rows = state.telemetry_rows()
+    compressed = [r for r in rows if r["iteration"] >= state.start_iter]
+    steps = max(1, iterations - state.start_iter)
+    sent = sum(r["bytes_sent"] for r in compressed) / steps
+    original = sum(r["bytes_original"] for r in compressed) / steps
+    return {"bytes_original_per_iter": original, "bytes_sent_per_iter": sent,
+            "bytes_sent_total": sum(r["bytes_sent"] for r in rows),
+            "ratio": original / sent if sent else math.nan}
+
+
+def _train(case, task, spec: dict, key: dict, curve: ResultTable, device) -> dict:
+    """One run on every rank; rank 0 appends its curve rows. Returns the summary fields."""
+    name, options, ef, seed = case
+    rank = dist.get_rank()
+    model = task.model(seed)
+    ddp = DistributedDataParallel(model)
+    state = comm.register(ddp, name, error_feedback=ef, **options)
+    opt = torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"])
+    gen = torch.Generator().manual_seed(seed * 1000 + rank + 1)
+    n = len(task.y_train)
+    at_target, diverged, window, count = math.nan, False, 0.0, 0
+    last = (math.nan, math.nan, math.nan)
+    best, start, iteration = math.nan, time.perf_counter(), 0
+    for iteration in range(1, spec["max_iters"] + 1):
+        idx = torch.randint(0, n, (spec["batch_size"],), generator=gen)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(ddp(task.x_train[idx]), task.y_train[idx])
+        loss.backward()
+        opt.step()
+        window, count = window + loss.item(), count + 1
+        if iteration % spec["eval_every"] and iteration != spec["max_iters"]:
+            continue
+        last = _evaluate(model, task, window / count, device)
+        window, count = 0.0, 0
+        if rank == 0:
+            curve.append({**key, "iteration": iteration, "train_loss": last[0],
+                          "test_loss": last[1], "test_accuracy": last[2]})
+        best = last[2] if math.isnan(best) else max(best, last[2])
+        value = last[2] if spec["metric"] == "accuracy" else last[1]
+        if math.isnan(at_target) and reached(spec["metric"], value, spec["target"]):
+            at_target = iteration
+            if spec["stop_at_target"]:
+                break
+        if not all(math.isfinite(v) for v in last[:2]):
+            diverged = True
+            break
+    wall = time.perf_counter() - start
+    return {"reached": not math.isnan(at_target), "iterations_to_target": at_target,
+            "iterations_run": iteration, "diverged": diverged, "final_train_loss": last[0],
+            "final_test_loss": last[1], "final_accuracy": last[2], "best_accuracy": best,
+            "params": sum(p.numel() for p in model.parameters()),
+            **_bytes(state, iteration), "train_wall_s": wall}
+
+
+def run_cases(todo, spec: dict, summary: ResultTable, curve: ResultTable, backend: str,
+              progress: bool = False) -> None:
+    """On every rank: train each (key, (name, options, error_feedback, seed)) of `todo`;
+    rank 0 appends the rows."""
+    device = torch.device("cpu")
+    task = load_task(spec["task"])
+    rank = dist.get_rank()
+    for key, case in tqdm(todo, desc="convergence", file=sys.stderr,
+                          disable=not progress or rank != 0):
+        row = _train(case, task, spec, key, curve, device)
+        if rank == 0:
+            summary.append({**key, **row,
+                            **environment(backend, dist.get_world_size(), device)})
+
+
+def plan(methods, spec: dict, seeds, error_feedback, world_size: int, backend: str,
+         device_name: str) -> list[tuple[dict, tuple]]:
+    """[(key, (name, options, error_feedback, seed))] of every requested run."""
+    runs = []
+    for name, options, ef in variants(methods, error_feedback):
+        text = options_text(name, options, ef)
+        for seed in _check_seeds(seeds):
+            key = {"task": spec["task"], "metric": spec["metric"], "target": spec["target"],
+                   "method": name, "options": text, "error_feedback": ef, "seed": seed,
+                   **{k: spec[k] for k in ("max_iters", "eval_every", "batch_size", "lr",
+                                           "momentum")},
+                   "world_size": world_size, "backend": backend, "device_name": device_name}
+            runs.append((key, (name, options, ef, seed)))
+    return runs
+
+
+def bench_converge(methods=None, task: str = "teacher", target=None, metric: str = "accuracy",
+                   seeds=FULL["seeds"], max_iters: int = FULL["max_iters"],
+                   eval_every: int = FULL["eval_every"], batch_size: int = 64,
+                   lr: float = 0.04, momentum: float = 0.9, error_feedback=(False, True),
+                   stop_at_target: bool = True, world_size: int = 2, out=None,
+                   progress: bool = False) -> pd.DataFrame:
+    """Train `task` with each method (None: `default_cases`; else names and (name, options)
+    pairs) x `error_feedback` settings x `seeds` (a count n: seeds 0..n-1, or a list) on
+    `world_size` local gloo workers, all runs in one spawn, until `target` of `metric` (test
+    accuracy >= target, or test loss <= target; default: the task's accuracy target) or
+    `max_iters`. Runs already in `out` (the summary table: a path or ResultTable; the curve
+    goes to `curve_path(out)`) are skipped. Returns this sweep's summary rows."""
+    backend = check_backend("gloo", world_size)
+    spec = make_spec(task, target, metric, max_iters, eval_every, batch_size, lr, momentum,
+                     stop_at_target)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, CONVERGE),
+                                                            KEY_COLUMNS)
+        curve = ResultTable(curve_path(summary.path), CURVE_KEY)
+        runs = plan(methods, spec, seeds, error_feedback, world_size, backend,
+                    environment(device="cpu")["device_name"])
+        done = summary.done_keys()
+        todo = [(key, case) for key, case in runs if summary.key(key) not in done]
+        if todo:
+            spawn(run_cases, world_size, backend, todo, spec, summary, curve, backend,
+                  progress)
+        return summary.frame(keys={summary.key(key) for key, _ in runs})
+
+
+def load_curves(out) -> pd.DataFrame:
+    """The curve rows of the finished runs of summary table `out`, one per (run, iteration):
+    the last copy of a repeated row, and none past the run's last iteration."""
+    summary = ResultTable(out, KEY_COLUMNS)
+    curve = ResultTable(curve_path(out), CURVE_KEY).frame()
+    finished = summary.frame()
+    if curve.empty or finished.empty:
+        return pd.DataFrame()
+    keys = list(KEY_COLUMNS)
+    curve = curve.drop_duplicates(subset=[*keys, "iteration"], keep="last")
+    ends = finished.drop_duplicates(subset=keys, keep="last")[[*keys, "iterations_run"]]
+    curve = curve.merge(ends, on=keys, how="inner")
+    curve = curve[curve["iteration"] <= curve["iterations_run"]]
+    return curve.drop(columns="iterations_run").reset_index(drop=True)

@@ -1,0 +1,115 @@
+"""Figures of the convergence benchmark, in the style of `plots` (fixed pixel size, written
+atomically, returning the path):
+
+* `convergence_curves`: test loss and test accuracy per method (median over seeds) against the
+  iteration, or against the predicted wall time (iteration x the model's t_iter), without and
+  with error feedback side by side, the target drawn;
+* `iterations_to_target`: iterations each method needed without and with error feedback,
+  methods that did not reach the target marked.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .plots import DPI, _figure, _save, _styled, _styles
+from .time_to_accuracy import variant_label
+
+EF_PANELS = ((False, "without error feedback"), (True, "with error feedback"))
+
+
+def _with_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with columns case (method and options) and variant (case, " +EF")."""
+    cases = [variant_label(m, o, False) for m, o in zip(frame["method"], frame["options"])]
+    return frame.assign(case=cases, variant=[c + (" +EF" if ef else "") for c, ef
+                                             in zip(cases, frame["error_feedback"])])
+
+
+@_styled
+def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = None,
+                       size=(13, 8), title=None):
+    """Curves from `converge.load_curves` rows of one target: against the iteration, or,
+    given a `time_to_accuracy` table `tta`, against predicted wall time (its t_iter_s)."""
+    curve = _with_labels(curve)
+    cases = list(dict.fromkeys(curve["case"]))
+    styles = _styles(cases)
+    t_iter = None if tta is None else dict(zip(tta["variant"], tta["t_iter_s"]))
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 2, sharex="col", sharey="row", squeeze=False)
+    first = curve.iloc[0]
+    for col, (ef, panel) in enumerate(EF_PANELS):
+        rows = curve[curve["error_feedback"].astype(bool) == ef]
+        for case in cases:
+            runs = rows[rows["case"] == case]
+            if runs.empty:
+                continue
+            line = runs.groupby("iteration")[["test_loss", "test_accuracy"]].median()
+            x = line.index.to_numpy(float)
+            if t_iter is not None:
+                x = x * t_iter.get(runs["variant"].iloc[0], np.nan)
+            for row, metric in enumerate(("test_loss", "test_accuracy")):
+                axes[row, col].plot(x, line[metric], label=case,
+                                    **{**styles[case], "marker": None})
+        axes[0, col].set_title(panel, fontsize="medium")
+        axes[0, col].set_yscale("log")
+        target_row = 1 if first["metric"] == "accuracy" else 0
+        axes[target_row, col].axhline(first["target"], color="black", linewidth=1,
+                                      linestyle="--")
+        axes[1, col].set_xlabel("iteration" if t_iter is None else
+                                f"predicted wall time (s): {tta['profile'].iloc[0]}, "
+                                f"{tta['workers'].iloc[0]} workers")
+    axes[0, 0].set_ylabel("test loss")
+    axes[1, 0].set_ylabel("test accuracy")
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    against = "iteration" if t_iter is None else "predicted wall time"
+    fig.suptitle(title or f"Convergence on task '{first['task']}' vs {against} "
+                          f"(median over seeds; dashed: target)")
+    return _save(fig, path)
+
+
+@_styled
+def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None):
+    """Bars: iterations to target per method (median over seeds, whiskers min-max), without
+    and with error feedback; a variant that did not reach the target on every seed is drawn
+    as a hatched bar at the budget, labelled "not reached"."""
+    table = _with_labels(tta)
+    cases = list(dict.fromkeys(table.sort_values(["method", "options"], kind="stable")["case"]))
+    fig, axes = _figure(size)
+    ax = axes[0, 0]
+    y = np.arange(len(cases))
+    budget = float(table["max_iters"].max())
+    for offset, (ef, panel) in zip((-0.2, 0.2), EF_PANELS):
+        rows = table[table["error_feedback"].astype(bool) == ef].set_index("case")
+        rows = rows.reindex(cases)
+        done = rows["iterations_to_target"].to_numpy(float)
+        missing = rows["variant"].notna().to_numpy() & np.isnan(done)
+        color = "tab:blue" if not ef else "tab:orange"
+        ax.barh(y + offset, np.nan_to_num(done), height=0.4, color=color, label=panel)
+        ax.errorbar(done, y + offset, xerr=[done - rows["iterations_min"].to_numpy(float),
+                                            rows["iterations_max"].to_numpy(float) - done],
+                    fmt="none", ecolor="black", elinewidth=1, capsize=2)
+        ax.barh(y[missing] + offset, budget, height=0.4, color=color, alpha=0.25,
+                hatch="//", edgecolor=color)
+        for i in np.flatnonzero(missing):
+            ax.annotate("not reached", (budget, i + offset), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize="x-small")
+    ax.set_yticks(y, cases)
+    ax.invert_yaxis()
+    ax.margins(x=0.15)
+    ax.set_xlabel("iterations to target (median over seeds; whiskers: min-max)")
+    ax.legend(loc="lower right")
+    first = table.iloc[0]
+    goal = (f"test accuracy >= {first['target']:g}" if first["metric"] == "accuracy"
+            else f"test loss <= {first['target']:g}")
+    ax.set_title(title or f"Iterations to {goal} on task '{first['task']}' "
+                          f"(budget {budget:.0f})", fontsize="medium")
+    return _save(fig, path)

@@ -1,0 +1,117 @@
+"""The "Convergence" section of a results folder's report: from ``converge.csv`` and its curve
+table (`converge`), which methods reach the target, how many iterations each needs relative to
+uncompressed, how error feedback changes that, and the predicted time to the target on the
+report's profile, workers and bandwidth (`time_to_accuracy`); writes
+``time_to_accuracy.csv`` and the figures of `converge_plots`.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from . import converge_plots
+from .converge import CONVERGE, load_curves
+from .store import ResultTable, write_atomic
+from .time_to_accuracy import select, time_to_accuracy, tta_verdict, unreached
+
+TTA = "time_to_accuracy.csv"
+
+
+def _iterations(row) -> str:
+    """Median iterations to target (min-max over seeds), or how far it got."""
+    if math.isnan(row["iterations_to_target"]):
+        return (f"not reached ({row['reached_seeds']}/{row['seeds']} seeds; accuracy "
+                f"{row['final_accuracy']:.3f})")
+    spread = ("" if row["iterations_min"] == row["iterations_max"] else
+              f" ({row['iterations_min']:.0f}-{row['iterations_max']:.0f})")
+    return f"{row['iterations_to_target']:.0f}{spread}"
+
+
+def ef_effect(tta: pd.DataFrame) -> pd.DataFrame:
+    """Per method and options measured both ways: iterations to target without and with error
+    feedback (text) and the change."""
+    rows = []
+    for (method, options), pair in tta.groupby(["method", "options"], sort=False):
+        off = pair[~pair["error_feedback"]]
+        on = pair[pair["error_feedback"]]
+        if off.empty or on.empty:
+            continue
+        a, b = off.iloc[0], on.iloc[0]
+        if math.isnan(a["iterations_to_target"]) and math.isnan(b["iterations_to_target"]):
+            change = (f"neither reaches it; final accuracy {a['final_accuracy']:.3f} -> "
+                      f"{b['final_accuracy']:.3f}")
+        elif math.isnan(a["iterations_to_target"]):
+            change = "reaches it only with error feedback"
+        elif math.isnan(b["iterations_to_target"]):
+            change = "reaches it only without error feedback"
+        else:
+            change = f"{b['iterations_to_target'] / a['iterations_to_target']:.2f}x iterations"
+        rows.append({"method": a["variant"], "without": _iterations(a),
+                     "with": _iterations(b), "change": change})
+    return pd.DataFrame(rows, columns=["method", "without", "with", "change"])
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False, disable_numparse=True)
+
+
+def _fmt(value, spec: str, scale: float = 1.0) -> str:
+    return "-" if value is None or math.isnan(value) else format(value * scale, spec)
+
+
+def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
+                        costs=None) -> list[str]:
+    """The section's markdown lines for results folder `out`."""
+    out = Path(out)
+    lines = ["## Convergence", ""]
+    if not (out / CONVERGE).exists():
+        return lines + ["Not measured in this run (no `converge.csv`).", ""]
+    summary = ResultTable(out / CONVERGE).frame()
+    try:
+        tta = time_to_accuracy(summary, profile, workers, bandwidth, costs, bucketing)
+    except ValueError as e:
+        return lines + [f"Not available: {e}.", ""]
+    write_atomic(out / TTA, tta.to_csv(index=False))
+    chosen = select(summary)
+    curve = load_curves(out / CONVERGE).merge(chosen[["task", "metric", "target"]]
+                                              .drop_duplicates(), on=["task", "metric",
+                                                                      "target"])
+    converge_plots.convergence_curves(curve, out / "convergence_iterations.png")
+    converge_plots.convergence_curves(curve, out / "convergence_time.png", tta)
+    converge_plots.iterations_to_target(tta, out / "iterations_to_target.png")
+    first, row = tta.iloc[0], chosen.iloc[0]
+    seeds = sorted(chosen["seed"].unique())
+    missed = unreached(tta)
+    lines += [
+        f"Task `{row['task']}` trained with DDP on {int(row['world_size'])} {row['backend']} "
+        f"workers (batch {int(row['batch_size'])} per worker, SGD lr {row['lr']:g}, momentum "
+        f"{row['momentum']:g}), seeds {', '.join(map(str, seeds))}, until test "
+        f"{row['metric']} {'>=' if row['metric'] == 'accuracy' else '<='} {row['target']:g} "
+        f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
+        f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
+        f"for `{first['profile']}` on {workers} workers (costs {first['costs']}), so the "
+        f"time to target is iterations x predicted iteration time (`{TTA}`).", "",
+        f"- **Time to accuracy:** {tta_verdict(tta)}", "",
+        f"Reached the target on every seed: {len(tta) - len(missed)} of {len(tta)} variants"
+        + (f"; not: {', '.join(missed)}." if missed else "."), "",
+        _table(pd.DataFrame({
+            "rank": tta["rank"], "method": tta["variant"],
+            "iterations to target": [_iterations(r) for _, r in tta.iterrows()],
+            "vs none": [_fmt(v, ".2f") + ("x" if not math.isnan(v) else "")
+                        for v in tta["iterations_vs_none"]],
+            "final accuracy": [f"{a:.3f}" + (f" (spread {s:.3f})" if n > 1 else "")
+                               for a, s, n in zip(tta["final_accuracy"],
+                                                  tta["final_accuracy_spread"], tta["seeds"])],
+            "bytes/iteration": [f"{b:,.0f}" for b in tta["bytes_sent_per_iter"]],
+            "iteration (ms, predicted)": [_fmt(v, ".2f", 1e3) for v in tta["t_iter_s"]],
+            "time to target (s)": [_fmt(v, ".3g") for v in tta["time_to_target_s"]],
+            "speedup to target": [_fmt(v, ".2f") for v in tta["speedup_to_target"]]})), "",
+        "Error feedback (iterations to target without and with it; PowerSGD's is its own "
+        "residual memory, on by default; `none` has nothing to feed back):", "",
+        _table(ef_effect(tta)), "",
+        "![loss and accuracy vs iteration](convergence_iterations.png)", "",
+        "![loss and accuracy vs predicted wall time](convergence_time.png)", "",
+        "![iterations to target](iterations_to_target.png)", ""]
+    return lines

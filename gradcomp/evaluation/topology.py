@@ -1,0 +1,330 @@
+"""Network topologies as link-bandwidth matrices, and the completion time of an all-reduce on
+them by ring, tree, parameter server and forest (`comm.forest_packing`).
+
+A `Topology` holds `bandwidth_bps[i][j]`, the capacity of the directed link from worker i to
+worker j in bit/s (0: no link), and a per-hop latency. Traffic between workers without a
+direct link follows the widest path (largest bottleneck, then fewest hops). Every algorithm is
+a fluid flow: with `load` the bytes each directed link carries per byte of gradient, its
+bandwidth time is ``D * max_link(load / capacity)``. For S = D bytes per worker, p workers and
+alpha the per-hop latency (H: hops of the longest route used):
+
+* ``ring``: the ring in rank order: 2(p-1) steps, each sending D/p to the next worker:
+  ``2(p-1) (alpha H + D/p * max(load / capacity))``, load = routes crossing the link;
+* ``tree``: one binary tree over the ranks (heap order, root 0), reduce up then broadcast
+  down; ``ps``: one parameter server (the worker that makes it fastest) to which every
+  worker pushes D and from which it pulls D; ``forest``: the packed forest, tree t of rate
+  x_t carrying D x_t / X (X = sum x_t; tree edges are links). All three are pipelined in C
+  chunks through s stages (2 x the height of the highest tree; 2 for the server):
+  ``(C + s - 1) (T / C + alpha H)``, with T the bandwidth time (forest: D / X) and C the
+  count that minimises it, sqrt((s - 1) T / (alpha H)), but chunks of at least `chunk_bytes`
+  (64 KiB by default).
+
+Built-in topologies (`load_topology`): ``two-racks`` (two halves, each a full mesh at the
+given bandwidth, joined by one link at a tenth of it between their first workers),
+``random`` / ``random:SEED`` (a full mesh, every directed link uniform in [bandwidth/10,
+bandwidth], seeded), ``homogeneous`` (a full mesh at the bandwidth); or a JSON file (a
+matrix, or {"bandwidth_bps": matrix, "latency_s": alpha}) or CSV file (a matrix) with entries
+in bit/s or rates such as "10gbit".
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
+                                   check_connected, pack_forest, two_way_cut)
+from .units import parse_rate
+
+ALGORITHMS = ("ring", "tree", "ps", "forest")
+BUILTINS = ("two-racks", "random", "homogeneous")
+DEFAULT_CHUNK_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """`bandwidth_bps`: n x n directed link capacities, bit/s (0: no link); `latency_s`: per
+    hop."""
+
+    bandwidth_bps: np.ndarray
+    latency_s: float = 0.0
+    name: str = "custom"
+
+    def __post_init__(self):
+        matrix = check_bandwidth(self.bandwidth_bps, "topology")
+        matrix.setflags(write=False)  # built-ins are shared (cached)
+        object.__setattr__(self, "bandwidth_bps", matrix)
+        if not (isinstance(self.latency_s, (int, float)) and math.isfinite(self.latency_s)
+                and self.latency_s >= 0):
+            raise ValueError(f"latency_s={self.latency_s!r} is not allowed: it must be a "
+                             "finite number >= 0")
+        check_connected(matrix, "topology")
+
+    @property
+    def workers(self) -> int:
+        return len(self.bandwidth_bps)
+
+    @cached_property
+    def forest(self) -> Forest:
+        """The packed forest (rates in bit/s)."""
+        return pack_forest(self.bandwidth_bps, option="topology")
+
+    @cached_property
+    def widest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bottleneck bit/s, hops, next hop) of the widest path between every pair."""
+        n, b = self.workers, self.bandwidth_bps
+        width = b.copy()
+        hops = np.where(b > 0, 1, 0)
+        nxt = np.tile(np.arange(n), (n, 1))
+        for k in range(n):
+            through = np.minimum(width[:, k:k + 1], width[k:k + 1, :])
+            h = hops[:, k:k + 1] + hops[k:k + 1, :]
+            better = (through > width) | ((through == width) & (through > 0) & (h < hops))
+            np.fill_diagonal(better, False)
+            width = np.where(better, through, width)
+            hops = np.where(better, h, hops)
+            nxt = np.where(better, nxt[:, k:k + 1], nxt)
+        return width, hops, nxt
+
+    def route(self, i: int, j: int) -> list[tuple[int, int]]:
+        """The directed links of the widest path from i to j."""
+        _, _, nxt = self.widest
+        links = []
+        while i != j:
+            links.append((i, int(nxt[i, j])))
+            i = int(nxt[i, j])
+        return links
+
+    def _load(self, flows) -> tuple[float, int]:
+        """(max over links of load / capacity in s per bit, longest route in hops) for
+        `flows`: (src, dst, units) each."""
+        load = np.zeros_like(self.bandwidth_bps)
+        longest = 0
+        for i, j, units in flows:
+            links = self.route(i, j)
+            longest = max(longest, len(links))
+            for a, b in links:
+                load[a, b] += units
+        used = load > 0
+        return float((load[used] / self.bandwidth_bps[used]).max(initial=0.0)), longest
+
+    def allreduce_time(self, algorithm: str, nbytes: float, latency_s: float | None = None,
+                       efficiency: float = 1.0, chunk_bytes: float = DEFAULT_CHUNK_BYTES) -> float:
+        """Seconds to all-reduce `nbytes` per worker with `algorithm` (see the module
+        docstring); links run at `efficiency` of their capacity; `latency_s` overrides the
+        topology's per-hop latency."""
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm={algorithm!r} is not allowed: choose one of "
+                             f"{', '.join(map(repr, ALGORITHMS))}")
+        if not (chunk_bytes > 0 and efficiency > 0):
+            raise ValueError(f"chunk_bytes={chunk_bytes!r}, efficiency={efficiency!r} are not "
+                             "allowed: both must be > 0")
+        p = self.workers
+        if p == 1 or nbytes <= 0:
+            return 0.0
+        alpha = self.latency_s if latency_s is None else latency_s
+        bits = 8.0 * nbytes / efficiency
+        chunks = max(1, math.ceil(nbytes / chunk_bytes))  # the most chunks
+        if algorithm == "ring":
+            per_bit, hops = self._load([(i, (i + 1) % p, 1.0) for i in range(p)])
+            return 2 * (p - 1) * (alpha * hops + bits / p * per_bit)
+        if algorithm == "tree":
+            edges = [(i, (i - 1) // 2) for i in range(1, p)]
+            per_bit, hops = self._load([f for c, r in edges for f in ((c, r, 1.0), (r, c, 1.0))])
+            return _pipeline(chunks, 2 * int(math.log2(p)), bits * per_bit, alpha * hops)
+        if algorithm == "ps":
+            return min(self._ps_time(server, bits, chunks, alpha) for server in range(p))
+        forest = self.forest
+        return _pipeline(chunks, 2 * max(forest.depths()), bits / forest.rate, alpha)
+
+    def ring_time(self, collective: str, nbytes: float, latency_s: float | None = None,
+                  efficiency: float = 1.0) -> float:
+        """Seconds of a ring all-gather ((p-1) steps of S per hop) or a pipelined ring
+        broadcast from rank 0 of `nbytes` per worker, in rank order."""
+        if collective not in ("allgather", "broadcast"):
+            raise ValueError(f"collective={collective!r} is not allowed: choose 'allgather' "
+                             "or 'broadcast' (all-reduce: allreduce_time)")
+        p = self.workers
+        if p == 1 or nbytes <= 0:
+            return 0.0
+        alpha = self.latency_s if latency_s is None else latency_s
+        per_bit, hops = self._load([(i, (i + 1) % p, 1.0) for i in range(p)])
+        bits = 8.0 * nbytes / efficiency
+        steps = bits if collective == "broadcast" else (p - 1) * bits
+        return (p - 1) * alpha * hops + steps * per_bit
+
+    def _ps_time(self, server: int, bits: float, chunks: int, alpha: float) -> float:
+        flows = [f for w in range(self.workers) if w != server
+                 for f in ((w, server, 1.0), (server, w, 1.0))]
+        per_bit, hops = self._load(flows)
+        return _pipeline(chunks, 2, bits * per_bit, alpha * hops)
+
+    def bounds(self) -> dict:
+        """The forest's rate and the bounds on it, bit/s (NaN where not computed)."""
+        n = self.workers
+        forest = self.forest
+        return {"forest_bps": forest.rate, "cut_bound_bps": forest.bound,
+                "bound": "partition" if n <= PARTITION_LIMIT else "lp-dual",
+                "two_way_cut_bps": two_way_cut(self.bandwidth_bps) if n <= CUT_LIMIT
+                else math.nan, "trees": len(forest.rates)}
+
+
+def network_on(topology, algorithm: str = "forest", latency_s=0.0, efficiency=1.0,
+               workers: int | None = None, bandwidth="10gbit"):
+    """A performance-model `Network` on `topology` (anything `load_topology` takes, built for
+    `workers` and `bandwidth`) whose all-reduce runs `algorithm`; its `bandwidth_bps` is the
+    algorithm's bus bandwidth: the per-worker bandwidth at which the ring formula 2(p-1)/p S/B
+    takes as long for a large S."""
+    from .network import Network
+
+    topo = load_topology(topology, 8 if workers is None else workers, bandwidth)
+    p = topo.workers
+    if p < 2:
+        raise ValueError(f"topology={topo.name!r} is not allowed: it has {p} worker; a "
+                         "network needs >= 2")
+    big = 2.0 ** 40
+    bus = 2 * (p - 1) / p * 8 * big / topo.allreduce_time(algorithm, big, 0.0,
+                                                          chunk_bytes=big / 1e6)
+    return Network(p, bus, latency_s, efficiency, topology=topo, algorithm=algorithm)
+
+
+def _pipeline(chunks: int, stages: int, seconds: float, alpha: float) -> float:
+    """A pipeline of `stages` hops moving chunks that take `seconds` in all at its bottleneck:
+    (C + stages - 1) steps of one chunk's time plus the per-hop latency, with the number of
+    chunks C that minimises it (sqrt((stages - 1) seconds / alpha)), at most `chunks`."""
+    best = chunks if alpha <= 0 else math.sqrt((stages - 1) * seconds / alpha)
+    c = min(max(1, round(best)), chunks)
+    return (c + stages - 1) * (seconds / c + alpha)
+
+
+def two_racks(workers: int = 8, bandwidth="10gbit", thin=None) -> Topology:
+    """Two racks of workers // 2 and the rest, each a full mesh at `bandwidth`, joined by one
+    link (default a tenth of `bandwidth`) between worker 0 and the first worker of rack 2."""
+    fast = parse_rate(bandwidth)
+    thin = fast / 10 if thin is None else parse_rate(thin, "thin")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+        raise ValueError(f"workers={workers!r} is not allowed: two-racks needs an integer >= 2")
+    half = workers // 2
+    b = np.zeros((workers, workers))
+    b[:half, :half] = fast
+    b[half:, half:] = fast
+    b[0, half] = b[half, 0] = thin
+    return Topology(b, name="two-racks")
+
+
+def random_mesh(workers: int = 8, bandwidth="10gbit", seed: int = 0) -> Topology:
+    """A full mesh whose directed links are uniform in [bandwidth / 10, bandwidth]."""
+    _check_workers(workers)
+    fast = parse_rate(bandwidth)
+    b = np.random.default_rng(seed).uniform(fast / 10, fast, (workers, workers))
+    return Topology(b, name=f"random:{seed}")
+
+
+def homogeneous(workers: int = 8, bandwidth="10gbit") -> Topology:
+    """A full mesh with every link at `bandwidth`."""
+    _check_workers(workers)
+    return Topology(np.full((workers, workers), parse_rate(bandwidth)), name="homogeneous")
+
+
+def _check_workers(workers):
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers!r} is not allowed: it must be an integer >= 1")
+
+
+def load_topology(spec, workers: int = 8, bandwidth="10gbit") -> Topology:
+    """A Topology from `spec`: a Topology, a matrix, a built-in name (`BUILTINS`, `random`
+    with an optional `:SEED`) built for `workers` and `bandwidth`, or a .json / .csv file."""
+    if isinstance(spec, Topology):
+        return spec
+    if not isinstance(spec, (str, Path)):
+        return Topology(spec)
+    text = str(spec)
+    if text.partition(":")[0] in BUILTINS:
+        return _builtin(text, workers, parse_rate(bandwidth))
+    return _from_file(text)
+
+
+@lru_cache(maxsize=64)
+def _builtin(text: str, workers: int, bandwidth: float) -> Topology:
+    """A built-in topology, packed once per (name, workers, bandwidth)."""
+    name, _, arg = text.partition(":")
+    if name == "two-racks" and not arg:
+        return two_racks(workers, bandwidth)
+    if name == "homogeneous" and not arg:
+        return homogeneous(workers, bandwidth)
+    if name == "random":
+        try:
+            seed = int(arg) if arg else 0
+        except ValueError:
+            raise ValueError(f"topology={text!r} is not allowed: write random:SEED with an "
+                             "integer seed") from None
+        return random_mesh(workers, bandwidth, seed)
+    raise _unknown(text)
+
+
+def _unknown(text: str) -> ValueError:
+    return ValueError(f"topology={text!r} is not allowed: give one of "
+                      f"{', '.join(map(repr, BUILTINS))} (random:SEED for another seed), "
+                      "or an existing .json / .csv file with a bandwidth matrix")
+
+
+def _from_file(text: str) -> Topology:
+    path = Path(text)
+    if path.suffix.lower() not in (".json", ".csv") or not path.is_file():
+        raise _unknown(text)
+    latency = 0.0
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            latency = data.get("latency_s", 0.0)
+            data = data.get("bandwidth_bps")
+    else:
+        data = pd.read_csv(path, header=None, dtype=str).to_numpy().tolist()
+    return Topology(_rates(data, text), latency, name=path.stem)
+
+
+def _rates(rows, option: str):
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise ValueError(f"topology={option!r} is not allowed: the file must hold a matrix "
+                         "(a list of rows)")
+
+    def rate(value):
+        if isinstance(value, str):
+            value = value.strip()
+            try:
+                value = float(value)
+            except ValueError:
+                return parse_rate(value, "topology")
+        return value
+
+    return [[rate(v) for v in row] for row in rows]
+
+
+def default_suite(seeds: int = 5) -> list[str]:
+    """The built-in comparison: two racks, random meshes of seeds 0..seeds-1, homogeneous."""
+    return ["two-racks", *[f"random:{s}" for s in range(seeds)], "homogeneous"]
+
+
+def compare(topologies, nbytes: float, algorithms=ALGORITHMS,
+            chunk_bytes: float = DEFAULT_CHUNK_BYTES) -> pd.DataFrame:
+    """One row per topology: the forest's rate against its bounds, and the all-reduce time of
+    `nbytes` per worker by each algorithm (columns `<algorithm>_s`) with forest's speedups."""
+    rows = []
+    for topo in topologies:
+        topo = load_topology(topo)
+        row = {"topology": topo.name, "workers": topo.workers, "nbytes": nbytes,
+               **topo.bounds()}
+        row["forest_vs_cut"] = row["forest_bps"] / row["cut_bound_bps"]
+        row["forest_vs_two_way_cut"] = row["forest_bps"] / row["two_way_cut_bps"]
+        for a in algorithms:
+            row[f"{a}_s"] = topo.allreduce_time(a, nbytes, chunk_bytes=chunk_bytes)
+        for a in algorithms:
+            if a != "forest" and "forest" in algorithms:
+                row[f"forest_speedup_vs_{a}"] = row[f"{a}_s"] / row["forest_s"]
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,276 @@
+"""Hold the performance model against real training at controlled bandwidths (`gradcomp
+validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
+
+1. a collective sweep (all-reduce and all-gather, payloads around the model's buckets) gives
+   alpha and beta at that rate (`fit.fit_collectives`; the fitted bandwidth includes what
+   TCP, tbf and gloo's reductions cost);
+2. DDP training of a built-in model with each method's hook gives measured iteration times
+   (`bench_train`, `threads` torch threads per worker);
+3. right after, every worker measures the model's profile and the methods' encode / decode
+   costs at the same time (as the workers compute side by side in training);
+4. the model predicts each iteration from that profile, that network (alpha and the fitted
+   bandwidth per collective) and those costs, with DDP's buckets as torch forms them.
+
+The output folder holds every table, appended as measured (an interrupted sweep resumes):
+``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<rate>.json``,
+``compress-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
+rate's measurements: other work disturbs the timings), and the result: ``validation.csv``
+(rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
+summary) and ``validation.png``. Predictions use no value fitted to the training runs they are
+held against; nothing is tuned per method.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from .bench_collective import KEY_COLUMNS as COLLECTIVE_KEYS
+from .bench_compress import KEY_COLUMNS as CODEC_KEYS
+from .bench_compress import bench_compress
+from .bench_train import KEY_COLUMNS as TRAIN_KEYS
+from .bench_train import MODELS, _spec
+from .bucketing import DDP
+from .env import environment
+from .fit import codec_costs, fit_codec, fit_collectives, network_from_fit
+from .methods import resolve
+from .profiles import load_profile
+from .store import ResultTable, write_atomic
+from .testbed import Testbed
+from .timeline import predict
+from .units import format_rate, parse_rate
+
+DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
+DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
+                   "signsgd")
+COLLECTIVE_SIZES = (2**16, 2**18, 2**20, 2**22, 2**24)
+COMPRESS_SIZES = tuple(2**k for k in range(12, 23, 2))
+
+
+def rate_tag(rate_bps: float) -> str:
+    """A file-name-safe tag of a rate: "100mbit", "2.5gbit"."""
+    for scale, unit in ((1e9, "gbit"), (1e6, "mbit"), (1e3, "kbit")):
+        if rate_bps >= scale:
+            return f"{rate_bps / scale:g}{unit}"
+    return f"{rate_bps:g}bit"
+
+
+def model_collective_sizes(model: str) -> list[int]:
+    """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least two)."""
+    from .bench_train import build_model
+
+    grad_bytes = 4 * sum(p.numel() for p in build_model(model, 1)[0].parameters())
+    return [n for n in COLLECTIVE_SIZES if n <= max(grad_bytes, COLLECTIVE_SIZES[1])]
+
+
+def _check_methods(methods) -> list[str]:
+    methods = list(methods)
+    if not methods:
+        raise ValueError("methods=[] is not allowed: give at least one method")
+    for m in methods:
+        if m != "ddp":
+            resolve(m)  # unknown names raise ValueError naming the registered methods
+    return methods
+
+
+def _job(testbed: Testbed, module: str, args: list[str], timeout: float) -> None:
+    testbed.run([sys.executable, "-m", module, *args], timeout=timeout)
+
+
+def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: int,
+                 warmup: int, iterations: int, bucket_cap_mb: float, workers: int,
+                 threads: int, collective_sizes, progress: bool) -> None:
+    """Collective sweep, training with every method, then profile and codec costs, in one
+    testbed at `rate_bps`; what the tables already hold is skipped."""
+    tag = rate_tag(rate_bps)
+    coll, train, prof = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
+                         out / f"profile-{tag}.json")
+    need_coll = len(ResultTable(coll, COLLECTIVE_KEYS).done_keys()) < 2 * len(collective_sizes)
+    need_train = len(ResultTable(train, TRAIN_KEYS).done_keys()) < len(methods)
+    need_prof = not prof.exists()
+    codec = out / f"compress-{tag}.csv"
+    need_codec = len(ResultTable(codec, CODEC_KEYS).done_keys()) < \
+        len(COMPRESS_SIZES) * len([m for m in methods if m not in ("ddp", "none")])
+    if not (need_coll or need_train or need_prof or need_codec):
+        return
+    _say(progress, f"{format_rate(rate_bps)}: testbed of {workers} namespaces")
+    load, start = os.getloadavg()[0], time.monotonic()
+    with Testbed(workers, rate_bps, threads=threads) as testbed:
+        if need_coll:
+            _say(progress, f"{format_rate(rate_bps)}: all-reduce and all-gather sweep")
+            _job(testbed, "gradcomp.evaluation.bench_collective",
+                 ["--out", str(coll), "--backend", "gloo", "--collectives",
+                  "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
+                  "--repeats", "5", "--warmup", "2"], timeout=900)
+        if need_train:
+            _say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
+            _job(testbed, "gradcomp.evaluation.bench_train",
+                 ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
+                  "--model", model, "--batch-size", str(batch_size), "--warmup", str(warmup),
+                  "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
+                  "--bandwidth", repr(rate_bps)], timeout=1800)
+        if need_prof or need_codec:
+            _say(progress, f"{format_rate(rate_bps)}: "
+                 + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
+                                                        ("encode/decode costs", need_codec))
+                                if need) + " on every worker at once")
+            _job(testbed, "gradcomp.evaluation.validate",
+                 ["--model", model, "--batch-size", str(batch_size), "--methods",
+                  ",".join(methods), *(["--profile-out", str(prof)] if need_prof else []),
+                  *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
+    # Other work on the machine disturbs the timings: keep the load seen while measuring.
+    ResultTable(out / "conditions.csv", ("rate_bps",)).append(
+        {"rate_bps": rate_bps, "load_1min_before": load, "load_1min_after": os.getloadavg()[0],
+         "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
+
+
+def concurrent_job(argv=None) -> int:
+    """In every rank of a testbed (``python -m gradcomp.evaluation.validate``): measure
+    the model's profile (``--profile-out``) and the codecs' costs (``--codec-out``) on all
+    ranks at once, as they compute during training (each its own process and threads, the
+    others busy too); rank 0 writes the results."""
+    import argparse
+
+    import torch.distributed as dist
+
+    from .bench_train import model_profile
+    from .env import init_from_env
+    from .profiles import save_profile
+
+    args = argparse.ArgumentParser(description=concurrent_job.__doc__.splitlines()[0])
+    args.add_argument("--profile-out")
+    args.add_argument("--codec-out")
+    args.add_argument("--model", choices=tuple(MODELS), default="mlp")
+    args.add_argument("--batch-size", type=int, default=64)
+    args.add_argument("--methods", default="")
+    a = args.parse_args(argv)
+    init_from_env("gloo")
+    try:
+        rank = dist.get_rank()
+        if a.profile_out:
+            dist.barrier()
+            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5)
+            if rank == 0:
+                save_profile(profile, a.profile_out)
+        if a.codec_out:
+            dist.barrier()
+            methods = [m for m in a.methods.split(",") if m not in ("", "ddp", "none")]
+            bench_compress(methods, list(COMPRESS_SIZES), repeats=5, warmup=2,
+                           out=a.codec_out if rank == 0 else None)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def predict_rate(out: Path, rate_bps: float, contention: float = 1.0) -> pd.DataFrame:
+    """Predicted against measured for every training row at `rate_bps`."""
+    tag = rate_tag(rate_bps)
+    codecs = ResultTable(out / f"compress-{tag}.csv", CODEC_KEYS).frame()
+    costs = codec_costs(fit_codec(codecs)) if len(codecs) else {}
+    train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame()
+    fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS).frame())
+    profile = load_profile(out / f"profile-{tag}.json")
+    seen = ResultTable(out / "conditions.csv", ("rate_bps",)).frame()
+    seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
+    load = {c: float(seen[c].iloc[0]) if len(seen) else math.nan
+            for c in ("load_1min_before", "load_1min_after")}
+    rows = []
+    for _, run in train.iterrows():
+        network = network_from_fit(fits, int(run["workers"]), rate_bps)
+        name = "none" if run["method"] == "ddp" else run["method"]
+        method = resolve(name, costs)
+        # bench_train passes bucket_cap_mb to DDP explicitly: torch then gives the first
+        # bucket the same cap (its 1 MiB first bucket applies to the default only).
+        cap = float(run["bucket_cap_mb"])
+        pred = predict(profile, network, method, DDP(cap, first_bucket_mb=cap),
+                       contention, baseline_s=math.nan)
+        rows.append({"rate_bps": rate_bps, "rate": format_rate(rate_bps),
+                     "method": run["method"], "measured": run["t_iter_s"],
+                     "predicted": pred.t_iter_s,
+                     "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
+                     "measured_spread": run["t_iter_spread_s"],
+                     "exposed_comm": pred.exposed_comm_s, "wire_bytes": pred.wire_bytes,
+                     "t_iter_single": profile.t_iter_single,
+                     "allreduce_bandwidth_bps": fits["allreduce"].params["bandwidth_bps"],
+                     "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
+                     "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
+                     **load})
+    return pd.DataFrame(rows)
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """Median and max |relative error| per method and over all rows."""
+    abs_err = table.assign(abs_rel_error=table["rel_error"].abs())
+    per = abs_err.groupby("method", sort=False)["abs_rel_error"].agg(
+        median_abs_rel_error="median", max_abs_rel_error="max", runs="count").reset_index()
+    total = pd.DataFrame([{"method": "all",
+                           "median_abs_rel_error": abs_err["abs_rel_error"].median(),
+                           "max_abs_rel_error": abs_err["abs_rel_error"].max(),
+                           "runs": len(abs_err)}])
+    return pd.concat([per, total], ignore_index=True)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The validation as Markdown: measured and predicted ms and the relative error per rate
+    and method, then the median and max |relative error| per method."""
+    wide = table.assign(cell=[f"{m * 1e3:.0f} / {p * 1e3:.0f} ({e:+.0%})" for m, p, e in
+                              zip(table["measured"], table["predicted"], table["rel_error"])])
+    grid = wide.pivot(index="method", columns="rate_bps", values="cell")
+    grid = grid.reindex(index=list(dict.fromkeys(table["method"])))
+    grid.columns = [format_rate(c) for c in grid.columns]
+    errors = summarize(table).set_index("method")
+    grid["median / max abs. error"] = [
+        f"{errors.loc[m, 'median_abs_rel_error']:.0%} / {errors.loc[m, 'max_abs_rel_error']:.0%}"
+        for m in grid.index]
+    overall = errors.loc["all"]
+    return ("Iteration time, measured / predicted ms (relative error of the prediction):\n\n"
+            + grid.reset_index().to_markdown(index=False) + "\n\nOver all "
+            f"{int(overall['runs'])} runs: median |error| {overall['median_abs_rel_error']:.1%},"
+            f" max {overall['max_abs_rel_error']:.1%}.\n")
+
+
+def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
+                   batch_size: int = 64, warmup: int = 3, iterations: int = 10,
+                   bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
+                   contention: float = 1.0, collective_sizes=None,
+                   progress: bool = True) -> pd.DataFrame:
+    """Measure, predict and compare (module docstring) into the folder `out` (resumed when
+    it holds tables of an earlier run); returns the validation table, also written to
+    ``validation.csv`` with the plot ``validation.png``."""
+    rates = [parse_rate(r, "rates") for r in rates]
+    if not rates:
+        raise ValueError("rates=[] is not allowed: give at least one rate")
+    methods = _check_methods(methods)
+    _spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    if collective_sizes is None:
+        collective_sizes = model_collective_sizes(model)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"results in {out}")
+    for rate in rates:
+        measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
+                     workers, threads, list(collective_sizes), progress)
+    tables = [predict_rate(out, rate, contention) for rate in rates]
+    table = pd.concat(tables, ignore_index=True)
+    write_atomic(out / "validation.csv", table.to_csv(index=False))
+    write_atomic(out / "validation.md", markdown(table))
+    from .plots import validation_sweep
+
+    validation_sweep(table, out / "validation.png",
+                     title=f"{model} on {workers} workers (gloo, {threads} thread each): "
+                           "measured (points) and predicted (lines)")
+    return table
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"gradcomp validate: {text}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(concurrent_job())

@@ -1,0 +1,146 @@
+"""The bandwidth-emulated testbed: real namespaces, veths, tbf qdiscs and processes (root)."""
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gradcomp.evaluation import testbed
+from gradcomp.evaluation.testbed import (JobFailed, Testbed, cleanup_stale,
+                                         expected_allreduce_s, leftovers)
+
+REASON = testbed.unavailable_reason()
+needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+EMPTY = {"namespaces": [], "links": [], "qdiscs": []}
+
+
+def _holder(body: str) -> subprocess.Popen:
+    """A real process that sets up a testbed, prints its run id and runs `body` inside."""
+    script = ("import sys, time\n"
+              "from gradcomp.evaluation.testbed import Testbed\n"
+              "with Testbed(2, '100mbit') as tb:\n"
+              "    print(tb.run_id, flush=True)\n"
+              f"    {body}\n")
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_bad_options_name_the_option():
+    with pytest.raises(ValueError, match="workers"):
+        Testbed(1)
+    with pytest.raises(ValueError, match="topology"):
+        Testbed(2, topology="ring")
+    with pytest.raises(ValueError, match="p2p"):
+        Testbed(3, topology="p2p")
+    with pytest.raises(ValueError, match="rates"):
+        Testbed(3, rates=["1gbit", "1gbit"])
+    with pytest.raises(ValueError, match="rate"):
+        Testbed(2, "fast")
+    with pytest.raises(ValueError, match="command"):
+        testbed.run_command([])
+
+
+def test_without_root_a_clear_message(monkeypatch, capsys):
+    # The check itself (an unprivileged user cannot run the venv's python here): seen as uid
+    # 1000, the testbed refuses before touching anything, and the CLI says why, no traceback.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(testbed.TestbedUnavailable, match="needs root privileges"):
+        with Testbed(2):
+            pass
+    from gradcomp import cli
+
+    for argv in (["testbed", "--", "true"], ["testbed", "--cleanup"]):
+        with pytest.raises(SystemExit, match="gradcomp testbed: the testbed needs root"):
+            cli.main(argv)
+
+
+def test_expected_allreduce_time_is_the_ring_cost():
+    # 2(p-1)/p * S / B: 2 workers send the whole payload once each way.
+    assert expected_allreduce_s(4e6, 2, 100e6) == pytest.approx(0.32)
+    assert expected_allreduce_s(4e6, 4, 100e6) == pytest.approx(0.48)
+
+
+@needs_root
+def test_jobs_get_rank_addresses_and_shaped_links_and_leave_nothing():
+    with Testbed(3, rates=["100mbit", "200mbit", "300mbit"]) as tb:
+        qdiscs = leftovers(tb.run_id)["qdiscs"]
+        results = tb.run(["sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $GLOO_SOCKET_IFNAME "
+                          "$OMP_NUM_THREADS; ip -o -4 addr show dev $GLOO_SOCKET_IFNAME; "
+                          "tc qdisc show dev $GLOO_SOCKET_IFNAME"])
+        run_id = tb.run_id
+    for r in results:
+        rank, world, master, iface, threads = r.stdout.split("\n")[0].split()
+        assert (int(rank), world, master, threads) == (r.rank, "3", "10.213.0.1", "1")
+        assert iface == f"{run_id}n{r.rank}"
+        assert f"10.213.0.{r.rank + 1}/24" in r.stdout
+        assert f"rate {(r.rank + 1) * 100}Mbit" in r.stdout  # the namespace's sending side
+    assert len(qdiscs) == 3 and all("tbf" in q for q in qdiscs)  # the bridge's sending side
+    assert leftovers(run_id) == EMPTY
+
+
+@needs_root
+def test_p2p_link_carries_a_job_and_a_failing_rank_raises():
+    with Testbed(2, "1gbit", topology="p2p") as tb:
+        ok = tb.run([sys.executable, "-c", "import socket, os; s = socket.socket(); "
+                     "s.connect((os.environ['MASTER_ADDR'], 1)) if os.environ['RANK'] == '1' "
+                     "else None"], check=False)
+        with pytest.raises(JobFailed, match="rank 1"):
+            tb.run(["sh", "-c", 'test "$RANK" = 0 || exit 3'])
+        run_id = tb.run_id
+    # rank 1 reached rank 0's address over the link (port 1: refused, not unreachable)
+    assert "ConnectionRefused" in ok[1].stderr, ok[1].stderr
+    assert leftovers(run_id) == EMPTY
+
+
+@needs_root
+def test_an_exception_and_repeated_runs_leave_the_machine_clean():
+    ids = []
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="boom"):
+            with Testbed(2, "500mbit") as tb:
+                ids.append(tb.run_id)
+                assert leftovers(tb.run_id)["namespaces"]
+                raise RuntimeError("boom")
+    assert len(set(ids)) == 3
+    for run_id in ids:
+        assert leftovers(run_id) == EMPTY
+
+
+@needs_root
+def test_two_testbeds_at_once_do_not_collide():
+    with Testbed(2, "100mbit") as a, Testbed(2, "100mbit") as b:
+        assert a.run_id != b.run_id
+        removed = cleanup_stale()
+        assert a.run_id not in removed and b.run_id not in removed
+        for tb in (a, b):
+            out = tb.run(["sh", "-c", "echo $GLOO_SOCKET_IFNAME"])
+            assert out[0].stdout.strip() == f"{tb.run_id}n0"
+        assert leftovers(a.run_id)["namespaces"] and leftovers(b.run_id)["namespaces"]
+    assert leftovers(a.run_id) == EMPTY and leftovers(b.run_id) == EMPTY
+
+
+@needs_root
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_tears_everything_down(sig):
+    proc = _holder('tb.run(["sleep", "60"])')
+    run_id = proc.stdout.readline().strip()
+    assert run_id.startswith(testbed.PREFIX) and leftovers(run_id)["namespaces"]
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert leftovers(run_id) == EMPTY
+    assert not (testbed.REGISTRY / run_id).exists()
+
+
+@needs_root
+def test_cleanup_stale_removes_a_killed_run_but_not_a_live_one():
+    proc = _holder("time.sleep(60)")
+    dead = proc.stdout.readline().strip()
+    with Testbed(2, "100mbit") as live:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert leftovers(dead)["namespaces"]  # SIGKILL gives no chance to clean up
+        assert dead in cleanup_stale()
+        assert leftovers(dead) == EMPTY
+        assert len(leftovers(live.run_id)["namespaces"]) == 2

@@ -1,0 +1,97 @@
+"""`gradcomp validate`: measure in the testbed, predict, compare; resumable (root)."""
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from gradcomp.evaluation import testbed
+from gradcomp.evaluation.validate import rate_tag, summarize, validate_sweep
+
+REASON = testbed.unavailable_reason()
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "gradcomp.cli", "validate", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_rate_tags_name_files():
+    assert [rate_tag(r) for r in (100e6, 500e6, 1e9, 2.5e9, 5e3)] == \
+        ["100mbit", "500mbit", "1gbit", "2.5gbit", "5kbit"]
+
+
+def test_summary_is_the_median_and_max_error_per_method_and_overall():
+    table = pd.DataFrame({"method": ["none", "none", "none", "fp16"],
+                          "rel_error": [0.1, -0.3, 0.02, math.nan]})
+    s = summarize(table).set_index("method")
+    assert s.loc["none", "median_abs_rel_error"] == pytest.approx(0.1)
+    assert s.loc["none", "max_abs_rel_error"] == pytest.approx(0.3)
+    assert math.isnan(s.loc["fp16", "median_abs_rel_error"])  # NaN stays NaN
+    assert s.loc["all", "runs"] == 4
+
+
+def test_bad_rates_and_methods_are_named(capsys):
+    from gradcomp import cli as command
+
+    for argv, named in ((["--rates", "fast"], "rates='fast'"),
+                        (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
+                        (["--model", "big"], "--model")):
+        with pytest.raises(SystemExit):
+            command.main(["validate", *argv])
+        assert named in capsys.readouterr().err
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_validate_measures_predicts_and_resumes(tmp_path):
+    args = ("--rates", "2.5gbit", "--methods", "ddp,fp16", "--model", "tiny",
+            "--iterations", "3", "--out", str(tmp_path), "--json")
+    out = cli(*args)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    rows = pd.DataFrame(result["rows"])
+    assert list(rows["method"]) == ["ddp", "fp16"]
+    assert (rows["rate_bps"] == 2.5e9).all()
+    assert (rows["measured"] > 0).all() and (rows["predicted"] > 0).all()
+    assert rows["rel_error"].to_numpy() == pytest.approx(
+        ((rows["predicted"] - rows["measured"]) / rows["measured"]).to_numpy())
+    assert set(pd.DataFrame(result["summary"])["method"]) == {"ddp", "fp16", "all"}
+    for name in ("validation.csv", "validation.md", "validation.png", "conditions.csv",
+                 "compress-2.5gbit.csv", "collective-2.5gbit.csv", "train-2.5gbit.csv",
+                 "profile-2.5gbit.json"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    # Resumed: nothing is measured again (no table or profile rewritten), same rows.
+    stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
+    again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16"], "tiny", iterations=3,
+                           progress=False)
+    assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
+    assert list(again["measured"]) == list(rows["measured"])
+
+
+def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path):
+    # bench_train passes bucket_cap_mb to DDP; torch then uses that cap for the first bucket
+    # too, and validate models it so (DDP(cap, first_bucket_mb=cap)).
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from gradcomp.evaluation.bench_train import build_model, model_profile
+    from gradcomp.evaluation.bucketing import DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        for cap in (25.0, 5.0):
+            model, x, y = build_model("mlp", 8)
+            ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
+            for _ in range(3):  # DDP rebuilds its buckets in the second iteration
+                F.cross_entropy(ddp(x), y).backward()
+            torch_sizes = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]
+            profile = model_profile("mlp", 8, repeats=1, warmup=0)
+            modelled = [4 * sum(profile.sizes[i] for i in b.params)
+                        for b in DDP(cap, first_bucket_mb=cap).assign(profile)]
+            assert ", ".join(map(str, modelled)) == torch_sizes
+    finally:
+        dist.destroy_process_group()
