@@ -46,25 +46,28 @@ def _whatif(args) -> None:
     from .evaluation import whatif
     from .evaluation.units import format_rate
 
-    common = dict(bucketing=args.bucketing, latency_s=args.latency)
     on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
+    # With a topology, None: its file's workers / latency; else the defaults 8 and 0.
+    workers = 8 if args.workers is None and not on else args.workers
+    common = dict(bucketing=args.bucketing,
+                  latency_s=0.0 if args.latency is None and not on else args.latency)
     if args.sweep and on:
         raise ValueError("--sweep is not allowed with --topology: the sweep varies one "
                          "bandwidth for all links; scale the topology file instead")
     if args.sweep:
-        frame = whatif.sweep(args.profile, workers=args.workers, methods=[args.method],
+        frame = whatif.sweep(args.profile, workers=workers, methods=[args.method],
                              ratios=[args.compression] if args.compression else (), **common)
         _emit(args, frame.to_dict("records"),
               _table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
                              "speedup"]))
         return
-    pred = whatif.scenario(args.profile, args.workers, args.bandwidth, args.method,
+    pred = whatif.scenario(args.profile, workers, args.bandwidth, args.method,
                            ratio=args.compression, **common, **on)
-    need = whatif.required_compression(args.profile, args.workers, args.bandwidth,
+    need = whatif.required_compression(args.profile, workers, args.bandwidth,
                                        target_sf=args.target_sf, **common, **on)
     row = {**pred.as_row(), "required_compression": need.ratio,
            "required_compression_reason": need.reason, "target_sf": args.target_sf}
-    lines = [f"{args.profile} on {args.workers} workers at {format_rate(args.bandwidth)} "
+    lines = [f"{args.profile} on {pred.workers} workers at {format_rate(args.bandwidth)} "
              f"({args.bucketing} bucketing), method {pred.method}"
              + (f", topology {args.topology}, {args.algorithm} all-reduce" if on else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
@@ -72,7 +75,7 @@ def _whatif(args) -> None:
              f"  compression needed for SF {args.target_sf}: "
              + (f"{need.ratio:.3g}x" if need.ratio != float("inf") else f"unreachable ({need.reason})")]
     if args.method != "none" and not on:
-        even = whatif.break_even_bandwidth(args.profile, args.workers, args.method, **common)
+        even = whatif.break_even_bandwidth(args.profile, workers, args.method, **common)
         row["break_even_bandwidth_bps"] = even
         lines.append(f"  {args.method} beats none below {format_rate(even)}"
                      if 0 < even < float("inf") else
@@ -90,7 +93,8 @@ def _advise(args) -> None:
     costs = pd.read_csv(args.costs) if args.costs else None
     methods = args.methods.split(",") if args.methods else None
     convergence = pd.read_csv(args.convergence) if args.convergence else None
-    table = advise(args.profile, args.workers, args.bandwidth, methods=methods, costs=costs,
+    workers = 8 if args.workers is None and not args.topology else args.workers
+    table = advise(args.profile, workers, args.bandwidth, methods=methods, costs=costs,
                    bucketing=args.bucketing, latency_s=args.latency, convergence=convergence,
                    task=args.task, target=args.target, topology=args.topology,
                    algorithms=args.algorithms.split(",") if args.algorithms else None)
@@ -189,7 +193,7 @@ def _topology(args) -> None:
     table = compare([load_topology(t, args.workers, args.bandwidth) for t in specs],
                     args.nbytes)
     text = _table(table, ["topology", "workers", "trees", "forest_bps", "cut_bound_bps",
-                          "forest_vs_cut", "ring_s", "tree_s", "ps_s", "forest_s",
+                          "bound", "forest_vs_cut", "ring_s", "tree_s", "ps_s", "forest_s",
                           "forest_speedup_vs_ring"])
     if args.plot:
         from .evaluation import plots
@@ -229,7 +233,10 @@ def _testbed(args) -> None:
               + "".join(f"\n  {run}" for run in removed))
         return
     if args.check:
-        row = testbed.rate_check(args.rate)
+        try:
+            row = testbed.rate_check(args.rate)
+        except (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError) as exc:
+            raise SystemExit(f"gradcomp testbed: {exc}") from None
         _emit(args, row, f"all-reduce of {row['nbytes']:,} bytes at {args.rate:g} bit/s: "
               f"{row['measured_s'] * 1e3:.1f} ms measured, {row['expected_s'] * 1e3:.1f} ms "
               f"expected from the rate ({row['rel_error']:+.1%})")
@@ -256,7 +263,7 @@ def _validate(args) -> None:
     try:
         table = validate_sweep(out, args.rates.split(","), args.methods.split(","), args.model,
                                iterations=args.iterations, progress=not args.json)
-    except (TestbedUnavailable, JobFailed) as exc:
+    except (TestbedUnavailable, JobFailed, TimeoutError) as exc:
         raise SystemExit(f"gradcomp validate: {exc}") from None
     summary = summarize(table)
     _emit(args, {"results": out, "rows": table.to_dict("records"),
@@ -311,7 +318,7 @@ def parser() -> argparse.ArgumentParser:
     _topology_options(wi)
     wi.add_argument("--algorithm", choices=ALGORITHMS, default="forest",
                     help="with --topology: the all-reduce algorithm (default: forest)")
-    wi.set_defaults(run=_whatif)
+    wi.set_defaults(run=_whatif, workers=None, latency=None)  # None: 8 / 0, or the topology's
 
     ad = sub.add_parser("advise", help="rank methods by predicted iteration time and say "
                         "whether compression is worth it")
@@ -327,17 +334,21 @@ def parser() -> argparse.ArgumentParser:
     _topology_options(ad)
     ad.add_argument("--algorithms", help="with --topology: comma-separated all-reduce "
                     f"algorithms of {', '.join(ALGORITHMS)} (default: all)")
-    ad.set_defaults(run=_advise)
+    ad.set_defaults(run=_advise, workers=None, latency=None)  # None: 8 / 0, or the topology's
 
     tp = sub.add_parser("topology", help="all-reduce time by ring, tree, parameter server and "
                         "forest packing on network topologies, and the forest's rate against "
                         "its cut bound")
     tp.add_argument("--topology", action="append", help="built-in (two-racks, random, "
-                    "random:SEED, homogeneous) or a .json/.csv bandwidth matrix (bit/s); "
-                    "repeatable (default: two-racks, random:0..4, homogeneous)")
+                    "random:SEED: links only; homogeneous: a switched cluster, one NIC of "
+                    "--bandwidth per worker) or a .json/.csv bandwidth matrix (bit/s, entry "
+                    "i,j: a dedicated link i->j; JSON may add per-worker NICs as "
+                    "\"egress_bps\"/\"ingress_bps\" and \"latency_s\"); repeatable (default: "
+                    "two-racks, random:0..4, homogeneous)")
     tp.add_argument("--workers", type=_positive_int, default=8, help="workers of the built-ins")
     tp.add_argument("--bandwidth", type=_rate, default=_rate("10gbit"),
-                    help="link bandwidth of the built-ins (two-racks: the thin link is a tenth)")
+                    help="link bandwidth of the built-ins (two-racks: the thin link is a tenth; "
+                    "homogeneous: also every worker's NIC)")
     tp.add_argument("--nbytes", type=_positive_int, default=100_000_000,
                     help="gradient bytes per worker (default: 100 MB)")
     tp.add_argument("--plot", help="also write a PNG of the completion times")
@@ -465,8 +476,12 @@ def _fraction(text: str) -> float:
 
 def _topology_options(p) -> None:
     p.add_argument("--topology", help="a network topology instead of one bandwidth: "
-                   "two-racks, random, random:SEED, homogeneous (built for --workers and "
-                   "--bandwidth) or a .json/.csv matrix of link bandwidths (bit/s)")
+                   "two-racks, random, random:SEED (links only), homogeneous (a switched "
+                   "cluster: one NIC of --bandwidth per worker), built for --workers (default 8) "
+                   "and --bandwidth, or a .json/.csv matrix of bit/s (entry i,j: a dedicated "
+                   "link i->j; JSON: {\"bandwidth_bps\": matrix, \"latency_s\": s, "
+                   "\"egress_bps\"/\"ingress_bps\": per-worker NICs}); a file sets the "
+                   "workers (--workers must match) and the latency unless --latency is given")
 
 
 def _positive_int(text: str) -> int:

@@ -54,3 +54,33 @@ def test_bench_collective_runs_the_forest_executor(tmp_path):
     assert [r["collective"] for r in rows] == ["forest"] * 6
     assert all(r["matches_allreduce"] and r["world_size"] == 2 for r in rows)
     assert len(table.read_text().splitlines()) == 7  # appended to disk
+
+
+def test_a_topology_file_sets_workers_and_latency(tmp_path):
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps({"bandwidth_bps": [[0, 1e9, 1e9], [1e9, 0, 1e9], [1e9, 1e9, 0]],
+                                "latency_s": 0.01}))
+    own = json.loads(run("whatif", "--topology", str(path), "--algorithm", "ring",
+                         "--json").stdout)
+    assert own["workers"] == 3
+    given = json.loads(run("whatif", "--topology", str(path), "--algorithm", "ring",
+                           "--latency", "0", "--workers", "3", "--json").stdout)
+    assert given["workers"] == 3 and own["t_iter_s"] > given["t_iter_s"]
+    out = run("whatif", "--workers", "8", "--topology", str(path))
+    assert out.returncode == 2 and "workers=8 is not allowed" in out.stderr
+    assert "it has 3 workers" in out.stderr
+
+
+def test_switched_homogeneous_matches_the_plain_model_and_ps_is_slower():
+    plain = json.loads(run("whatif", "--bandwidth", "1gbit", "--json").stdout)
+    ring, ps = (json.loads(run("whatif", "--bandwidth", "1gbit", "--topology", "homogeneous",
+                               "--algorithm", a, "--json").stdout) for a in ("ring", "ps"))
+    assert abs(ring["t_iter_s"] / plain["t_iter_s"] - 1) < 2e-3
+    assert ps["t_iter_s"] > ring["t_iter_s"]
+
+
+def test_advise_convergence_with_topology_is_a_parser_error(tmp_path):
+    table = tmp_path / "conv.csv"
+    table.write_text("method,task\nnone,x\n")
+    out = run("advise", "--topology", "two-racks", "--convergence", str(table))
+    assert out.returncode == 2 and "--convergence with --topology" in out.stderr

@@ -42,7 +42,7 @@ def test_bad_options_name_the_option():
         testbed.run_command([])
 
 
-def test_without_root_a_clear_message(monkeypatch, capsys):
+def test_without_root_a_clear_message(monkeypatch, capsys, tmp_path):
     # The check itself (an unprivileged user cannot run the venv's python here): seen as uid
     # 1000, the testbed refuses before touching anything, and the CLI says why, no traceback.
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
@@ -51,9 +51,12 @@ def test_without_root_a_clear_message(monkeypatch, capsys):
             pass
     from gradcomp import cli
 
-    for argv in (["testbed", "--", "true"], ["testbed", "--cleanup"]):
+    for argv in (["testbed", "--", "true"], ["testbed", "--cleanup"], ["testbed", "--check"]):
         with pytest.raises(SystemExit, match="gradcomp testbed: the testbed needs root"):
             cli.main(argv)
+    with pytest.raises(SystemExit, match="gradcomp validate: the testbed needs root"):
+        cli.main(["validate", "--rates", "1gbit", "--methods", "none", "--model", "tiny",
+                  "--out", str(tmp_path)])
 
 
 def test_expected_allreduce_time_is_the_ring_cost():
@@ -112,6 +115,9 @@ def test_an_exception_and_repeated_runs_leave_the_machine_clean():
 def test_two_testbeds_at_once_do_not_collide():
     with Testbed(2, "100mbit") as a, Testbed(2, "100mbit") as b:
         assert a.run_id != b.run_id
+        for tb in (a, b):  # the owner's pid, written whole (write_atomic: no temp file left)
+            assert (testbed.REGISTRY / tb.run_id).read_text() == str(os.getpid())
+            assert not list(testbed.REGISTRY.glob(f".{tb.run_id}.*"))
         removed = cleanup_stale()
         assert a.run_id not in removed and b.run_id not in removed
         for tb in (a, b):

@@ -34,14 +34,79 @@ def test_two_racks_forest_runs_at_the_thin_link_and_ring_at_p_over_2_p_minus_1_o
         D * 8 / 1e9, rel=1e-3)
 
 
-def test_full_mesh_of_equal_links_forest_is_p_minus_1_rings_and_ring_follows_its_formula():
-    # A single ring uses p of the p(p-1) links; the forest packs p/2 trees' worth of all.
+def test_full_mesh_of_dedicated_links_forest_is_p_minus_1_rings():
+    # Without NICs a single ring uses p of the p(p-1) links; the forest packs p/2 trees'
+    # worth of all.
     for p in (2, 4, 6):
-        topo = homogeneous(p, "8gbit")
+        topo = Topology(np.full((p, p), 8e9))
         ring = topo.allreduce_time("ring", D)
         assert ring == pytest.approx(2 * (p - 1) / p * D / 1e9)
         forest = topo.allreduce_time("forest", D, chunk_bytes=D / 1e4)
         assert ring / forest == pytest.approx(p - 1, rel=5e-3)
+
+
+def test_switched_homogeneous_cluster_agrees_with_the_plain_model():
+    # One NIC of B per worker: ring 2(p-1)/p S/B, forest rate p B / (2(p-1)), the same time;
+    # the server's NIC carries (p-1) S each way, the tree's inner workers 3 S.
+    for p in (2, 4, 8):
+        topo = homogeneous(p, "8gbit")
+        ring = topo.allreduce_time("ring", D)
+        assert ring == pytest.approx(2 * (p - 1) / p * D / 1e9)
+        assert topo.forest.rate == pytest.approx(p * 8e9 / (2 * (p - 1)), rel=2e-3)
+        assert topo.allreduce_time("forest", D, chunk_bytes=D / 1e4) == pytest.approx(
+            ring, rel=5e-3)
+        bounds = topo.bounds()
+        assert bounds["bound"] == "lp-dual"
+        assert bounds["forest_bps"] <= bounds["cut_bound_bps"] * (1 + 1e-9)
+        assert bounds["two_way_cut_bps"] == 8e9
+        if p > 2:
+            assert topo.allreduce_time("ps", D) > ring
+            assert topo.allreduce_time("tree", D) > ring
+    net = network_on("homogeneous", "ring", workers=8, bandwidth="1gbit")
+    assert net.bandwidth_bps == pytest.approx(1e9)
+    plain = predict("resnet50", Network(8, "1gbit"), "none").t_iter_s
+    for algorithm, rel in (("ring", 2e-3), ("forest", 5e-3)):
+        on = predict("resnet50", network_on("homogeneous", algorithm, workers=8,
+                                            bandwidth="1gbit"), "none").t_iter_s
+        assert on == pytest.approx(plain, rel=rel)
+    ps = predict("resnet50", network_on("homogeneous", "ps", workers=8, bandwidth="1gbit"),
+                 "none").t_iter_s
+    assert ps > 2 * plain
+
+
+def test_routes_are_widest_then_fewest_hops():
+    # Sparse symmetric meshes, some with few distinct capacities (many equally wide paths).
+    rng = np.random.default_rng(0)
+    checked = 0
+    for k in range(30):
+        n = 8 + k % 3
+        b = rng.uniform(1, 10, (n, n)) if k % 2 else rng.integers(1, 4, (n, n)).astype(float)
+        b[rng.random((n, n)) < (0.3 if k % 2 else 0.5)] = 0
+        b = np.minimum(b, b.T)
+        try:
+            topo = Topology(b)
+        except ValueError:  # not connected
+            continue
+        width, hops = topo.widest
+        for i in range(n):
+            for j in range(n):
+                if i == j:
+                    continue
+                links = topo.route(i, j)
+                assert len(links) == hops[i, j]
+                assert links[0][0] == i and links[-1][1] == j
+                assert all(a[1] == c[0] for a, c in zip(links, links[1:]))
+                assert min(topo.bandwidth_bps[a, c] for a, c in links) == width[i, j]
+                # No path as wide with fewer hops: BFS over the links >= width.
+                reach, frontier, steps = {i}, {i}, 0
+                while j not in reach:
+                    frontier = {int(c) for a in frontier
+                                for c in np.flatnonzero(b[a] >= width[i, j])} - reach
+                    reach |= frontier
+                    steps += 1
+                assert steps == hops[i, j]
+                checked += 1
+    assert checked > 100
 
 
 def test_bidirectional_ring_forest_equals_ring_all_reduce_both_ways():
@@ -96,6 +161,19 @@ def test_random_meshes_are_seeded():
     assert default_suite(2) == ["two-racks", "random:0", "random:1", "homogeneous"]
 
 
+def test_nics_bound_every_algorithm():
+    # Dedicated 10 Gbit/s links, but worker 0's NIC carries 1 Gbit/s each way.
+    p = 4
+    nic = [1e9, 10e9, 10e9, 10e9]
+    topo = Topology(np.full((p, p), 10e9), egress_bps=nic, ingress_bps=nic)
+    assert topo.allreduce_time("ring", D) == pytest.approx(2 * (p - 1) / p * D * 8 / 1e9)
+    assert topo.forest.rate <= topo.forest.dual_bound * (1 + 1e-9)
+    assert topo.bounds()["bound"] == "lp-dual"
+    assert topo.bounds()["two_way_cut_bps"] == 1e9
+    with pytest.raises(ValueError, match="egress_bps"):
+        Topology(np.ones((2, 2)), egress_bps=-1.0)
+
+
 def test_topology_files(tmp_path):
     matrix = [[0, "10gbit", 1e9], ["10gbit", 0, "1gbit"], [1e9, "1Gbit", 0]]
     path = tmp_path / "net.json"
@@ -109,6 +187,32 @@ def test_topology_files(tmp_path):
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps([[0, 1e9], [1e9, 0]]))
     assert load_topology(plain).forest.rate == pytest.approx(1e9)
+    assert not load_topology(plain).has_nics
+    nics = tmp_path / "nics.json"
+    nics.write_text(json.dumps({"bandwidth_bps": matrix, "egress_bps": "1gbit",
+                                "ingress_bps": [1e9, "2gbit", 3e9]}))
+    topo = load_topology(nics)
+    assert topo.egress_bps.tolist() == [1e9] * 3 and topo.ingress_bps.tolist() == [1e9, 2e9, 3e9]
+
+
+def test_a_topology_file_sets_latency_and_workers(tmp_path):
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps({"bandwidth_bps": np.full((3, 3), 1e9).tolist(),
+                                "latency_s": 0.01}))
+    topo = load_topology(path)
+    net = network_on(path, "ring", workers=3)
+    assert net.latency_s == 0.01
+    assert net.cost("allreduce", 1e6) == pytest.approx(topo.allreduce_time("ring", 1e6))
+    assert net.cost("allreduce", 1e6) > 4 * 0.01  # 2(p-1) latency steps
+    given = network_on(path, "ring", latency_s=0.0)
+    assert given.workers == 3
+    assert given.cost("allreduce", 1e6) == pytest.approx(topo.allreduce_time("ring", 1e6, 0.0))
+    with pytest.raises(ValueError, match="workers=8 is not allowed with topology='three': it "
+                                         "has 3 workers"):
+        network_on(path, "forest", workers=8)
+    with pytest.raises(ValueError, match="workers=8 is not allowed"):
+        scenario("resnet50", 8, "10gbit", topology=path)
+    assert scenario("resnet50", None, "10gbit", topology=path).workers == 3
 
 
 def test_bad_topologies_name_the_option(tmp_path):
@@ -133,6 +237,13 @@ def test_bad_topologies_name_the_option(tmp_path):
         Network(8, "10gbit", topology=two_racks(8), algorithm="butterfly")
     with pytest.raises(ValueError, match="workers=4 is not allowed with a topology of 8"):
         Network(4, "10gbit", topology=two_racks(8))
+    with pytest.raises(ValueError, match="workers=1 is not allowed: workers must be an "
+                                         "integer >= 2"):
+        two_racks(1)
+    with pytest.raises(ValueError, match="workers=0 is not allowed"):
+        homogeneous(0)
+    with pytest.raises(ValueError, match="convergence is not allowed with topology"):
+        advise("resnet50", 8, "10gbit", convergence=object(), topology="two-racks")
 
 
 def test_network_on_a_topology_prices_all_reduce_by_the_simulator():

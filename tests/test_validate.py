@@ -60,7 +60,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert set(pd.DataFrame(result["summary"])["method"]) == {"ddp", "fp16", "all"}
     for name in ("validation.csv", "validation.md", "validation.png", "conditions.csv",
                  "compress-2.5gbit.csv", "collective-2.5gbit.csv", "train-2.5gbit.csv",
-                 "profile-2.5gbit.json"):
+                 "profile-tiny-b64-2.5gbit.json"):
         assert (tmp_path / name).stat().st_size > 0, name
     # Resumed: nothing is measured again (no table or profile rewritten), same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
@@ -68,6 +68,21 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
                            progress=False)
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
+    # Resumed with other methods and batch size: what is new is measured (training,
+    # codec costs, the profile), only what was asked is reported.
+    other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8"], "tiny", batch_size=32,
+                           iterations=3, progress=False)
+    assert list(other["method"]) == ["fp16", "int8"]
+    assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
+    train = pd.read_csv(tmp_path / "train-2.5gbit.csv")
+    assert sorted(zip(train["method"], train["batch_size"])) == \
+        [("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
+    assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
+    assert "int8" in set(pd.read_csv(tmp_path / "compress-2.5gbit.csv")["method"])
+    small = json.loads((tmp_path / "profile-tiny-b32-2.5gbit.json").read_text())
+    assert small != json.loads((tmp_path / "profile-tiny-b64-2.5gbit.json").read_text())
+    assert (other["t_iter_single"] != rows["t_iter_single"].iloc[0]).all()
+    assert list(pd.read_csv(tmp_path / "validation.csv")["method"]) == ["fp16", "int8"]
 
 
 def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path):

@@ -6,15 +6,20 @@ unit, e.g. bytes/s; 0: no link). A forest is a set of spanning trees T with rate
 carries a share x_T / sum(x) of the gradient: reduce up (child -> parent) and broadcast down
 (parent -> child), both at rate x_T, pipelined in chunks. So a tree edge {u, v} uses both
 links u->v and v->u at x_T, whatever the root; only pairs linked both ways can be tree edges,
-with capacity c_uv = min(B[u][v], B[v][u]); all trees share a link's capacity.
+with capacity c_uv = min(B[u][v], B[v][u]); all trees share a link's capacity. Optionally
+every worker v has a NIC (`egress[v]`, `ingress[v]`; inf: none, the links alone limit it): in
+tree T worker v sends deg_T(v) x_T (one partition to each tree neighbour) and receives as
+much, so sum_T deg_T(v) x_T <= n_v = min(egress[v], ingress[v]).
 
 Packing (`pack_forest`): the linear program max sum_T x_T subject to sum_{T ∋ e} x_T <= c_e
 for every edge e, solved by column generation: the restricted LP over the trees found so far
-(scipy's HiGHS) gives edge prices y >= 0; the cheapest spanning tree (Kruskal) under y,
-smoothed towards the best dual so far (Wentges' stabilisation), is the next column. For any
-y, y / y(T_min) is a feasible dual of the full LP, so ``sum_e c_e y_e / y(T_min)`` bounds the
-optimum from above (`dual_bound`); the iteration stops when the packing is within `tol` of
-it, or when no tree improves it.
+(scipy's HiGHS) gives edge prices y >= 0 and node prices z >= 0; a tree's reduced cost is
+1 - sum_{e in T} y_e - sum_v deg_T(v) z_v = 1 - sum_{uv in T} (y_uv + z_u + z_v), so the
+pricing problem is still a minimum spanning tree (Kruskal), under edge weights
+w_uv = y_uv + z_u + z_v, smoothed towards the best dual so far (Wentges' stabilisation). For
+any (y, z), (y, z) / w(T_min) is a feasible dual of the full LP, so
+``(sum_e c_e y_e + sum_v n_v z_v) / w(T_min)`` bounds the optimum from above (`dual_bound`);
+the iteration stops when the packing is within `tol` of it, or when no tree improves it.
 
 The cut bound (`partition_bound`): for a partition P of the workers into k >= 2 parts, every
 spanning tree has at least k - 1 edges between parts (contract the parts: the tree stays
@@ -23,11 +28,13 @@ between parts, and the rate of any forest is at most ``min_P c(between parts of 
 For k = 2 this is the ordinary cut bound: every partition of the gradient must cross every cut
 in both directions. By Nash-Williams and Tutte's theorem the minimum over all partitions equals
 the best fractional packing, so this bound is tight; it is computed by enumerating partitions
-(up to `PARTITION_LIMIT` workers), independently of the LP.
+(up to `PARTITION_LIMIT` workers), independently of the LP. It ignores NICs: where they bind
+it is not tight, and `pack_forest` reports the LP's dual bound instead.
 
 `two_way_cut` is the bound for any all-reduce algorithm, trees or not: the workers outside a
 set S need the sum of the inputs inside it, so the gradient crosses every cut both ways, and no
-algorithm exceeds ``min_S min(B(S -> rest), B(rest -> S))``. Trees may fall short of it (on a
+algorithm exceeds ``min_S min(B(S -> rest), B(rest -> S))`` (with NICs, B(S -> rest) is also
+at most the egress of S and the ingress of the rest). Trees may fall short of it (on a
 full mesh of equal links by up to 2x, where every worker must send about twice its gradient).
 """
 from __future__ import annotations
@@ -37,6 +44,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from ..compressors.base import check_int
 
 SMOOTHING = 0.7  # weight of the best dual so far when pricing
 PARTITION_LIMIT = 10  # partition_bound enumerates Bell(n) partitions: 115,975 at n = 10
@@ -59,6 +68,21 @@ def check_bandwidth(bandwidth, option: str = "bandwidth") -> np.ndarray:
     matrix = matrix.copy()
     np.fill_diagonal(matrix, 0.0)
     return matrix
+
+
+def check_nics(values, n: int, option: str = "nic") -> np.ndarray:
+    """Per-worker NIC capacities as a length-`n` float array: None (no NICs: inf), one number
+    for every worker, or n numbers, each > 0 (inf: unlimited)."""
+    if values is None:
+        return np.full(n, math.inf)
+    try:
+        caps = np.broadcast_to(np.array(values, dtype=float), (n,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"{option}={values!r} is not allowed: give one capacity or {n} "
+                         "(numbers > 0, inf: unlimited)") from None
+    if np.isnan(caps).any() or (caps <= 0).any():
+        raise ValueError(f"{option}={values!r} is not allowed: NIC capacities must be > 0")
+    return caps
 
 
 def edge_capacities(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,7 +153,8 @@ class Step:
 @dataclass(frozen=True, eq=False)
 class Forest:
     """Spanning trees as parent arrays (-1 at the root) with their rates (the capacity unit),
-    and the bounds the packing is measured against."""
+    and the bounds the packing is measured against: `bound`, the partition cut bound (up to
+    `PARTITION_LIMIT` workers, without NICs), else the LP's dual bound `dual_bound`."""
 
     parents: tuple
     rates: tuple
@@ -259,9 +284,10 @@ def partition_bound(bandwidth, option: str = "bandwidth") -> float:
     return float(np.min(between[keep] / parts[keep]))
 
 
-def two_way_cut(bandwidth, option: str = "bandwidth") -> float:
-    """min over sets S of min(B(S -> rest), B(rest -> S)): no all-reduce algorithm exceeds
-    this rate (see the module docstring). inf for one worker."""
+def two_way_cut(bandwidth, option: str = "bandwidth", egress=None, ingress=None) -> float:
+    """min over sets S of min(B(S -> rest), B(rest -> S)), each also capped by the NICs
+    (`egress`, `ingress` as for `check_nics`): no all-reduce algorithm exceeds this rate (see
+    the module docstring). inf for one worker."""
     matrix = check_bandwidth(bandwidth, option)
     n = len(matrix)
     if n == 1:
@@ -271,15 +297,22 @@ def two_way_cut(bandwidth, option: str = "bandwidth") -> float:
                          f"{CUT_LIMIT} workers")
     sets = (np.arange(1, 2 ** (n - 1))[:, None] >> np.arange(n - 1)) & 1  # worker n-1 outside
     inside = np.hstack([sets, np.zeros((len(sets), 1), dtype=sets.dtype)]).astype(float)
-    out = np.einsum("si,ij,sj->s", inside, matrix, 1 - inside)
-    back = np.einsum("si,ij,sj->s", 1 - inside, matrix, inside)
+    # An unlimited NIC passes at most the worker's links.
+    send = np.minimum(check_nics(egress, n, "egress"), matrix.sum(axis=1))
+    receive = np.minimum(check_nics(ingress, n, "ingress"), matrix.sum(axis=0))
+    out = np.minimum(np.einsum("si,ij,sj->s", inside, matrix, 1 - inside),
+                     np.minimum(inside @ send, (1 - inside) @ receive))
+    back = np.minimum(np.einsum("si,ij,sj->s", 1 - inside, matrix, inside),
+                      np.minimum((1 - inside) @ send, inside @ receive))
     return float(np.minimum(out, back).min())
 
 
 def pack_forest(bandwidth, tol: float = 1e-6, min_share: float = 1e-3,
-                max_iterations: int = 1000, option: str = "bandwidth") -> Forest:
-    """The forest of largest total rate on `bandwidth` (see the module docstring), within
-    relative `tol` of the LP optimum; trees carrying less than `min_share` of the total are
+                max_iterations: int = 1000, option: str = "bandwidth", egress=None,
+                ingress=None) -> Forest:
+    """The forest of largest total rate on `bandwidth` and the NICs `egress`, `ingress` (see
+    `check_nics`; None: none) (see the module docstring), within relative `tol` of the LP
+    optimum; trees carrying less than `min_share` of the total are
     dropped (fewer, larger partitions; the rest stays feasible). Deterministic: every worker
     computes the same forest from the same matrix."""
     from scipy.optimize import linprog
@@ -288,19 +321,33 @@ def pack_forest(bandwidth, tol: float = 1e-6, min_share: float = 1e-3,
     for name, value, lo, hi in (("tol", tol, 0, 1), ("min_share", min_share, 0, 1)):
         if not (isinstance(value, (int, float)) and lo <= value < hi):
             raise ValueError(f"{name}={value!r} is not allowed: it must be in [{lo}, {hi})")
+    check_int(max_iterations, "max_iterations", 1)
     n = len(matrix)
+    nic = np.minimum(check_nics(egress, n, "egress"), check_nics(ingress, n, "ingress"))
     if n == 1:
         return Forest(((-1,),), (math.inf,), math.inf, math.inf)
     u, v, cap = edge_capacities(matrix)
     _check_connected(n, u, v, option)
     scale = cap.max()
-    c = cap / scale
-    trees = [_spanning_tree(n, u, v, np.argsort(-c, kind="stable"))]
+    capped = np.flatnonzero(np.isfinite(nic))  # workers whose NIC is a constraint
+    c = np.concatenate([cap, nic[capped]]) / scale  # edge rows, then NIC rows
+    edges = len(cap)
+    # incidence[k, e]: whether edge e touches capped worker k (a tree's degree there).
+    incidence = ((u[None, :] == capped[:, None]) | (v[None, :] == capped[:, None])).astype(float)
+    node_price = np.zeros((len(capped), n))
+    node_price[np.arange(len(capped)), capped] = 1.0
+
+    def weights(dual):  # w_uv = y_uv + z_u + z_v
+        z = dual[edges:] @ node_price
+        return dual[:edges] + z[u] + z[v]
+
+    trees = [_spanning_tree(n, u, v, np.argsort(-cap, kind="stable"))]
     x, best_bound, center = np.zeros(1), math.inf, None
     for _ in range(max_iterations):
         a = np.zeros((len(c), len(trees)))
         for j, tree in enumerate(trees):
             a[tree, j] = 1.0
+            a[edges:, j] = incidence[:, tree].sum(axis=1)
         res = linprog(-np.ones(len(trees)), A_ub=a, b_ub=c, bounds=(0, None), method="highs")
         if res.status != 0:
             raise RuntimeError(f"the packing LP failed: {res.message}")
@@ -308,12 +355,13 @@ def pack_forest(bandwidth, tol: float = 1e-6, min_share: float = 1e-3,
         # Price at the duals smoothed towards the best dual so far (Wentges), which damps
         # their oscillation; where that finds no improving tree, price at the duals alone.
         for alpha in ((SMOOTHING, 0.0) if center is not None else (0.0,)):
-            prices = y if alpha == 0 else alpha * center + (1 - alpha) * y
-            cheapest = _spanning_tree(n, u, v, np.lexsort((-c, prices)))  # ties: wide edges
+            dual = y if alpha == 0 else alpha * center + (1 - alpha) * y
+            prices = weights(dual)
+            cheapest = _spanning_tree(n, u, v, np.lexsort((-cap, prices)))  # ties: wide edges
             cost = prices[cheapest].sum()
-            if cost > 0 and c @ prices / cost < best_bound:
-                best_bound, center = float(c @ prices / cost), prices / cost
-            if y[cheapest].sum() < 1 - 1e-9:
+            if cost > 0 and c @ dual / cost < best_bound:
+                best_bound, center = float(c @ dual / cost), dual / cost
+            if weights(y)[cheapest].sum() < 1 - 1e-9:
                 break
         else:
             break  # no tree improves the packing: it is optimal
@@ -328,7 +376,8 @@ def pack_forest(bandwidth, tol: float = 1e-6, min_share: float = 1e-3,
         rooted[root] += x[j]
         parents.append(tree)
         rates.append(float(x[j] * scale))
-    bound = partition_bound(matrix) if n <= PARTITION_LIMIT else best_bound * scale
+    tight = n <= PARTITION_LIMIT and not len(capped)
+    bound = partition_bound(matrix) if tight else best_bound * scale
     return Forest(tuple(parents), tuple(rates), bound, best_bound * scale)
 
 

@@ -27,8 +27,8 @@ from .topology import ALGORITHMS, network_on
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
 
 
-def advise(profile, workers: int, bandwidth, methods=None, costs=None,
-           bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
+           bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
            target=None, topology=None, algorithms=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults, and
@@ -42,7 +42,14 @@ def advise(profile, workers: int, bandwidth, methods=None, costs=None,
     With a `topology` (`topology.load_topology`: a built-in name or a bandwidth-matrix file,
     built for `workers` and `bandwidth`): one row per method and all-reduce algorithm of
     `algorithms` (default: ring, tree, ps, forest), column `algorithm`; speedups are against
-    uncompressed ring all-reduce."""
+    uncompressed ring all-reduce. `workers` None: the topology file's (else a file of another
+    count is a ValueError); `latency_s` None: the topology's, else 0. `convergence` and
+    `topology` do not combine (ValueError)."""
+    if convergence is not None and topology is not None:
+        raise ValueError("convergence is not allowed with topology (--convergence with "
+                         "--topology): time to accuracy is priced on one bandwidth; drop one")
+    if topology is None and latency_s is None:
+        latency_s = 0.0
     if convergence is not None:
         return time_to_accuracy(convergence, profile, workers, bandwidth, costs, bucketing,
                                 latency_s, efficiency, contention, task, target, methods)

@@ -48,6 +48,14 @@ def method_cases(methods) -> list[tuple[str, dict]]:
     return cases
 
 
+def case_keys(name: str, options: dict, sizes, device, dtype, device_name: str) -> list[dict]:
+    """The key columns of the measurements of (name, options) at each of `sizes`."""
+    built = json.dumps(compressor(name, **options).options(), sort_keys=True)
+    return [{"method": name, "options": built, "numel": numel, "dtype": _dtype_name(dtype),
+             "device": str(torch.device(device)), "device_name": device_name}
+            for numel in sizes]
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -67,14 +75,10 @@ def bench_compress(methods=None, sizes=None, device="cpu", dtype=torch.float32,
     device = torch.device(device)
     table = as_table(out, KEY_COLUMNS)
     env = environment(device=device)
-    cases = []
-    for name, options in method_cases(methods):
-        built = json.dumps(compressor(name, **options).options(), sort_keys=True)
-        for numel in sizes:
-            key = {"method": name, "options": built, "numel": numel,
-                   "dtype": _dtype_name(dtype), "device": str(device),
-                   "device_name": env["device_name"]}
-            cases.append((name, options, numel, key))
+    cases = [(name, options, numel, key)
+             for name, options in method_cases(methods)
+             for numel, key in zip(sizes, case_keys(name, options, sizes, device, dtype,
+                                                    env["device_name"]))]
     done = table.done_keys() if table else set()
     todo = [c for c in cases if table is None or table.key(c[3]) not in done]
     rows = []

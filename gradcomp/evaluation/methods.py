@@ -181,7 +181,9 @@ class MethodCost:
                      name: str = "blocksparse") -> "MethodCost":
         """The block-sparse all-reduce of the gradient as it is (e.g. with measured block
         densities), or of a sparsifier's decoded output (`resolve("topk+blocksparse")`).
-        `wire` gives the upstream bytes of one worker (the timeline adds the union's)."""
+        `wire` gives the bytes of one worker's non-zero blocks (d S); the timeline prices the
+        traffic itself (`Network.block_sparse_cost`: bitmaps, the (p-1)/p of them that go
+        to other owners, and the union's shard)."""
         def wire(shapes, dtype_bytes):
             return (sum(math.prod(s) for s in shapes) * dtype_bytes * blocks.worker_density(),)
 

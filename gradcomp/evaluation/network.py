@@ -12,7 +12,8 @@ With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 byte
   worker and the downstream union, with the all-gather's alpha and B
   (`gradcomp.comm.blocksparse`).
 
-With a `topology` (`topology.Topology`: a matrix of link bandwidths), all-reduce costs what
+With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
+optionally per-worker NICs; see its module), all-reduce costs what
 its simulator gives for `algorithm` (ring, tree, ps, forest), all-gather and broadcast what a
 ring in rank order costs on it (`Topology.ring_time`), at the latency and efficiency here
 (reductions not priced); `bandwidth_bps` is then the algorithm's bus bandwidth
@@ -85,11 +86,13 @@ class Network:
         lat = self.latency_s
         return float(lat.get(collective, 0.0) if isinstance(lat, Mapping) else lat)
 
+    def efficiency_of(self, collective: str) -> float:
+        eff = self.efficiency
+        return float(eff.get(collective, 1.0) if isinstance(eff, Mapping) else eff)
+
     def bytes_per_s(self, collective: str) -> float:
         """Effective bandwidth B of `collective`, bytes/s."""
-        eff = self.efficiency
-        eff = eff.get(collective, 1.0) if isinstance(eff, Mapping) else eff
-        return eff * self.bandwidth_bps / 8
+        return self.efficiency_of(collective) * self.bandwidth_bps / 8
 
     def cost(self, collective: str, nbytes: float,
              add_time: Callable[[float], float | None] | None = None) -> float:
@@ -101,7 +104,7 @@ class Network:
             return 0.0
         alpha, bw = self.alpha(collective), self.bytes_per_s(collective)
         if self.topology is not None:
-            eff = bw * 8 / self.bandwidth_bps
+            eff = self.efficiency_of(collective)
             if collective == "allreduce":
                 return self.topology.allreduce_time(self.algorithm, nbytes, alpha, eff)
             return self.topology.ring_time(collective, nbytes, alpha, eff)

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .store import write_atomic
 from .units import format_rate, parse_rate
 
 PREFIX = "gctb"
@@ -165,7 +166,7 @@ class Testbed:
         self._catch_signals()
         try:
             REGISTRY.mkdir(parents=True, exist_ok=True)
-            (REGISTRY / self.run_id).write_text(str(os.getpid()))
+            write_atomic(REGISTRY / self.run_id, str(os.getpid()))  # never seen empty
             self._up = True
             self._create()
         except BaseException:

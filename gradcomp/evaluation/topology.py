@@ -2,11 +2,15 @@
 them by ring, tree, parameter server and forest (`comm.forest_packing`).
 
 A `Topology` holds `bandwidth_bps[i][j]`, the capacity of the directed link from worker i to
-worker j in bit/s (0: no link), and a per-hop latency. Traffic between workers without a
-direct link follows the widest path (largest bottleneck, then fewest hops). Every algorithm is
-a fluid flow: with `load` the bytes each directed link carries per byte of gradient, its
-bandwidth time is ``D * max_link(load / capacity)``. For S = D bytes per worker, p workers and
-alpha the per-hop latency (H: hops of the longest route used):
+worker j in bit/s (0: no link): a dedicated link per ordered pair, which other pairs' traffic
+does not share; optionally each worker's NIC, `egress_bps[i]` and `ingress_bps[i]` (bit/s;
+None: no NIC limit, only the links), which all of its links share; and a per-hop latency.
+Traffic between workers without a direct link follows the widest path (largest bottleneck,
+then fewest hops among those: a breadth-first search over the links at least that wide).
+Every algorithm is a fluid flow: with `load` the bytes each directed link carries per byte of
+gradient (and a worker's NIC the sum over its links, forwarded traffic included), its
+bandwidth time is ``D * max(load / capacity)`` over links and NICs. For S = D bytes per
+worker, p workers and alpha the per-hop latency (H: hops of the longest route used):
 
 * ``ring``: the ring in rank order: 2(p-1) steps, each sending D/p to the next worker:
   ``2(p-1) (alpha H + D/p * max(load / capacity))``, load = routes crossing the link;
@@ -20,11 +24,14 @@ alpha the per-hop latency (H: hops of the longest route used):
   (64 KiB by default).
 
 Built-in topologies (`load_topology`): ``two-racks`` (two halves, each a full mesh at the
-given bandwidth, joined by one link at a tenth of it between their first workers),
-``random`` / ``random:SEED`` (a full mesh, every directed link uniform in [bandwidth/10,
-bandwidth], seeded), ``homogeneous`` (a full mesh at the bandwidth); or a JSON file (a
-matrix, or {"bandwidth_bps": matrix, "latency_s": alpha}) or CSV file (a matrix) with entries
-in bit/s or rates such as "10gbit".
+given bandwidth, joined by one link at a tenth of it between their first workers; links only,
+no NICs), ``random`` / ``random:SEED`` (a full mesh, every directed link uniform in
+[bandwidth/10, bandwidth], seeded; links only, no NICs), ``homogeneous`` (a switched cluster:
+every worker one NIC of the bandwidth each way, on a full mesh of links at the bandwidth; ring
+all-reduce there takes the plain model's 2(p-1)/p S/B); or a JSON file (a matrix, or
+{"bandwidth_bps": matrix, "latency_s": alpha, "egress_bps": ..., "ingress_bps": ...}, the NICs
+one rate for all workers or one per worker) or CSV file (a matrix) with entries in bit/s or
+rates such as "10gbit".
 """
 from __future__ import annotations
 
@@ -38,7 +45,8 @@ import numpy as np
 import pandas as pd
 
 from ..comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
-                                   check_connected, pack_forest, two_way_cut)
+                                   check_connected, check_nics, pack_forest, two_way_cut)
+from ..compressors.base import check_int
 from .units import parse_rate
 
 ALGORITHMS = ("ring", "tree", "ps", "forest")
@@ -48,12 +56,15 @@ DEFAULT_CHUNK_BYTES = 1 << 16
 
 @dataclass(frozen=True, eq=False)
 class Topology:
-    """`bandwidth_bps`: n x n directed link capacities, bit/s (0: no link); `latency_s`: per
-    hop."""
+    """`bandwidth_bps`: n x n directed link capacities, bit/s (0: no link), one dedicated link
+    per ordered pair; `latency_s`: per hop; `egress_bps`, `ingress_bps`: each worker's NIC,
+    bit/s (one number for all, or n; None or inf: unlimited), shared by its links."""
 
     bandwidth_bps: np.ndarray
     latency_s: float = 0.0
     name: str = "custom"
+    egress_bps: object = None
+    ingress_bps: object = None
 
     def __post_init__(self):
         matrix = check_bandwidth(self.bandwidth_bps, "topology")
@@ -64,6 +75,14 @@ class Topology:
             raise ValueError(f"latency_s={self.latency_s!r} is not allowed: it must be a "
                              "finite number >= 0")
         check_connected(matrix, "topology")
+        for option in ("egress_bps", "ingress_bps"):
+            caps = check_nics(getattr(self, option), len(matrix), option)
+            caps.setflags(write=False)
+            object.__setattr__(self, option, caps)
+
+    @property
+    def has_nics(self) -> bool:
+        return bool(np.isfinite(self.egress_bps).any() or np.isfinite(self.ingress_bps).any())
 
     @property
     def workers(self) -> int:
@@ -72,37 +91,51 @@ class Topology:
     @cached_property
     def forest(self) -> Forest:
         """The packed forest (rates in bit/s)."""
-        return pack_forest(self.bandwidth_bps, option="topology")
+        return pack_forest(self.bandwidth_bps, option="topology", egress=self.egress_bps,
+                           ingress=self.ingress_bps)
 
     @cached_property
-    def widest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(bottleneck bit/s, hops, next hop) of the widest path between every pair."""
+    def _routes(self) -> tuple[np.ndarray, dict]:
+        """(bottleneck bit/s between every pair, {(i, j): links of the route}): per pair, the
+        fewest hops over the links at least as wide as its widest path (breadth-first)."""
         n, b = self.workers, self.bandwidth_bps
         width = b.copy()
-        hops = np.where(b > 0, 1, 0)
-        nxt = np.tile(np.arange(n), (n, 1))
-        for k in range(n):
-            through = np.minimum(width[:, k:k + 1], width[k:k + 1, :])
-            h = hops[:, k:k + 1] + hops[k:k + 1, :]
-            better = (through > width) | ((through == width) & (through > 0) & (h < hops))
-            np.fill_diagonal(better, False)
-            width = np.where(better, through, width)
-            hops = np.where(better, h, hops)
-            nxt = np.where(better, nxt[:, k:k + 1], nxt)
-        return width, hops, nxt
+        for k in range(n):  # Floyd-Warshall on bottlenecks
+            width = np.maximum(width, np.minimum(width[:, k:k + 1], width[k:k + 1, :]))
+        np.fill_diagonal(width, 0.0)
+        routes = {}
+        for i in range(n):
+            for w in np.unique(width[i][width[i] > 0]):
+                parent = np.full(n, -1)
+                parent[i], queue = i, [i]
+                for node in queue:
+                    for nxt in np.flatnonzero((b[node] >= w) & (parent < 0)):
+                        parent[nxt] = node
+                        queue.append(int(nxt))
+                for j in np.flatnonzero(width[i] == w):
+                    links, node = [], int(j)
+                    while node != i:
+                        links.append((int(parent[node]), node))
+                        node = int(parent[node])
+                    routes[i, int(j)] = links[::-1]
+        return width, routes
+
+    @property
+    def widest(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bottleneck bit/s, hops) of the route between every pair."""
+        width, routes = self._routes
+        hops = np.zeros((self.workers, self.workers), dtype=int)
+        for (i, j), links in routes.items():
+            hops[i, j] = len(links)
+        return width, hops
 
     def route(self, i: int, j: int) -> list[tuple[int, int]]:
-        """The directed links of the widest path from i to j."""
-        _, _, nxt = self.widest
-        links = []
-        while i != j:
-            links.append((i, int(nxt[i, j])))
-            i = int(nxt[i, j])
-        return links
+        """The directed links of the widest path from i to j, fewest hops among those."""
+        return [] if i == j else list(self._routes[1][i, j])
 
     def _load(self, flows) -> tuple[float, int]:
-        """(max over links of load / capacity in s per bit, longest route in hops) for
-        `flows`: (src, dst, units) each."""
+        """(max over links and NICs of load / capacity in s per bit, longest route in hops)
+        for `flows`: (src, dst, units) each."""
         load = np.zeros_like(self.bandwidth_bps)
         longest = 0
         for i, j, units in flows:
@@ -111,7 +144,10 @@ class Topology:
             for a, b in links:
                 load[a, b] += units
         used = load > 0
-        return float((load[used] / self.bandwidth_bps[used]).max(initial=0.0)), longest
+        per_bit = (load[used] / self.bandwidth_bps[used]).max(initial=0.0)
+        nic = max((load.sum(axis=1) / self.egress_bps).max(),
+                  (load.sum(axis=0) / self.ingress_bps).max())
+        return float(max(per_bit, nic)), longest
 
     def allreduce_time(self, algorithm: str, nbytes: float, latency_s: float | None = None,
                        efficiency: float = 1.0, chunk_bytes: float = DEFAULT_CHUNK_BYTES) -> float:
@@ -168,28 +204,35 @@ class Topology:
         """The forest's rate and the bounds on it, bit/s (NaN where not computed)."""
         n = self.workers
         forest = self.forest
+        tight = n <= PARTITION_LIMIT and not self.has_nics  # the partition bound ignores NICs
         return {"forest_bps": forest.rate, "cut_bound_bps": forest.bound,
-                "bound": "partition" if n <= PARTITION_LIMIT else "lp-dual",
-                "two_way_cut_bps": two_way_cut(self.bandwidth_bps) if n <= CUT_LIMIT
+                "bound": "partition" if tight else "lp-dual",
+                "two_way_cut_bps": two_way_cut(self.bandwidth_bps, "topology", self.egress_bps,
+                                               self.ingress_bps) if n <= CUT_LIMIT
                 else math.nan, "trees": len(forest.rates)}
 
 
-def network_on(topology, algorithm: str = "forest", latency_s=0.0, efficiency=1.0,
-               workers: int | None = None, bandwidth="10gbit"):
+def network_on(topology, algorithm: str = "forest", latency_s: float | None = None,
+               efficiency=1.0, workers: int | None = None, bandwidth="10gbit"):
     """A performance-model `Network` on `topology` (anything `load_topology` takes, built for
-    `workers` and `bandwidth`) whose all-reduce runs `algorithm`; its `bandwidth_bps` is the
-    algorithm's bus bandwidth: the per-worker bandwidth at which the ring formula 2(p-1)/p S/B
-    takes as long for a large S."""
+    `workers` (default 8) and `bandwidth`) whose all-reduce runs `algorithm`, at `latency_s`
+    per hop (None: the topology's); its `bandwidth_bps` is the algorithm's bus bandwidth: the
+    per-worker bandwidth at which the ring formula 2(p-1)/p S/B takes as long for a large S.
+    A file or matrix of another worker count than `workers` is a ValueError."""
     from .network import Network
 
     topo = load_topology(topology, 8 if workers is None else workers, bandwidth)
     p = topo.workers
+    if workers is not None and workers != p:
+        raise ValueError(f"workers={workers!r} is not allowed with topology={topo.name!r}: it "
+                         f"has {p} workers (leave workers out to use them)")
     if p < 2:
         raise ValueError(f"topology={topo.name!r} is not allowed: it has {p} worker; a "
                          "network needs >= 2")
     big = 2.0 ** 40
     bus = 2 * (p - 1) / p * 8 * big / topo.allreduce_time(algorithm, big, 0.0,
                                                           chunk_bytes=big / 1e6)
+    latency_s = topo.latency_s if latency_s is None else latency_s
     return Network(p, bus, latency_s, efficiency, topology=topo, algorithm=algorithm)
 
 
@@ -204,11 +247,11 @@ def _pipeline(chunks: int, stages: int, seconds: float, alpha: float) -> float:
 
 def two_racks(workers: int = 8, bandwidth="10gbit", thin=None) -> Topology:
     """Two racks of workers // 2 and the rest, each a full mesh at `bandwidth`, joined by one
-    link (default a tenth of `bandwidth`) between worker 0 and the first worker of rack 2."""
+    link (default a tenth of `bandwidth`) between worker 0 and the first worker of rack 2;
+    dedicated links, no NICs."""
     fast = parse_rate(bandwidth)
     thin = fast / 10 if thin is None else parse_rate(thin, "thin")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
-        raise ValueError(f"workers={workers!r} is not allowed: two-racks needs an integer >= 2")
+    check_int(workers, "workers", 2)
     half = workers // 2
     b = np.zeros((workers, workers))
     b[:half, :half] = fast
@@ -218,22 +261,21 @@ def two_racks(workers: int = 8, bandwidth="10gbit", thin=None) -> Topology:
 
 
 def random_mesh(workers: int = 8, bandwidth="10gbit", seed: int = 0) -> Topology:
-    """A full mesh whose directed links are uniform in [bandwidth / 10, bandwidth]."""
-    _check_workers(workers)
+    """A full mesh whose directed links are uniform in [bandwidth / 10, bandwidth]; dedicated
+    links, no NICs."""
+    check_int(workers, "workers", 1)
     fast = parse_rate(bandwidth)
     b = np.random.default_rng(seed).uniform(fast / 10, fast, (workers, workers))
     return Topology(b, name=f"random:{seed}")
 
 
 def homogeneous(workers: int = 8, bandwidth="10gbit") -> Topology:
-    """A full mesh with every link at `bandwidth`."""
-    _check_workers(workers)
-    return Topology(np.full((workers, workers), parse_rate(bandwidth)), name="homogeneous")
-
-
-def _check_workers(workers):
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers={workers!r} is not allowed: it must be an integer >= 1")
+    """A switched cluster: every worker one NIC of `bandwidth` each way, on a full mesh of
+    links at `bandwidth` (the switch adds no limit)."""
+    check_int(workers, "workers", 1)
+    fast = parse_rate(bandwidth)
+    return Topology(np.full((workers, workers), fast), name="homogeneous", egress_bps=fast,
+                    ingress_bps=fast)
 
 
 def load_topology(spec, workers: int = 8, bandwidth="10gbit") -> Topology:
@@ -277,15 +319,20 @@ def _from_file(text: str) -> Topology:
     path = Path(text)
     if path.suffix.lower() not in (".json", ".csv") or not path.is_file():
         raise _unknown(text)
-    latency = 0.0
+    latency, nics = 0.0, {}
     if path.suffix.lower() == ".json":
         data = json.loads(path.read_text())
         if isinstance(data, dict):
             latency = data.get("latency_s", 0.0)
+            for key in ("egress_bps", "ingress_bps"):
+                if data.get(key) is not None:
+                    value = data[key]
+                    rows = _rates([value if isinstance(value, list) else [value]], text)
+                    nics[key] = rows[0]
             data = data.get("bandwidth_bps")
     else:
         data = pd.read_csv(path, header=None, dtype=str).to_numpy().tolist()
-    return Topology(_rates(data, text), latency, name=path.stem)
+    return Topology(_rates(data, text), latency, name=path.stem, **nics)
 
 
 def _rates(rows, option: str):

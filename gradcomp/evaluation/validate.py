@@ -12,7 +12,7 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    bandwidth per collective) and those costs, with DDP's buckets as torch forms them.
 
 The output folder holds every table, appended as measured (an interrupted sweep resumes):
-``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<rate>.json``,
+``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<model>-b<batch size>-<rate>.json``,
 ``compress-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
 rate's measurements: other work disturbs the timings), and the result: ``validation.csv``
 (rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
@@ -28,12 +28,14 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from .bench_collective import KEY_COLUMNS as COLLECTIVE_KEYS
+from .bench_collective import _key as collective_key
 from .bench_compress import KEY_COLUMNS as CODEC_KEYS
-from .bench_compress import bench_compress
+from .bench_compress import bench_compress, case_keys
 from .bench_train import KEY_COLUMNS as TRAIN_KEYS
-from .bench_train import MODELS, _spec
+from .bench_train import MODELS, _plan, _spec
 from .bucketing import DDP
 from .env import environment
 from .fit import codec_costs, fit_codec, fit_collectives, network_from_fit
@@ -77,24 +79,45 @@ def _check_methods(methods) -> list[str]:
     return methods
 
 
+def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[str, set]:
+    """The table keys (as stored) a rate's measurements of `methods` need, per table:
+    "collective", "train" and "compress" (`spec` from bench_train's `_spec`). The testbed's
+    workers are CPU processes on gloo, as the sub-jobs key them."""
+    coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
+    codec = ResultTable("compress.csv", CODEC_KEYS)
+    return {"collective": {collective_key(coll, c, n, workers, "gloo", "cpu")
+                           for c in ("allreduce", "allgather") for n in collective_sizes},
+            "train": set(_plan(methods, spec, workers, "gloo", "cpu",
+                               ResultTable("train.csv", TRAIN_KEYS))),
+            "compress": {codec.key(k) for m in methods if m not in ("ddp", "none")
+                         for k in case_keys(m, {}, COMPRESS_SIZES, "cpu", torch.float32,
+                                            "cpu")}}
+
+
+def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
+    """Where a rate's profile of `model` at `batch_size` is kept."""
+    return out / f"profile-{model}-b{batch_size}-{rate_tag(rate_bps)}.json"
+
+
 def _job(testbed: Testbed, module: str, args: list[str], timeout: float) -> None:
     testbed.run([sys.executable, "-m", module, *args], timeout=timeout)
 
 
 def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: int,
                  warmup: int, iterations: int, bucket_cap_mb: float, workers: int,
-                 threads: int, collective_sizes, progress: bool) -> None:
+                 threads: int, collective_sizes, planned: dict[str, set],
+                 progress: bool) -> None:
     """Collective sweep, training with every method, then profile and codec costs, in one
-    testbed at `rate_bps`; what the tables already hold is skipped."""
+    testbed at `rate_bps`; the keys of `planned` (`planned_keys`) the tables already hold
+    are skipped."""
     tag = rate_tag(rate_bps)
-    coll, train, prof = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
-                         out / f"profile-{tag}.json")
-    need_coll = len(ResultTable(coll, COLLECTIVE_KEYS).done_keys()) < 2 * len(collective_sizes)
-    need_train = len(ResultTable(train, TRAIN_KEYS).done_keys()) < len(methods)
+    coll, train, codec = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
+                          out / f"compress-{tag}.csv")
+    prof = profile_path(out, rate_bps, model, batch_size)
+    need_coll = not planned["collective"] <= ResultTable(coll, COLLECTIVE_KEYS).done_keys()
+    need_train = not planned["train"] <= ResultTable(train, TRAIN_KEYS).done_keys()
     need_prof = not prof.exists()
-    codec = out / f"compress-{tag}.csv"
-    need_codec = len(ResultTable(codec, CODEC_KEYS).done_keys()) < \
-        len(COMPRESS_SIZES) * len([m for m in methods if m not in ("ddp", "none")])
+    need_codec = not planned["compress"] <= ResultTable(codec, CODEC_KEYS).done_keys()
     if not (need_coll or need_train or need_prof or need_codec):
         return
     _say(progress, f"{format_rate(rate_bps)}: testbed of {workers} namespaces")
@@ -167,14 +190,17 @@ def concurrent_job(argv=None) -> int:
     return 0
 
 
-def predict_rate(out: Path, rate_bps: float, contention: float = 1.0) -> pd.DataFrame:
-    """Predicted against measured for every training row at `rate_bps`."""
+def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str,
+                 batch_size: int, contention: float = 1.0) -> pd.DataFrame:
+    """Predicted against measured for the training rows of `planned` (`planned_keys`) at
+    `rate_bps`, from the collectives, codec costs and profile measured for them."""
     tag = rate_tag(rate_bps)
-    codecs = ResultTable(out / f"compress-{tag}.csv", CODEC_KEYS).frame()
+    codecs = ResultTable(out / f"compress-{tag}.csv", CODEC_KEYS).frame(planned["compress"])
     costs = codec_costs(fit_codec(codecs)) if len(codecs) else {}
-    train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame()
-    fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS).frame())
-    profile = load_profile(out / f"profile-{tag}.json")
+    train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"])
+    fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
+                           .frame(planned["collective"]))
+    profile = load_profile(profile_path(out, rate_bps, model, batch_size))
     seen = ResultTable(out / "conditions.csv", ("rate_bps",)).frame()
     seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
     load = {c: float(seen[c].iloc[0]) if len(seen) else math.nan
@@ -246,16 +272,18 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = _check_methods(methods)
-    _spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    spec = _spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
+    planned = planned_keys(methods, spec, workers, collective_sizes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
-                     workers, threads, list(collective_sizes), progress)
-    tables = [predict_rate(out, rate, contention) for rate in rates]
+                     workers, threads, list(collective_sizes), planned, progress)
+    tables = [predict_rate(out, rate, planned, model, batch_size, contention)
+              for rate in rates]
     table = pd.concat(tables, ignore_index=True)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_atomic(out / "validation.md", markdown(table))

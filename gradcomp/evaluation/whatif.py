@@ -27,18 +27,22 @@ def default_bandwidths(points: int = 25) -> np.ndarray:
     return np.logspace(9, math.log10(400e9), points)
 
 
-def scenario(profile, workers: int, bandwidth, method="none", ratio: float | None = None,
-           bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+def scenario(profile, workers: int | None, bandwidth, method="none", ratio: float | None = None,
+           bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, aggregation: str = "allreduce", topology=None,
            algorithm: str = "ring") -> Prediction:
     """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
     compression `ratio` sent by `aggregation` when given. With a `topology` (see
-    `topology.network_on`, built for `workers` and `bandwidth`), all-reduces run
-    `algorithm` on it."""
+    `topology.network_on`, built for `workers` and `bandwidth`; a file's worker count must
+    match `workers`, or give None), all-reduces run `algorithm` on it. `latency_s` None: the
+    topology's, else 0."""
     if ratio is not None:
         method = MethodCost.fixed_ratio(ratio, aggregation)
-    network = Network(workers, bandwidth, latency_s, efficiency) if topology is None else \
-        network_on(topology, algorithm, latency_s, efficiency, workers, bandwidth)
+    if topology is None:
+        network = Network(workers, bandwidth, 0.0 if latency_s is None else latency_s,
+                          efficiency)
+    else:
+        network = network_on(topology, algorithm, latency_s, efficiency, workers, bandwidth)
     return predict(profile, network, method, bucketing, contention)
 
 
@@ -76,8 +80,9 @@ class Requirement:
     reason: str
 
 
-def required_compression(profile, workers: int, bandwidth, target_sf: float = 0.9,
-                         bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+def required_compression(profile, workers: int | None, bandwidth, target_sf: float = 0.9,
+                         bucketing="ddp", latency_s: float | None = None,
+                         efficiency: float = 1.0,
                          contention: float = 1.0, aggregation: str = "allreduce",
                          max_ratio: float = 1e6, rtol: float = 1e-3, topology=None,
                          algorithm: str = "ring") -> Requirement:
