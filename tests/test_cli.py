@@ -1,10 +1,13 @@
 """The `gradcomp` command, run as a user runs it."""
+import io
 import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 import gradcomp
+from gradcomp import cli
 
 
 TESTS = os.path.dirname(__file__)
@@ -16,6 +19,18 @@ def run(*args):
         [TESTS, *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-m", "gradcomp.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env)
+
+
+def run_here(*args):
+    """`gradcomp ARGS` inside this process (no interpreter start-up), as a CompletedProcess;
+    `run` keeps the real command line for the tests of the command itself."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_compressors_table_lists_every_method():

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gradcomp.evaluation.bench_blocksparse import bench_block_sparse
-from test_cli import run
+from test_cli import run_here as run
 
 
 def test_bench_collective_blocksparse_sweeps_densities_and_resumes(tmp_path):

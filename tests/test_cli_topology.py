@@ -2,7 +2,7 @@
 --algorithm`, `advise --topology --algorithms`, `bench collective --collectives`."""
 import json
 
-from test_cli import run
+from test_cli import run_here as run
 
 
 def test_topology_command_compares_algorithms_and_plots(tmp_path):
