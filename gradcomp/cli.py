@@ -47,10 +47,8 @@ def _whatif(args) -> None:
     from .evaluation.units import format_rate
 
     on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
-    # With a topology, None: its file's workers / latency; else the defaults 8 and 0.
-    workers = 8 if args.workers is None and not on else args.workers
-    common = dict(bucketing=args.bucketing,
-                  latency_s=0.0 if args.latency is None and not on else args.latency)
+    workers, latency = _network_defaults(args)
+    common = dict(bucketing=args.bucketing, latency_s=latency)
     if args.sweep and on:
         raise ValueError("--sweep is not allowed with --topology: the sweep varies one "
                          "bandwidth for all links; scale the topology file instead")
@@ -87,15 +85,14 @@ def _advise(args) -> None:
     import pandas as pd
 
     from .evaluation.advise import advise, verdict
-
     from .evaluation.time_to_accuracy import TTA_COLUMNS
 
     costs = pd.read_csv(args.costs) if args.costs else None
     methods = args.methods.split(",") if args.methods else None
     convergence = pd.read_csv(args.convergence) if args.convergence else None
-    workers = 8 if args.workers is None and not args.topology else args.workers
+    workers, latency = _network_defaults(args)
     table = advise(args.profile, workers, args.bandwidth, methods=methods, costs=costs,
-                   bucketing=args.bucketing, latency_s=args.latency, convergence=convergence,
+                   bucketing=args.bucketing, latency_s=latency, convergence=convergence,
                    task=args.task, target=args.target, topology=args.topology,
                    algorithms=args.algorithms.split(",") if args.algorithms else None)
     answer = verdict(table)
@@ -104,6 +101,15 @@ def _advise(args) -> None:
         "speedup", "compression", "codec_s", "costs"]
     _emit(args, {"verdict": answer, "ranking": table.to_dict("records")},
           _table(table, columns) + "\n\n" + answer)
+
+
+def _network_defaults(args) -> tuple:
+    """whatif / advise: (workers, latency); unset, they are 8 and 0 s, or with --topology
+    None, so that a topology file's own values apply."""
+    if args.topology:
+        return args.workers, args.latency
+    return (8 if args.workers is None else args.workers,
+            0.0 if args.latency is None else args.latency)
 
 
 def _profile(args) -> None:
@@ -224,30 +230,28 @@ def _report(args) -> None:
 def _testbed(args) -> None:
     from .evaluation import testbed
 
+    try:
+        _testbed_action(args, testbed)
+    except (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError) as exc:
+        raise SystemExit(f"gradcomp testbed: {exc}") from None
+
+
+def _testbed_action(args, testbed) -> None:
     if args.cleanup:
-        try:
-            removed = testbed.cleanup_stale()
-        except testbed.TestbedUnavailable as exc:
-            raise SystemExit(f"gradcomp testbed: {exc}") from None
+        removed = testbed.cleanup_stale()
         _emit(args, {"removed": removed}, f"removed {len(removed)} stale testbed run(s)"
               + "".join(f"\n  {run}" for run in removed))
         return
     if args.check:
-        try:
-            row = testbed.rate_check(args.rate)
-        except (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError) as exc:
-            raise SystemExit(f"gradcomp testbed: {exc}") from None
+        row = testbed.rate_check(args.rate)
         _emit(args, row, f"all-reduce of {row['nbytes']:,} bytes at {args.rate:g} bit/s: "
               f"{row['measured_s'] * 1e3:.1f} ms measured, {row['expected_s'] * 1e3:.1f} ms "
               f"expected from the rate ({row['rel_error']:+.1%})")
         return
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    try:
-        results = testbed.run_command(command, args.workers, args.rate,
-                                      args.rates.split(",") if args.rates else None,
-                                      args.topology, args.threads, args.timeout)
-    except (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError) as exc:
-        raise SystemExit(f"gradcomp testbed: {exc}") from None
+    results = testbed.run_command(command, args.workers, args.rate,
+                                  args.rates.split(",") if args.rates else None,
+                                  args.topology, args.threads, args.timeout)
     _emit(args, [r.__dict__ for r in results],
           "\n".join(f"[rank {r.rank}] {line}" for r in results
                     for line in (r.stdout + r.stderr).splitlines()))
