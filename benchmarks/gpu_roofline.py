@@ -268,7 +268,8 @@ def check_pack():
 CHECK_FIELDS = ["case", "input", "status", "detail", "seconds"]
 TIME_FIELDS = ["case", "dtype", "numel", "direction", "torch_ms", "triton_ms", "triton_p20_ms",
                "triton_p80_ms", "speedup", "bytes", "wire_bytes", "torch_GBps", "triton_GBps",
-               "triton_frac_copy_bw", "torch_frac_copy_bw", "error"]
+               "triton_frac_copy_bw", "torch_frac_copy_bw", "torch_gpu_ms", "triton_gpu_ms",
+               "triton_gpu_frac_copy_bw", "triton_kernels", "error"]
 
 
 class Sink:
@@ -342,6 +343,27 @@ def bench(fn, rep_ms):
     return med, p20, p80
 
 
+def gpu_time(fn, iters=20):
+    """(ms, kernels) of one call of `fn` on the device alone: the summed durations of the GPU
+    kernels, memsets and copies it issues (torch.profiler), averaged over `iters` calls, so
+    Python and launch gaps are left out; kernels = 'name:us' of the three longest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per_kernel = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[e.name] = per_kernel.get(e.name, 0.0) + e.time_range.elapsed_us()
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:3]
+    names = "; ".join(f"{k[:40]}:{v / iters:.1f}" for k, v in top)
+    return sum(per_kernel.values()) / iters / 1000, names
+
+
 def copy_bandwidth(rep_ms):
     """Device-to-device copy bandwidth in GB/s (read + write bytes / time), 1 GiB buffers."""
     nbytes = 1 << 30
@@ -354,10 +376,16 @@ def copy_bandwidth(rep_ms):
     return 2 * nbytes / (med * 1e-3) / 1e9, nbytes
 
 
+#: Sparsifiers timed beside CASES (their checks live in tests/test_kernels_sparse.py and
+#: tests/test_kernels_randomk.py): (label, compressor, options).
+SPARSE_CASES = [("topk", "topk", {}), ("threshold", "threshold", {}), ("randomk", "randomk", {})]
+
+
 def run_timings(n, rep_ms, copy_gbs, sink: Sink):
     cases = [(label, name, opt, "fp32") for label, name, opt, _ in CASES]
     cases += [(label, name, opt, dt) for label, name, opt, _ in CASES
               if label in ("int8", "int4") for dt in ("bf16", "fp16")]
+    cases += [(label, name, opt, "fp32") for label, name, opt in SPARSE_CASES]
     for label, name, opt, dt in cases:
         dtype = DTYPES[dt]
         try:
@@ -369,11 +397,14 @@ def run_timings(n, rep_ms, copy_gbs, sink: Sink):
                     p = c.compress(x)
                     enc = bench(lambda: c.compress(x), rep_ms)
                     dec = bench(lambda: c.decompress(p), rep_ms)
-                res[be] = (enc, dec, p.nbytes)
+                    enc_gpu = gpu_time(lambda: c.compress(x))
+                    dec_gpu = gpu_time(lambda: c.decompress(p))
+                res[be] = (enc, dec, p.nbytes, enc_gpu, dec_gpu)
             xbytes = n * x.element_size()
             for direction, k in (("encode", 0), ("decode", 1)):
                 moved = xbytes + res["triton"][2]
                 t_torch, t_triton = res["torch"][k][0], res["triton"][k][0]
+                g_torch, (g_triton, kernels_used) = res["torch"][k + 3][0], res["triton"][k + 3]
                 row = {
                     "case": label, "dtype": dt, "numel": n, "direction": direction,
                     "torch_ms": round(t_torch, 4), "triton_ms": round(t_triton, 4),
@@ -383,13 +414,18 @@ def run_timings(n, rep_ms, copy_gbs, sink: Sink):
                     "bytes": moved, "wire_bytes": res["triton"][2],
                     "torch_GBps": round(moved / (t_torch * 1e-3) / 1e9, 1),
                     "triton_GBps": round(moved / (t_triton * 1e-3) / 1e9, 1),
+                    "torch_gpu_ms": round(g_torch, 4), "triton_gpu_ms": round(g_triton, 4),
+                    "triton_gpu_frac_copy_bw": round(moved / (g_triton * 1e-3) / 1e9 / copy_gbs,
+                                                     3),
+                    "triton_kernels": kernels_used,
                 }
                 row["triton_frac_copy_bw"] = round(row["triton_GBps"] / copy_gbs, 3)
                 row["torch_frac_copy_bw"] = round(row["torch_GBps"] / copy_gbs, 3)
                 sink.add(row)
                 print(f"  {label:16s} {dt:4s} {direction:6s} torch {t_torch:8.3f} ms  triton "
                       f"{t_triton:8.3f} ms  x{row['speedup']:6.2f}  {row['triton_GBps']:7.1f} GB/s"
-                      f" ({row['triton_frac_copy_bw']:.0%} of copy)", flush=True)
+                      f" ({row['triton_frac_copy_bw']:.0%} of copy); GPU time {g_triton:.3f} ms"
+                      f" [{kernels_used}]", flush=True)
         except Exception as exc:  # noqa: BLE001 - report and go on
             traceback.print_exc()
             sink.add({"case": label, "dtype": dt, "numel": n, "direction": "error",
@@ -399,8 +435,70 @@ def run_timings(n, rep_ms, copy_gbs, sink: Sink):
     return sink.rows
 
 
+#: Error feedback, fused into the kernels against the generic wrapper around them.
+EF_CASES = [("int8", "int8", {}), ("int4", "int4", {}), ("int4-bs100", "int4", {"block_size": 100}),
+            ("qsgd", "qsgd", {}), ("terngrad", "terngrad", {}), ("natural", "natural", {}),
+            ("signsgd", "signsgd", {}), ("efsignsgd", "efsignsgd", {}),
+            ("onebit-bs256", "onebit", {"block_size": 256})]
+EF_FIELDS = ["case", "numel", "unfused_ms", "fused_ms", "unfused_gpu_ms", "fused_gpu_ms",
+             "speedup_gpu", "bytes", "floor_ms", "fused_gpu_over_floor", "fused_kernels", "error"]
+
+
+def run_ef_timings(n, rep_ms, copy_gbs, sink: Sink):
+    """One error-feedback step (a residual already held) of a float32 gradient: the fused
+    kernels against `ErrorFeedback(..., fused=False)` over the same kernels. Floor bytes =
+    gradient + residual read, payload + residual written."""
+    from gradcomp.compressors.memory import ErrorFeedback
+
+    x = torch.randn(n, device=DEVICE)
+    for label, name, opt in EF_CASES:
+        try:
+            res = {}
+            for fused in (False, True):
+                ef = ErrorFeedback(gradcomp.compressor(name, **opt), fused=fused)
+                wire = ef.compress(x, 0).nbytes
+                call = bench(lambda: ef.compress(x, 0), rep_ms)[0]
+                res[fused] = (call, *gpu_time(lambda: ef.compress(x, 0)))
+            moved = 12 * n + wire
+            floor = moved / (copy_gbs * 1e9) * 1e3
+            row = {"case": label, "numel": n, "unfused_ms": round(res[False][0], 4),
+                   "fused_ms": round(res[True][0], 4), "unfused_gpu_ms": round(res[False][1], 4),
+                   "fused_gpu_ms": round(res[True][1], 4),
+                   "speedup_gpu": round(res[False][1] / res[True][1], 2), "bytes": moved,
+                   "floor_ms": round(floor, 4),
+                   "fused_gpu_over_floor": round(res[True][1] / floor, 2),
+                   "fused_kernels": res[True][2]}
+            sink.add(row)
+            print(f"  ef {label:14s} unfused GPU {row['unfused_gpu_ms']:.3f} ms, fused "
+                  f"{row['fused_gpu_ms']:.3f} ms (x{row['speedup_gpu']}), "
+                  f"{row['fused_gpu_over_floor']}x floor", flush=True)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            traceback.print_exc()
+            sink.add({"case": label, "numel": n, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        torch.cuda.empty_cache()
+    return sink.rows
+
+
+def floor_rows(timings, copy_gbs):
+    """Encode + decode per (case, dtype) against the memory-traffic floor: (case, dtype, floor
+    ms, call ms, GPU ms, call / floor, GPU / floor)."""
+    pairs = {}
+    for r in timings:
+        if r.get("direction") in ("encode", "decode"):
+            pairs.setdefault((r["case"], r["dtype"]), []).append(r)
+    out = []
+    for (case, dt), rows in pairs.items():
+        if len(rows) != 2:
+            continue
+        floor = sum(r["bytes"] for r in rows) / (copy_gbs * 1e9) * 1e3
+        call = sum(r["triton_ms"] for r in rows)
+        gpu = sum(r["triton_gpu_ms"] for r in rows)
+        out.append((case, dt, floor, call, gpu, call / floor, gpu / floor))
+    return out
+
+
 # -- output ------------------------------------------------------------------------------------
-def markdown(env, correctness, timings, copy_gbs):
+def markdown(env, correctness, timings, copy_gbs, ef_rows=()):
     lines = [f"# gradcomp Triton kernels on {env['device']}", "",
              f"torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
              f"{env['time']}", "",
@@ -417,18 +515,38 @@ def markdown(env, correctness, timings, copy_gbs):
                       f"{r['detail'].replace('|', '/')} |" for r in bad]
             lines.append("")
     if timings:
-        lines += ["## Encode / decode of one tensor (median of do_bench, L2 flushed)", "",
+        lines += ["## Encode + decode against the memory-traffic floor", "",
+                  "Floor = (input read + payload written + payload read + output written) / copy "
+                  "bandwidth. Call = through the compressor API, timed by do_bench (Python and "
+                  "launches included); GPU = the summed durations of the kernels it issues "
+                  "(torch.profiler), what the device spends.", "",
+                  "| case | dtype | floor ms | call ms | GPU ms | call / floor | GPU / floor |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {c} | {d} | {f:.3f} | {call:.3f} | {g:.3f} | {rc:.2f} | {rg:.2f} |"
+                  for c, d, f, call, g, rc, rg in floor_rows(timings, copy_gbs)]
+        lines += ["", "## Encode / decode of one tensor (median of do_bench, L2 flushed)", "",
                   "Bytes = input read + payload written (encode), payload read + output written "
                   "(decode): the least any implementation moves.", "",
                   "| case | dtype | dir | torch ms | triton ms | speedup | triton GB/s | "
-                  "of copy BW | torch GB/s |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "of copy BW | torch GB/s | triton GPU ms | kernels (us per call) |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in timings:
             if r.get("direction") == "error":
-                lines.append(f"| {r['case']} | {r['dtype']} | error | {r['error']} | | | | | |")
+                lines.append(f"| {r['case']} | {r['dtype']} | error | {r['error']} | | | | | | | |")
                 continue
             lines.append(f"| {r['case']} | {r['dtype']} | {r['direction']} | {r['torch_ms']:.3f}"
                          f" | {r['triton_ms']:.3f} | {r['speedup']:.2f} | {r['triton_GBps']:.0f}"
-                         f" | {r['triton_frac_copy_bw']:.0%} | {r['torch_GBps']:.0f} |")
+                         f" | {r['triton_frac_copy_bw']:.0%} | {r['torch_GBps']:.0f} | "
+                         f"{r['triton_gpu_ms']:.3f} | {r['triton_kernels']} |")
+    if ef_rows:
+        lines += ["", "## Error feedback: fused kernels vs the generic wrapper (float32)", "",
+                  "Floor bytes = gradient + residual read, payload + residual written.", "",
+                  "| case | unfused GPU ms | fused GPU ms | speedup | floor ms | fused / floor "
+                  "| unfused call ms | fused call ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['case']} | {r['unfused_gpu_ms']:.3f} | {r['fused_gpu_ms']:.3f} | "
+                  f"{r['speedup_gpu']:.2f} | {r['floor_ms']:.3f} | {r['fused_gpu_over_floor']:.2f}"
+                  f" | {r['unfused_ms']:.3f} | {r['fused_ms']:.3f} |"
+                  for r in ef_rows if not r.get("error")]
     return "\n".join(lines) + "\n"
 
 
@@ -447,10 +565,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cases:
         wanted = set(args.cases.split(","))
-        unknown = wanted - {c[0] for c in CASES}
+        labels = [c[0] for c in CASES + SPARSE_CASES]
+        unknown = wanted - set(labels)
         if unknown:
-            ap.error(f"unknown cases {sorted(unknown)}: choose from {[c[0] for c in CASES]}")
+            ap.error(f"unknown cases {sorted(unknown)}: choose from {labels}")
         CASES[:] = [c for c in CASES if c[0] in wanted]
+        SPARSE_CASES[:] = [c for c in SPARSE_CASES if c[0] in wanted]
+        EF_CASES[:] = [c for c in EF_CASES if c[0] in wanted]
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to do", file=sys.stderr)
         return 2
@@ -464,7 +585,7 @@ def main(argv=None) -> int:
            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(json.dumps(env), flush=True)
     t0 = time.perf_counter()
-    correctness, timings = [], []
+    correctness, timings, ef_rows = [], [], []
     if not args.no_check:
         print("correctness (kernel vs torch on this GPU):", flush=True)
         sink = Sink(os.path.join(args.out, "correctness.csv"), CHECK_FIELDS)
@@ -477,10 +598,12 @@ def main(argv=None) -> int:
         print("timings:", flush=True)
         sink = Sink(os.path.join(args.out, "timings.csv"), TIME_FIELDS)
         timings = run_timings(args.numel, args.rep, copy_gbs, sink)
+        ef_rows = run_ef_timings(args.numel, args.rep, copy_gbs,
+                                 Sink(os.path.join(args.out, "ef_timings.csv"), EF_FIELDS))
     env["seconds"] = round(time.perf_counter() - t0, 1)
     with open(os.path.join(args.out, "env.json"), "w") as f:
         json.dump(env, f, indent=2)
-    md = markdown(env, correctness, timings, copy_gbs)
+    md = markdown(env, correctness, timings, copy_gbs, ef_rows)
     name = "roofline.md" if timings else "correctness.md"
     with open(os.path.join(args.out, name), "w") as f:
         f.write(md)

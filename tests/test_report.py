@@ -127,7 +127,8 @@ def test_run_rejects_bad_input_before_measuring(tmp_path):
 @pytest.mark.slow
 def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatch):
     small = dict(methods=["none", "fp16"], model="tiny", sizes=[1024, 4096],
-                 collective_sizes=[1024, 2**20], iterations=2, progress=False)
+                 collective_sizes=[1024, 2**20], iterations=2, converge_iters=20,
+                 progress=False)
     real, calls = bench_compress.measure_codec, []
 
     def measure(*args, **kwargs):

@@ -179,6 +179,9 @@ def test_aggregate_of_empty_tensors_and_no_payloads():
 # -- randomk ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("device", DEVICES)
 def test_randomk_same_seed_same_indices_over_calls(device):
+    from gradcomp.compressors import permutation
+
+    stream = torch.Generator().manual_seed(11)  # the shared CPU stream of seed 11
     a = gradcomp.compressor("randomk", ratio=0.05, seed=11)
     b = gradcomp.compressor("randomk", ratio=0.05, seed=11)
     b.set_rank(3)  # shared randomness ignores the rank
@@ -191,7 +194,10 @@ def test_randomk_same_seed_same_indices_over_calls(device):
         ia, ib = pa.meta["indices"], pb.meta["indices"]
         k = _count(0.05, n)
         assert ia.numel() == k and ia.unique().numel() == k and 0 <= ia.min() and ia.max() < n
-        assert torch.equal(ia, ia.sort().values), "canonical (sorted) order"
+        assert ia.dtype == torch.int64 and ia.device.type == device
+        # pi(0), ..., pi(k - 1) for this call's 4 keys, in that order, on every device.
+        expected = permutation.positions(n, k, permutation.draw_keys(stream))
+        assert torch.equal(ia.cpu(), expected), "positions follow the keyed permutation"
         assert torch.equal(ia, ib)
         if n > 100:
             assert not torch.equal(ia, po.meta["indices"])

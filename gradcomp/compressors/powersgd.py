@@ -18,9 +18,14 @@ Views: a tensor of 2 or more dimensions is the matrix (shape[0], rest); a 1-D te
 uncompressed, as torch does. P and Q are computed and sent in float32 (float64 for float64).
 
 Non-finite values: a NaN or Inf in a matrix spreads through P and Q to the whole matrix.
+
+On a GPU (float32 on CUDA, `gradcomp.kernels.available()`), the orthogonalisations of a call
+run as one Triton launch over all its matrices (`gradcomp.kernels.orthogonalize_`), and the
+pieces of a bucket are gathered and scattered by a few batched copies, not one per parameter.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Hashable
@@ -28,6 +33,7 @@ from typing import Any, Hashable
 import numpy as np
 import torch
 
+from .. import kernels
 from .base import Compressor, Payload, check_bool, check_int, check_tensor, work_dtype
 from .memory import finite_or_zero
 from .registry import register
@@ -35,7 +41,22 @@ from .registry import register
 
 def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
     """Orthonormalise the columns of a batch of tall matrices (b, n, r) in place: Gram-Schmidt
-    for r <= 2, QR otherwise (as torch's hook does)."""
+    for r <= 2, QR otherwise (as torch's hook does).
+
+    A contiguous float32 CUDA batch goes to the Triton kernel when `kernels.available()` (one
+    program per matrix; `gradcomp.kernels.orthogonalize_`): for r <= 2 it runs the same
+    Gram-Schmidt steps, equal to this torch code up to float32 rounding (NaN where torch gives
+    NaN: a zero column with epsilon 0, a NaN/Inf column and those after it); for r > 2 it runs
+    re-orthogonalised Gram-Schmidt, which agrees with torch's QR up to the signs of the columns
+    and rounding (P Q^T does not depend on the signs), and, like QR, completes a zero column
+    to an orthonormal set instead of giving NaN.
+    """
+    if _use_kernel(matrices):
+        return kernels.orthogonalize_(matrices, epsilon)
+    return _orthogonalize_torch(matrices, epsilon)
+
+
+def _orthogonalize_torch(matrices: torch.Tensor, epsilon: float) -> torch.Tensor:
     rank = matrices.shape[2]
     if rank > 2:
         q, _ = torch.linalg.qr(matrices)
@@ -47,6 +68,33 @@ def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor
             rest = matrices[:, :, i + 1 :]
             rest -= torch.sum(col * rest, dim=1, keepdim=True) * col
     return matrices
+
+
+def _use_kernel(t: torch.Tensor, max_rank: int | None = None) -> bool:
+    """Whether float32 CUDA matrices (at most `max_rank` columns) go to the Triton kernel."""
+    if not (t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() and t.numel()
+            and kernels.available()):
+        return False
+    from ..kernels.orthogonal import MAX_RANK
+
+    if max_rank is None:  # one (b, n, r) batch
+        return t.dim() == 3 and t.shape[2] <= min(t.shape[1], MAX_RANK)
+    return max_rank <= MAX_RANK
+
+
+def _orthogonalize_all(flat: torch.Tensor, views: dict, shapes: list, epsilon: float,
+                       finite_or_eye: bool = False) -> None:
+    """Orthonormalise every batch of `views` (views of `flat`, whose (b, n, r) are `shapes`)
+    in place: one kernel launch for them all on a GPU, else the torch code per batch. With
+    `finite_or_eye`, a matrix holding NaN/Inf is first replaced by the identity's columns."""
+    if _use_kernel(flat, max((r for _, _, r in shapes), default=0)):
+        kernels.orthogonalize_(flat, epsilon, shapes=shapes, finite_or_eye=finite_or_eye)
+        return
+    for v in views.values():
+        if finite_or_eye:
+            v.copy_(_orthogonalize_torch(_finite_or_eye(v), epsilon))
+        else:
+            _orthogonalize_torch(v, epsilon)
 
 
 def square_view(numel: int) -> tuple[int, int]:
@@ -64,7 +112,7 @@ class _Layout:
     plain: list[int] = field(default_factory=list)  # pieces sent uncompressed
     rank: dict[tuple[int, int], int] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def plain_numel(self) -> int:
         return sum(self.pieces[i][1] for i in self.plain)
 
@@ -72,45 +120,69 @@ class _Layout:
         """Elements of all P (which=0) or Q (which=1) matrices."""
         return sum(len(ids) * shape[which] * self.rank[shape] for shape, ids in self.groups.items())
 
+    def low_rank_shapes(self, which: int) -> list[tuple[int, int, int]]:
+        """(b, n, r) of the P (which=0) or Q (which=1) batches, in group order."""
+        return [(len(ids), shape[which], self.rank[shape]) for shape, ids in self.groups.items()]
+
+    @functools.cached_property
+    def plain_runs(self) -> list[tuple[int, int]]:
+        """(offset, numel) of the plain pieces, adjacent pieces merged, in order."""
+        runs: list[list[int]] = []
+        for i in self.plain:
+            o, n, _ = self.pieces[i]
+            if runs and runs[-1][0] + runs[-1][1] == o:
+                runs[-1][1] += n
+            elif n:
+                runs.append([o, n])
+        return [tuple(r) for r in runs]
+
 
 @dataclass
 class PowerStep:
-    """One PowerSGD call in flight: the corrected input, its matrices, P and Q."""
+    """One PowerSGD call in flight: the corrected input, its matrices, P and Q (each batch a
+    view of one flat buffer: `packed` holds the plain pieces then the matrices)."""
 
     key: Hashable
     layout: _Layout
     work: torch.Tensor  # corrected flat input (float32/64)
     out_dtype: torch.dtype
+    packed: torch.Tensor  # the plain pieces, then every batch of matrices
     mats: dict[tuple[int, int], torch.Tensor]  # shape -> (b, n, m)
-    qs: dict[tuple[int, int], torch.Tensor]  # shape -> (b, m, r)
-    ps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    q_buf: torch.Tensor
+    qs: dict[tuple[int, int], torch.Tensor]  # shape -> (b, m, r), views of q_buf
+    p_buf: torch.Tensor | None = None
+    ps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # views of p_buf
 
     def plain(self) -> torch.Tensor:
-        """The uncompressed pieces, concatenated, in the output dtype."""
-        pieces = [self.layout.pieces[i] for i in self.layout.plain]
-        flat = [self.work[o : o + n] for o, n, _ in pieces]
-        if not flat:
-            return self.work.new_zeros(0, dtype=self.out_dtype)
-        return torch.cat(flat).to(self.out_dtype)
+        """The uncompressed pieces, concatenated, in the output dtype (in the work dtype, a
+        view of the step's scratch: callers may reduce it in place)."""
+        return self.packed[: self.layout.plain_numel].to(self.out_dtype)
 
     def p_flat(self) -> torch.Tensor:
-        return _cat_flat(self.ps.values(), self.work)
+        """All P matrices, flat (the step's own buffer)."""
+        return self.p_buf
 
     def q_flat(self) -> torch.Tensor:
-        return _cat_flat(self.qs.values(), self.work)
+        """All Q matrices, flat (the step's own buffer)."""
+        return self.q_buf
 
 
-def _cat_flat(tensors, like: torch.Tensor) -> torch.Tensor:
-    tensors = [t.reshape(-1) for t in tensors]
-    return torch.cat(tensors) if tensors else like.new_zeros(0)
-
-
-def _split_like(flat: torch.Tensor, like: dict) -> dict:
+def _split(flat: torch.Tensor, keys, shapes) -> dict:
+    """Views of `flat` of the (b, n, r) `shapes`, laid end to end, keyed by `keys`."""
     out, offset = {}, 0
-    for shape, t in like.items():
-        out[shape] = flat[offset : offset + t.numel()].view_as(t)
-        offset += t.numel()
+    for key, (b, n, r) in zip(keys, shapes):
+        out[key] = flat[offset : offset + b * n * r].view(b, n, r)
+        offset += b * n * r
     return out
+
+
+def _bmm_flat(a: dict, b: dict, transpose_a: bool, like: torch.Tensor) -> torch.Tensor:
+    """a[k] @ b[k] (a[k] transposed with `transpose_a`) for every key, flat and concatenated.
+    (Not written into views of one buffer with `out=`: on the CPU, MKL's result depends on the
+    output's alignment.)"""
+    out = [torch.bmm(a[k].transpose(1, 2) if transpose_a else a[k], b[k]).reshape(-1)
+           for k in a]
+    return torch.cat(out) if out else like.new_zeros(0)
 
 
 @register
@@ -143,6 +215,7 @@ class PowerSGD(Compressor):
         self._seed_stream = np.random.RandomState(self.seed)
         self.memories: dict[Hashable, dict[tuple[int, int], torch.Tensor]] = {}
         self.residuals: dict[Hashable, torch.Tensor] = {}
+        self._layouts: dict[tuple, _Layout] = {}
 
     def options(self) -> dict[str, Any]:
         return {"rank": self.rank_r, "warm_start": self.warm_start,
@@ -151,9 +224,21 @@ class PowerSGD(Compressor):
                 "orthogonalization_epsilon": self.epsilon, "seed": self.seed}
 
     # -- layout ----------------------------------------------------------------------------
+    _LAYOUT_CACHE = 64  # layouts kept per compressor (one per bucket in a hook)
+
     def layout(self, shapes: list[torch.Size], flat_as_square: bool = False) -> _Layout:
         """Split a flat buffer holding tensors of `shapes` into compressed matrices and plain
-        pieces."""
+        pieces (cached by shapes and options)."""
+        key = (tuple(tuple(s) for s in shapes), flat_as_square, self.rank_r,
+               self.min_compression_rate)
+        lay = self._layouts.get(key)
+        if lay is None:
+            lay = self._layouts[key] = self._new_layout(shapes, flat_as_square)
+            if len(self._layouts) > self._LAYOUT_CACHE:
+                del self._layouts[next(iter(self._layouts))]
+        return lay
+
+    def _new_layout(self, shapes, flat_as_square: bool) -> _Layout:
         pieces, offset = [], 0
         lay = _Layout(pieces)
         for i, shape in enumerate(shapes):
@@ -181,21 +266,26 @@ class PowerSGD(Compressor):
         """Add the residual, build the matrices and compute P = M Q (to be all-reduced)."""
         check_tensor(flat)
         layout = self.layout(shapes, flat_as_square)
-        work = flat.to(work_dtype(flat.dtype), copy=True)
-        residual = self.residuals.get(key)
-        if self.error_feedback and residual is not None and residual.shape == work.shape:
-            work += residual
-        mats = {shape: torch.stack([_padded(work, layout.pieces[i], shape) for i in ids])
-                for shape, ids in layout.groups.items()}
+        dtype = work_dtype(flat.dtype)
+        residual = self.residuals.get(key) if self.error_feedback else None
+        if residual is not None and residual.shape == flat.shape and residual.dtype == dtype:
+            work = torch.add(flat, residual)  # flat upcast to the work dtype, in one pass
+        else:
+            work = flat.to(dtype, copy=True)
+            if residual is not None and residual.shape == work.shape:
+                work += residual
+        packed, mats = _gather(work, layout)
+        q_shapes, p_shapes = layout.low_rank_shapes(1), layout.low_rank_shapes(0)
         qs = self.memories.get(key, {}) if self.warm_start else {}
-        if [(s, q.shape, q.device) for s, q in qs.items()] != [
-                (s, (len(ids), s[1], layout.rank[s]), work.device)
-                for s, ids in layout.groups.items()]:
+        if [(s, tuple(q.shape), q.device) for s, q in qs.items()] != [
+                (s, shape, work.device) for s, shape in zip(layout.groups, q_shapes)]:
             qs = self._fresh_qs(layout, work)
-        qs = {shape: orthogonalize_(_finite_or_eye(q), self.epsilon) for shape, q in qs.items()}
-        step = PowerStep(key, layout, work, flat.dtype, mats, qs)
-        step.ps = {s: torch.bmm(mats[s], qs[s]) for s in mats}
-        return step
+        q_buf = torch.cat([q.reshape(-1) for q in qs.values()]) if qs else work.new_zeros(0)
+        qs = _split(q_buf, layout.groups, q_shapes)
+        _orthogonalize_all(q_buf, qs, q_shapes, self.epsilon, finite_or_eye=True)
+        p_buf = _bmm_flat(mats, qs, False, work)
+        return PowerStep(key, layout, work, flat.dtype, packed, mats, q_buf, qs, p_buf,
+                         _split(p_buf, layout.groups, p_shapes))
 
     def _fresh_qs(self, layout: _Layout, work: torch.Tensor) -> dict:
         """Random Qs shared by all ranks, drawn on the CPU as torch's hook draws them (a new
@@ -210,29 +300,33 @@ class PowerSGD(Compressor):
 
     def next_round(self, step: PowerStep, p_sum: torch.Tensor) -> torch.Tensor:
         """Take the summed P, orthogonalise it and return Q = M^T P (to be all-reduced)."""
-        step.ps = _split_like(p_sum.to(step.work.dtype), step.ps)
-        for shape, p in step.ps.items():
-            orthogonalize_(p, self.epsilon)
-            step.qs[shape] = torch.bmm(step.mats[shape].transpose(1, 2), p)
-        return step.q_flat()
+        lay = step.layout
+        step.p_buf = p_sum.to(step.work.dtype)
+        step.ps = _split(step.p_buf, lay.groups, lay.low_rank_shapes(0))
+        _orthogonalize_all(step.p_buf, step.ps, lay.low_rank_shapes(0), self.epsilon)
+        step.q_buf = _bmm_flat(step.mats, step.ps, True, step.work)
+        step.qs = _split(step.q_buf, lay.groups, lay.low_rank_shapes(1))
+        return step.q_buf
 
     def finish(self, step: PowerStep, plain_mean: torch.Tensor, q_mean: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
         """Decode P Q^T with the averaged Q into `out` (flat), keep Q and the residual."""
-        qs = _split_like(q_mean.to(step.work.dtype), step.qs)
-        result = _assemble(step, plain_mean, step.ps, qs)
-        lay = step.layout
+        qs = _split(q_mean.to(step.work.dtype), step.layout.groups,
+                    step.layout.low_rank_shapes(1))
+        direct = (out is not None and out.dtype == step.work.dtype and out.is_contiguous()
+                  and out.numel() == step.work.numel())
+        result = _assemble(step, plain_mean, step.ps, qs, out.view(-1) if direct else None)
         if self.warm_start:
             self.memories[step.key] = qs
         if self.error_feedback:
             residual = step.work - result
-            for i in lay.plain:  # exact all-reduce: nothing to remember
-                o, n, _ = lay.pieces[i]
-                residual[o : o + n] = 0
+            runs = [residual[o : o + n] for o, n in step.layout.plain_runs]
+            if runs:  # exact all-reduce: nothing to remember
+                torch._foreach_zero_(runs)
             self.residuals[step.key] = finite_or_zero(residual)
         if out is None:
             return result.to(step.out_dtype)
-        return out.copy_(result)
+        return out if direct else out.copy_(result)
 
     # -- one worker: the Compressor interface ---------------------------------------------
     def compress(self, tensor: torch.Tensor, key: Hashable = None) -> Payload:
@@ -250,7 +344,9 @@ class PowerSGD(Compressor):
     def decompress(self, payload: Payload) -> torch.Tensor:
         step: PowerStep = payload.meta["step"]
         plain, p, q = payload.tensors
-        result = _assemble(step, plain, _split_like(p, step.ps), _split_like(q, step.qs))
+        lay = step.layout
+        result = _assemble(step, plain, _split(p, lay.groups, lay.low_rank_shapes(0)),
+                           _split(q, lay.groups, lay.low_rank_shapes(1)))
         return result.to(payload.dtype).reshape(payload.shape)
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
@@ -282,29 +378,42 @@ def _finite_or_eye(q: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(q).all(dim=(1, 2), keepdim=True), q, eye)
 
 
-def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict) -> torch.Tensor:
-    """The flat result: plain pieces as given, compressed ones as P Q^T."""
+def _gather(work: torch.Tensor, lay: _Layout) -> tuple[torch.Tensor, dict]:
+    """One buffer holding the plain pieces, then each group's matrices (zero-padded for square
+    views), gathered by one concatenation; and the (b, n, m) views of the matrices."""
+    parts = [work[o : o + n] for o, n in lay.plain_runs]
+    for (n, m), ids in lay.groups.items():
+        for i in ids:
+            o, numel, _ = lay.pieces[i]
+            parts.append(work[o : o + numel])
+            if n * m != numel:
+                parts.append(work.new_zeros(n * m - numel))
+    packed = torch.cat(parts) if parts else work.new_zeros(0)
+    mats, offset = {}, lay.plain_numel
+    for (n, m), ids in lay.groups.items():
+        mats[(n, m)] = packed[offset : offset + len(ids) * n * m].view(len(ids), n, m)
+        offset += len(ids) * n * m
+    return packed, mats
+
+
+def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict,
+              into: torch.Tensor | None = None) -> torch.Tensor:
+    """The flat result (written into `into` when given): plain pieces as given, compressed
+    ones as P Q^T (one batched copy)."""
     lay = step.layout
-    result = torch.empty_like(step.work)
-    offset = 0
-    for i in lay.plain:
-        o, n, _ = lay.pieces[i]
-        result[o : o + n] = plain[offset : offset + n]
+    result = torch.empty_like(step.work) if into is None else into
+    plain = plain.to(result.dtype)
+    dst, src, offset = [], [], 0
+    for o, n in lay.plain_runs:
+        dst.append(result[o : o + n])
+        src.append(plain[offset : offset + n])
         offset += n
     for shape, ids in lay.groups.items():
         approx = torch.bmm(ps[shape], qs[shape].transpose(1, 2)).reshape(len(ids), -1)
         for row, i in zip(approx, ids):
             o, n, _ = lay.pieces[i]
-            result[o : o + n] = row[:n]
+            dst.append(result[o : o + n])
+            src.append(row[:n])
+    if dst:
+        torch._foreach_copy_(dst, src)
     return result
-
-
-def _padded(work: torch.Tensor, piece: tuple[int, int, tuple[int, int]],
-            shape: tuple[int, int]) -> torch.Tensor:
-    """The matrix view of one piece of the flat buffer (zero-padded for square views)."""
-    offset, numel, _ = piece
-    flat = work[offset : offset + numel]
-    n, m = shape
-    if n * m != numel:
-        flat = torch.cat([flat, flat.new_zeros(n * m - numel)])
-    return flat.view(n, m)

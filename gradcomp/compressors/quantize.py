@@ -17,6 +17,7 @@ import torch
 from .. import kernels
 from . import bitpack
 from .base import Compressor, Payload, check_choice, check_int, work_dtype
+from .memory import FusedErrorFeedback
 from .registry import register
 
 _F32 = torch.float32
@@ -80,7 +81,7 @@ def _unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
 
 # -- QSGD ----------------------------------------------------------------------------------
 @register
-class QSGD(Compressor):
+class QSGD(FusedErrorFeedback, Compressor):
     """QSGD (Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient Quantization and
     Encoding", NeurIPS 2017), per block of `block_size` values.
 
@@ -111,11 +112,17 @@ class QSGD(Compressor):
     def wire_nbytes(self, numel, dtype=torch.float32):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self.block_size)
 
+    def _seed(self, flat):
+        return _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
+
+    def _compress_ef(self, flat, residual):
+        return kernels.qsgd_encode_ef(flat, residual, self.levels, self.block_size,
+                                      self.stochastic, self._seed(flat))
+
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
-            seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
             return list(kernels.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
-                                            seed)), {}
+                                            self._seed(flat))), {}
         n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size)
         mag = x.abs()
@@ -145,7 +152,7 @@ class QSGD(Compressor):
 
 
 # -- int8 / int4 ---------------------------------------------------------------------------
-class _BlockInt(Compressor):
+class _BlockInt(FusedErrorFeedback, Compressor):
     """Block-wise uniform quantization to `bits`-bit integers.
 
     scheme "absmax": symmetric, scale = max|x| / qmax (qmax = 2**(bits-1) - 1), codes
@@ -192,11 +199,17 @@ class _BlockInt(Compressor):
         lo, hi = lo32.to(work), hi32.to(work)
         return (0.5 * hi - 0.5 * lo) / (0.5 * self.top)
 
+    def _seed(self, flat):
+        return _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
+
+    def _compress_ef(self, flat, residual):
+        return kernels.int_encode_ef(flat, residual, self.bits, self.block_size, self.scheme,
+                                     self.stochastic, self._seed(flat))
+
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
-            seed = _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
             return list(kernels.int_encode(flat, self.bits, self.block_size, self.scheme,
-                                           self.stochastic, seed)), {}
+                                           self.stochastic, self._seed(flat))), {}
         n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
@@ -251,7 +264,7 @@ class Int4(_BlockInt):
 
 # -- TernGrad ------------------------------------------------------------------------------
 @register
-class TernGrad(Compressor):
+class TernGrad(FusedErrorFeedback, Compressor):
     """TernGrad (Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed
     Deep Learning", NeurIPS 2017), without the paper's optional gradient clipping.
 
@@ -278,6 +291,10 @@ class TernGrad(Compressor):
 
     def wire_nbytes(self, numel, dtype=torch.float32):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self._bs(numel))
+
+    def _compress_ef(self, flat, residual):
+        seed = _kernel_seed(self._generator(flat.device), flat.device)
+        return kernels.terngrad_encode_ef(flat, residual, self.block_size, seed)
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernels
@@ -306,7 +323,7 @@ class TernGrad(Compressor):
 
 # -- natural compression -------------------------------------------------------------------
 @register
-class Natural(Compressor):
+class Natural(FusedErrorFeedback, Compressor):
     """Natural compression (Horvath et al., "Natural Compression for Distributed Deep
     Learning", 2019): each value is rounded stochastically to one of its two neighbouring powers
     of two, unbiased: for 2**e <= |x| < 2**(e+1), up with probability (|x| - 2**e) / 2**e.
@@ -337,6 +354,10 @@ class Natural(Compressor):
 
     def wire_nbytes(self, numel, dtype=torch.float32):
         return bitpack.packed_nbytes(numel, 1) + numel
+
+    def _compress_ef(self, flat, residual):
+        seed = _kernel_seed(self._generator(flat.device), flat.device)
+        return kernels.natural_encode_ef(flat, residual, seed)
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernel

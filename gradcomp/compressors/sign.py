@@ -13,6 +13,7 @@ from .. import kernels
 from ..kernels.blocks import block_counts, layout
 from .base import Compressor, Payload, check_int, work_dtype
 from .bitpack import pack, packed_nbytes, unpack
+from .memory import FusedErrorFeedback
 from .registry import register
 
 
@@ -35,7 +36,7 @@ def _blocked(x: torch.Tensor, nblocks: int, length: int, fill=0) -> torch.Tensor
 
 
 @register
-class SignSGD(Compressor):
+class SignSGD(FusedErrorFeedback, Compressor):
     """signSGD with majority vote (Bernstein et al., "signSGD: Compressed Optimisation for
     Non-Convex Problems", ICML 2018; "signSGD with Majority Vote is Communication Efficient and
     Fault Tolerant", ICLR 2019).
@@ -53,6 +54,9 @@ class SignSGD(Compressor):
 
     def __init__(self):
         pass
+
+    def _compress_ef(self, flat, residual):
+        return kernels.sign_encode_ef(flat, residual, "signsgd")
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernel
@@ -85,7 +89,7 @@ class SignSGD(Compressor):
         return packed_nbytes(numel, 1) + 4
 
 
-class _Blocked(Compressor):
+class _Blocked(FusedErrorFeedback, Compressor):
     aggregation = "allgather"
     scales_per_block = 1
 
@@ -98,6 +102,9 @@ class _Blocked(Compressor):
     def wire_nbytes(self, numel, dtype=torch.float32):
         nblocks, _ = layout(numel, self.block_size)
         return packed_nbytes(numel, 1) + 4 * self.scales_per_block * nblocks
+
+    def _compress_ef(self, flat, residual):
+        return kernels.sign_encode_ef(flat, residual, self.name, self.block_size)
 
     def _kernel_compress(self, flat):
         """The Triton kernels' payload tensors for a CUDA tensor, else None."""

@@ -39,13 +39,15 @@ def _say(progress: bool, text: str) -> None:
 
 def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
         bandwidth="10gbit", progress: bool = True, methods=None, model: str = "mlp",
-        sizes=None, collective_sizes=None, iterations: int | None = None) -> Path:
+        sizes=None, collective_sizes=None, iterations: int | None = None,
+        converge_iters: int | None = None) -> Path:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
     tables); return the folder. The question: `profile` on `workers` at `bandwidth`.
     `quick`: a few sizes and iterations (minutes on 2 CPU cores) instead of the full sweeps.
     Smaller runs: `methods` (names; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
-    worker) and training `iterations`."""
+    worker), training `iterations` and the convergence runs' iteration budget
+    `converge_iters`."""
     load_profile(profile)
     Network(workers, bandwidth)  # bad input fails here, before minutes of measuring
     plan = {**SETTINGS[bool(quick)]}
@@ -68,7 +70,9 @@ def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
     bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
                 iterations=plan["iterations"], out=out / TRAIN,
                 profile_out=out / TRAIN_PROFILE, progress=progress)
-    converge = QUICK if quick else FULL
+    converge = {**(QUICK if quick else FULL)}
+    if converge_iters is not None:
+        converge["max_iters"] = converge_iters
     _say(progress, f"4/5 convergence to the target on the built-in task, with and without "
                    f"error feedback ({converge['seeds']} seed(s), <= {converge['max_iters']} "
                    "iterations)")

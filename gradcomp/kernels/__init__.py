@@ -21,14 +21,32 @@ int8, int4, qsgd       block_size a multiple of 8 (int8: any) and <= 8192: one f
                        statistics pass, a tiny torch reduction, and a codes pass.
 terngrad (block 0)     statistics pass (max|x|) + codes pass.
 natural                one element-wise kernel.
+topk                   exact radix select, no host sync (`sparse.topk_select`): a 64-bin
+                       exponent histogram pass, a split pass (keys above the k-th's bin to
+                       the output, the keys of that bin compacted), then 4 small radix
+                       passes and a write over the compacted keys; decode torch.
+threshold              threshold in torch (sample + kthvalue); a count pass + a write pass
+                       (`sparse.threshold_select`); decode torch.
+randomk                positions kernel over k (Feistel permutation, keys as scalars) +
+                       finiteness pass (int8 flag per program) + gather over k; decode torch.
 signsgd, efsignsgd,    whole tensor (block_size 0): one kernel (bits + per-program partial
 onebit                 sums) + a tiny torch reduction; block_size a multiple of 8 <= 8192:
                        one fused kernel; else bits kernel + statistics pass.
 every decoder          one element-wise kernel writing the output dtype.
+powersgd               float32 P and Q orthogonalised by one launch per call over all the
+                       bucket's matrices (`orthogonal.orthogonalize_`: one program per
+                       matrix, Gram-Schmidt for r <= 2, re-orthogonalised Gram-Schmidt in
+                       place of QR for r > 2); the matrix products stay torch (cuBLAS).
+error feedback         `*_encode_ef(x, residual, ...)` (int, qsgd, terngrad, natural, sign):
+(fused)                the same kernels read the float32 residual beside x and write the new
+                       residual (corrected - decoded, NaN/Inf -> 0) beside the codes, so a
+                       fused block size reads gradient + residual once and writes codes +
+                       residual once; the two-pass paths read both once more. `ErrorFeedback`
+                       uses them through the compressors' `compress_with_residual`.
 =====================  ===================================================================
 
 Everything else stays torch: CPU tensors, float64, empty tensors, the other methods (none,
-fp16, bf16, topk, randomk, threshold, powersgd) and signsgd's majority-vote `aggregate`.
+fp16, bf16, randomk), PowerSGD's matrix products and signsgd's majority-vote `aggregate`.
 Round-to-nearest results equal the torch code on the same device bit for bit (see
 `gradcomp.kernels.ops` for the two documented exceptions: sums, and the sign of a zero
 min/max); stochastic rounding draws from Triton's Philox generator, seeded per call from the
@@ -42,14 +60,21 @@ import os
 
 import torch
 
-_OPS = frozenset({
+_QUANT_OPS = (
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
     "qsgd_encode", "qsgd_decode", "terngrad_encode", "terngrad_decode",
     "natural_encode", "natural_decode", "sign_encode", "sign_decode",
     "signsgd_encode", "signsgd_decode", "efsignsgd_encode", "efsignsgd_decode",
     "onebit_encode", "onebit_decode", "pack", "unpack", "fused_block_size",
     "SUPPORTED_DTYPES", "FUSED_MAX", "MAX_NUMEL",
-})
+    "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef",
+    "sign_encode_ef",
+)
+#: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
+_OPS = {name: "ops" for name in _QUANT_OPS}
+_OPS.update({name: "sparse" for name in ("topk_select", "threshold_select")})
+_OPS.update({name: "randomk" for name in ("randomk_positions", "randomk_gather")})
+_OPS.update({name: "orthogonal" for name in ("orthogonalize_",)})
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_NUMEL = (1 << 28) - 1
 
@@ -103,9 +128,8 @@ def supports_decode(wire: torch.Tensor, dtype: torch.dtype, numel: int) -> bool:
 
 def __getattr__(name):
     if name in _OPS:
-        from . import ops
-
-        return getattr(ops, name)
+        module = importlib.import_module(f"{__name__}.{_OPS[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

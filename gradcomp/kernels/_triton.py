@@ -25,6 +25,11 @@ Shared conventions
   number, torch's CUDA kernels multiply by the float32 reciprocal instead; RECIP=True mirrors
   that (set for CUDA tensors), RECIP=False divides (CPU). So round-to-nearest results equal the
   torch reference on the same device bit for bit.
+* Error feedback (trailing arguments, off by default): with RES the encoders and statistics
+  passes read a float32 residual beside x and work on corrected = float32(x) + residual rounded
+  to x's dtype, as `ErrorFeedback` hands `corrected.to(dtype)` to the compressor; with EF the
+  encoders also write the new residual corrected - decoded (the decoder's value rounded to x's
+  dtype, NaN/+-Inf set to 0) from registers. EF without RES is the first step (corrected = x).
 """
 from __future__ import annotations
 
@@ -171,6 +176,26 @@ def _to_out(v, out_ptr, MANUAL_BF16: tl.constexpr):
 
 
 @triton.jit
+def _load_corrected(x_ptr, res_ptr, e, mask, RES: tl.constexpr, MANUAL_BF16: tl.constexpr):
+    """(corrected, x) as float32 at `e`: with RES, corrected = x + residual and x = corrected
+    rounded to x's dtype (what the compressor is given); else both are x."""
+    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    if RES:
+        c = x + tl.load(res_ptr + e, mask=mask, other=0.0)
+        x = _to_out(c, x_ptr, MANUAL_BF16).to(tl.float32)
+    else:
+        c = x
+    return c, x
+
+
+@triton.jit
+def _store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16: tl.constexpr):
+    """newres[e] = c - (dec rounded to x's dtype), non-finite results set to 0."""
+    r = c - _to_out(dec, x_ptr, MANUAL_BF16).to(tl.float32)
+    tl.store(newres_ptr + e, tl.where(tl.abs(r) < float("inf"), r, 0.0), mask=mask)
+
+
+@triton.jit
 def _row_max_nan(a, mask):
     """max over axes 1 and 2 of a (ROWS, G, 8) tile (masked entries ignored), NaN if any."""
     m = tl.max(tl.max(tl.where(mask, a, float("-inf")), axis=2), axis=1)
@@ -223,16 +248,37 @@ def _quant_codes(x, st0, st1, u, METHOD: tl.constexpr, BITS: tl.constexpr,
 
 
 @triton.jit
+def _quant_value(c, st0, st1, METHOD: tl.constexpr, BITS: tl.constexpr, LEVELS: tl.constexpr,
+                 INV: tl.constexpr, RECIP: tl.constexpr):
+    """The decoded float32 value of codes c (int32) given their block's wire statistics (as
+    `_quant_codes` takes them)."""
+    if METHOD == 0:  # (q - qmax) * scale
+        out = (c.to(tl.float32) - LEVELS) * st0
+    elif METHOD == 1:  # lo + q * step
+        step = _div_scalar(0.5 * st1 - 0.5 * st0, 0.5 * LEVELS, INV, RECIP)
+        out = st0 + c.to(tl.float32) * step
+    elif METHOD == 2:  # +-level * (norm / levels)
+        level = (c & ((1 << (BITS - 1)) - 1)).to(tl.float32)
+        mag = level * _div_scalar(st0, LEVELS, INV, RECIP)
+        out = tl.where((c >> (BITS - 1)) != 0, -mag, mag)
+    else:  # (code - 1) * s
+        out = (c.to(tl.float32) - 1.0) * st0
+    return out
+
+
+@triton.jit
 def _quant_rows_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbytes,
                        METHOD: tl.constexpr, BS: tl.constexpr, ROWS: tl.constexpr,
                        G: tl.constexpr, BITS: tl.constexpr, BP2: tl.constexpr,
                        LEVELS: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr,
-                       STOCH: tl.constexpr):
+                       STOCH: tl.constexpr, res_ptr=None, newres_ptr=None,
+                       RES: tl.constexpr = False, EF: tl.constexpr = False,
+                       MANUAL_BF16: tl.constexpr = False):
     """Fused block quantizer: ROWS blocks of BS values per program; statistics, codes and the
-    packed stream in one pass."""
+    packed stream (and error feedback's new residual) in one pass."""
     pid = tl.program_id(0)
     r, e, mask, grp, gvalid = _tile(pid, n, BS, ROWS, G)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    c, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     rmask = r < nblocks
     if STOCH:
         u = _uniform(seed_ptr, r, e, BS, ROWS, G)
@@ -257,8 +303,12 @@ def _quant_rows_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbyte
     else:
         st0 = _row_max_nan(tl.abs(x), mask)
         tl.store(stats_ptr + r, st0, mask=rmask)
-    code = _quant_codes(x, st0[:, None, None], st1, u, METHOD, BITS, LEVELS, INV, RECIP, STOCH)
+    st0 = st0[:, None, None]
+    code = _quant_codes(x, st0, st1, u, METHOD, BITS, LEVELS, INV, RECIP, STOCH)
     _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS, BP2)
+    if EF:
+        dec = _quant_value(code, st0, st1, METHOD, BITS, LEVELS, INV, RECIP)
+        _store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16)
 
 
 @triton.jit
@@ -277,11 +327,14 @@ def _quant_elem_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbyte
                        METHOD: tl.constexpr, BS: tl.constexpr, ROWS: tl.constexpr,
                        G: tl.constexpr, BITS: tl.constexpr, BP2: tl.constexpr,
                        LEVELS: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr,
-                       STOCH: tl.constexpr):
-    """Quantizer codes for any block size BS (0: one block), statistics given in stats_ptr."""
+                       STOCH: tl.constexpr, res_ptr=None, newres_ptr=None,
+                       RES: tl.constexpr = False, EF: tl.constexpr = False,
+                       MANUAL_BF16: tl.constexpr = False):
+    """Quantizer codes (and error feedback's new residual) for any block size BS (0: one
+    block), statistics given in stats_ptr."""
     pid = tl.program_id(0)
     r, e, mask, grp, gvalid = _tile(pid, n, 8 * G, ROWS, G)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    c, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     if BS == 0:  # one block: scalar statistics
         st0 = tl.load(stats_ptr)
         st1 = tl.load(stats_ptr + nblocks) if METHOD == 1 else 0.0
@@ -298,6 +351,9 @@ def _quant_elem_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbyte
         u = 0.0
     code = _quant_codes(x, st0, st1, u, METHOD, BITS, LEVELS, INV, RECIP, STOCH)
     _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS, BP2)
+    if EF:
+        dec = _quant_value(code, st0, st1, METHOD, BITS, LEVELS, INV, RECIP)
+        _store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16)
 
 
 @triton.jit
@@ -311,34 +367,27 @@ def _quant_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes,
     c = _load_codes(packed_ptr, e, mask, nbytes, BITS)
     if BS == 0:  # one block: scalar statistics
         st0 = tl.load(stats_ptr)
+        st1 = tl.load(stats_ptr + nblocks) if METHOD == 1 else 0.0
     else:
         blk = e // BS
         st0 = tl.load(stats_ptr + blk, mask=mask, other=0.0)
-    if METHOD == 0:  # (q - qmax) * scale
-        out = (c.to(tl.float32) - LEVELS) * st0
-    elif METHOD == 1:  # lo + q * step
-        if BS == 0:
-            hi = tl.load(stats_ptr + nblocks)
+        if METHOD == 1:
+            st1 = tl.load(stats_ptr + nblocks + blk, mask=mask, other=0.0)
         else:
-            hi = tl.load(stats_ptr + nblocks + blk, mask=mask, other=0.0)
-        step = _div_scalar(0.5 * hi - 0.5 * st0, 0.5 * LEVELS, INV, RECIP)
-        out = st0 + c.to(tl.float32) * step
-    elif METHOD == 2:  # +-level * (norm / levels)
-        level = (c & ((1 << (BITS - 1)) - 1)).to(tl.float32)
-        mag = level * _div_scalar(st0, LEVELS, INV, RECIP)
-        out = tl.where((c >> (BITS - 1)) != 0, -mag, mag)
-    else:  # (code - 1) * s
-        out = (c.to(tl.float32) - 1.0) * st0
+            st1 = 0.0
+    out = _quant_value(c, st0, st1, METHOD, BITS, LEVELS, INV, RECIP)
     tl.store(out_ptr + e, _to_out(out, out_ptr, MANUAL_BF16), mask=mask)
 
 
 # -- partial statistics (for the elem kernels) ----------------------------------------------
 @triton.jit
 def _partial_kernel(x_ptr, part_ptr, aux_ptr, n, BS, nblocks, CPB,
-                    MODE: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr):
+                    MODE: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr,
+                    res_ptr=None, RES: tl.constexpr = False, MANUAL_BF16: tl.constexpr = False):
     """Statistics of chunk c of blocks rb*ROWS .. rb*ROWS+ROWS-1 (pid = rb * CPB + c) written to
     part[(block * CPB + c) * 4 + k]. MODE: absmax (NaN if any NaN), minmax, sum|x|, onebit
-    (sum of x >= 0, sum of the rest, count of x >= 0), sum((x / aux[block])**2)."""
+    (sum of x >= 0, sum of the rest, count of x >= 0), sum((x / aux[block])**2). With RES, of
+    x corrected by the residual."""
     pid = tl.program_id(0)
     rb = pid // CPB
     c = pid % CPB
@@ -346,7 +395,7 @@ def _partial_kernel(x_ptr, part_ptr, aux_ptr, n, BS, nblocks, CPB,
     i = c * CHUNK + tl.arange(0, CHUNK)
     e = r[:, None] * BS + i[None, :]
     mask = (r < nblocks)[:, None] & (i < BS)[None, :] & (e < n)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    _, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     out = (r * CPB + c) * 4
     rmask = r < nblocks
     bad = tl.max((mask & (x != x)).to(tl.int32), axis=1) > 0
@@ -376,38 +425,47 @@ def _partial_kernel(x_ptr, part_ptr, aux_ptr, n, BS, nblocks, CPB,
 @triton.jit
 def _sign_rows_kernel(x_ptr, packed_ptr, stats_ptr, n, nblocks, nbytes,
                       METHOD: tl.constexpr, BS: tl.constexpr, ROWS: tl.constexpr,
-                      G: tl.constexpr):
-    """Fused efsignsgd (mean |x|) / onebit (means of the two sign groups) per block of BS."""
+                      G: tl.constexpr, res_ptr=None, newres_ptr=None, RES: tl.constexpr = False,
+                      EF: tl.constexpr = False, MANUAL_BF16: tl.constexpr = False):
+    """Fused efsignsgd (mean |x|) / onebit (means of the two sign groups) per block of BS (and
+    error feedback's new residual)."""
     pid = tl.program_id(0)
     r, e, mask, grp, gvalid = _tile(pid, n, BS, ROWS, G)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    c, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     bit = mask & (x >= 0)
     rmask = r < nblocks
     count = tl.minimum(n - r * BS, BS)
     if METHOD == 1:
-        s = _row_sum(tl.abs(x))
-        tl.store(stats_ptr + r, tl.math.div_rn(s, tl.maximum(count, 1).to(tl.float32)),
-                 mask=rmask)
+        s = tl.math.div_rn(_row_sum(tl.abs(x)), tl.maximum(count, 1).to(tl.float32))
+        tl.store(stats_ptr + r, s, mask=rmask)
+        pos = s[:, None, None]
+        neg = -pos
     else:
         ps = _row_sum(tl.where(bit, x, 0.0))
         ns = _row_sum(tl.where(bit, 0.0, x))
         pc = tl.sum(tl.sum(bit.to(tl.int32), axis=2), axis=1)
         nc = count - pc
-        tl.store(stats_ptr + 2 * r, tl.math.div_rn(ps, tl.maximum(pc, 1).to(tl.float32)),
-                 mask=rmask)
-        tl.store(stats_ptr + 2 * r + 1, tl.math.div_rn(ns, tl.maximum(nc, 1).to(tl.float32)),
-                 mask=rmask)
+        pos = tl.math.div_rn(ps, tl.maximum(pc, 1).to(tl.float32))
+        neg = tl.math.div_rn(ns, tl.maximum(nc, 1).to(tl.float32))
+        tl.store(stats_ptr + 2 * r, pos, mask=rmask)
+        tl.store(stats_ptr + 2 * r + 1, neg, mask=rmask)
+        pos = pos[:, None, None]
+        neg = neg[:, None, None]
     _store_packed(packed_ptr, bit.to(tl.int32), grp, gvalid, nbytes, 1, 2)
+    if EF:
+        _store_residual(newres_ptr, x_ptr, c, tl.where(bit, pos, neg), e, mask, MANUAL_BF16)
 
 
 @triton.jit
 def _sign_elem_kernel(x_ptr, packed_ptr, part_ptr, n, nbytes,
-                      STATS: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr):
+                      STATS: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr,
+                      res_ptr=None, RES: tl.constexpr = False, MANUAL_BF16: tl.constexpr = False):
     """Sign bits (x >= 0) of any tensor, plus per-program partial statistics of the whole
-    tensor (STATS: none, absmax with NaN, sum|x|, onebit) at part[pid * 4 + k]."""
+    tensor (STATS: none, absmax with NaN, sum|x|, onebit) at part[pid * 4 + k]. With RES, of x
+    corrected by the residual."""
     pid = tl.program_id(0)
     r, e, mask, grp, gvalid = _tile(pid, n, 8 * G, ROWS, G)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    _, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     bit = mask & (x >= 0)
     _store_packed(packed_ptr, bit.to(tl.int32), grp, gvalid, nbytes, 1, 2)
     if STATS == 0:
@@ -424,14 +482,9 @@ def _sign_elem_kernel(x_ptr, packed_ptr, part_ptr, n, nbytes,
 
 
 @triton.jit
-def _sign_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nbytes,
-                        METHOD: tl.constexpr, BS: tl.constexpr, BLOCK: tl.constexpr,
-                        MANUAL_BF16: tl.constexpr):
-    """signsgd: +-flag; efsignsgd: +-scale[block]; onebit: means[2 block + (bit == 0)]."""
-    pid = tl.program_id(0)
-    e = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = e < n
-    bit = _load_codes(packed_ptr, e, mask, nbytes, 1) != 0
+def _sign_value(bit, stats_ptr, e, mask, METHOD: tl.constexpr, BS: tl.constexpr):
+    """The decoded float32 value of sign bits at `e`: signsgd +-flag; efsignsgd +-scale[block];
+    onebit means[2 block + (bit == 0)]."""
     if BS == 0:  # one block: scalar statistics
         if METHOD == 2:
             out = tl.where(bit, tl.load(stats_ptr), tl.load(stats_ptr + 1))
@@ -445,16 +498,56 @@ def _sign_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nbytes,
         else:
             s = tl.load(stats_ptr + blk, mask=mask, other=0.0)
             out = tl.where(bit, s, -s)
+    return out
+
+
+@triton.jit
+def _sign_ef_kernel(x_ptr, stats_ptr, packed_ptr, newres_ptr, n, nbytes,
+                    METHOD: tl.constexpr, BS: tl.constexpr, BITS_OUT: tl.constexpr,
+                    ROWS: tl.constexpr, G: tl.constexpr, MANUAL_BF16: tl.constexpr,
+                    res_ptr=None, RES: tl.constexpr = False):
+    """Error feedback of the two-pass sign path, statistics given: the new residual (and, with
+    BITS_OUT, the sign bits)."""
+    pid = tl.program_id(0)
+    r, e, mask, grp, gvalid = _tile(pid, n, 8 * G, ROWS, G)
+    c, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
+    bit = mask & (x >= 0)
+    if BITS_OUT:
+        _store_packed(packed_ptr, bit.to(tl.int32), grp, gvalid, nbytes, 1, 2)
+    dec = _sign_value(bit, stats_ptr, e, mask, METHOD, BS)
+    _store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16)
+
+
+@triton.jit
+def _sign_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nbytes,
+                        METHOD: tl.constexpr, BS: tl.constexpr, BLOCK: tl.constexpr,
+                        MANUAL_BF16: tl.constexpr):
+    """signsgd: +-flag; efsignsgd: +-scale[block]; onebit: means[2 block + (bit == 0)]."""
+    pid = tl.program_id(0)
+    e = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = e < n
+    bit = _load_codes(packed_ptr, e, mask, nbytes, 1) != 0
+    out = _sign_value(bit, stats_ptr, e, mask, METHOD, BS)
     tl.store(out_ptr + e, _to_out(out, out_ptr, MANUAL_BF16), mask=mask)
 
 
 # -- natural compression ---------------------------------------------------------------------
 @triton.jit
+def _natural_value(sign, ex):
+    """+-2**(ex - 127) (ex = 0: zero, or NaN with the sign set; ex = 255: +-Inf)."""
+    mag = (ex << 23).to(tl.float32, bitcast=True)
+    out = tl.where(sign, -mag, mag)
+    return tl.where(sign & (ex == 0), float("nan"), out)
+
+
+@triton.jit
 def _natural_encode_kernel(x_ptr, packed_ptr, exp_ptr, seed_ptr, n, nbytes,
-                           CAP: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr):
+                           CAP: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr,
+                           res_ptr=None, newres_ptr=None, RES: tl.constexpr = False,
+                           EF: tl.constexpr = False, MANUAL_BF16: tl.constexpr = False):
     pid = tl.program_id(0)
     r, e, mask, grp, gvalid = _tile(pid, n, 8 * G, ROWS, G)
-    x = tl.load(x_ptr + e, mask=mask, other=0.0).to(tl.float32)
+    c, x = _load_corrected(x_ptr, res_ptr, e, mask, RES, MANUAL_BF16)
     b = x.to(tl.int32, bitcast=True)
     E = (b >> 23) & 0xFF
     small = E == 0  # zero or subnormal: |x| < 2**-126
@@ -470,6 +563,8 @@ def _natural_encode_kernel(x_ptr, packed_ptr, exp_ptr, seed_ptr, n, nbytes,
     sign = ((b < 0) & (ex > 0)) | isnan
     tl.store(exp_ptr + e, ex.to(tl.uint8), mask=mask)
     _store_packed(packed_ptr, tl.where(mask, sign.to(tl.int32), 0), grp, gvalid, nbytes, 1, 2)
+    if EF:
+        _store_residual(newres_ptr, x_ptr, c, _natural_value(sign, ex), e, mask, MANUAL_BF16)
 
 
 @triton.jit
@@ -480,9 +575,7 @@ def _natural_decode_kernel(packed_ptr, exp_ptr, out_ptr, n, nbytes, BLOCK: tl.co
     mask = e < n
     sign = _load_codes(packed_ptr, e, mask, nbytes, 1) != 0
     ex = tl.load(exp_ptr + e, mask=mask, other=0).to(tl.int32)
-    mag = (ex << 23).to(tl.float32, bitcast=True)
-    out = tl.where(sign, -mag, mag)
-    out = tl.where(sign & (ex == 0), float("nan"), out)
+    out = _natural_value(sign, ex)
     tl.store(out_ptr + e, _to_out(out, out_ptr, MANUAL_BF16), mask=mask)
 
 

@@ -15,6 +15,16 @@ the same device bit for bit, except
   torch's CPU and CUDA reductions differ there too), and so that of its decoded zeros.
 Stochastic rounding uses Triton's Philox generator (`tl.rand(seed, element index)`): unbiased,
 deterministic for a given seed, but not the same draws as torch's generator.
+
+Error feedback fused (`*_encode_ef(x, residual, ...)`): the encoders read the float32
+`residual` beside x (None: the first step, corrected = x) and return the wire tensors of the
+plain encoder run on ``corrected = (residual + x).to(x.dtype)`` and the new float32 residual
+``corrected - decode(wire)`` with NaN/+-Inf set to 0, bit for bit as `ErrorFeedback` computes
+them around the plain encoder (same kernels, tiles, reduction order and seed), never storing
+the corrected or decoded values. Fused block sizes: one kernel reads gradient + residual and
+writes codes + residual (4 passes of memory traffic instead of ~9); the two-pass paths read
+gradient + residual once more (statistics first, or for whole-tensor sign methods a second
+pass for the residual once the statistics are known).
 """
 from __future__ import annotations
 
@@ -32,6 +42,8 @@ __all__ = [
     "natural_encode", "natural_decode", "sign_encode", "sign_decode",
     "signsgd_encode", "signsgd_decode", "efsignsgd_encode", "efsignsgd_decode",
     "onebit_encode", "onebit_decode", "pack", "unpack", "fused_block_size",
+    "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef",
+    "sign_encode_ef",
 ]
 
 _F32 = torch.float32
@@ -121,6 +133,38 @@ def _recip(t: torch.Tensor) -> bool:
     return t.is_cuda
 
 
+def _check_residual(residual, flat: torch.Tensor) -> torch.Tensor | None:
+    """The error-feedback residual as a flat contiguous float32 tensor beside `flat`."""
+    if residual is None:
+        return None
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"residual must be a torch.Tensor or None, got {type(residual).__name__}")
+    if residual.dtype != _F32:
+        raise TypeError(f"residual dtype {residual.dtype} is not supported: the residual is "
+                        "float32")
+    if residual.numel() != flat.numel():
+        raise ValueError(f"residual has {residual.numel()} elements: x has {flat.numel()}")
+    if residual.device != flat.device:
+        raise ValueError(f"residual is on {residual.device}: x is on {flat.device}")
+    return residual.reshape(-1).contiguous()
+
+
+def _res_args(x: torch.Tensor, res: torch.Tensor | None) -> dict:
+    """Kernel arguments that correct x by the residual `res` (none for None)."""
+    return {} if res is None else dict(res_ptr=res, RES=True, MANUAL_BF16=_bf16_fix(x.dtype))
+
+
+def _ef_args(x: torch.Tensor, res: torch.Tensor | None, newres: torch.Tensor | None) -> dict:
+    """Kernel arguments of an encoder with error feedback into `newres` (none for None)."""
+    if newres is None:
+        return {}
+    return dict(_res_args(x, res), newres_ptr=newres, EF=True, MANUAL_BF16=_bf16_fix(x.dtype))
+
+
+def _new_residual(flat: torch.Tensor, ef: bool) -> torch.Tensor | None:
+    return torch.empty(flat.numel(), dtype=_F32, device=flat.device) if ef else None
+
+
 def fused_block_size(block_size: int, bits: int) -> bool:
     """Whether blocks of `block_size` values with `bits`-bit codes take the fused one-pass
     kernel."""
@@ -141,8 +185,9 @@ def _elem_cfg() -> tuple[int, int, int]:
 
 # -- partial statistics ----------------------------------------------------------------------
 def _partials(x: torch.Tensor, mode: int, length: int, nblocks: int,
-              aux: torch.Tensor | None = None) -> torch.Tensor:
-    """(nblocks, chunks per block, 4) float32 statistics of blocks of `length` values."""
+              aux: torch.Tensor | None = None, res: torch.Tensor | None = None) -> torch.Tensor:
+    """(nblocks, chunks per block, 4) float32 statistics of blocks of `length` values (of x
+    corrected by the residual `res`, if given)."""
     n = x.numel()
     chunk_max = _elems()
     if length <= chunk_max:
@@ -153,15 +198,20 @@ def _partials(x: torch.Tensor, mode: int, length: int, nblocks: int,
     part = torch.empty(nblocks * cpb * K.NPART, dtype=_F32, device=x.device)
     grid = (_cdiv(nblocks, rows) * cpb,)
     _launch(K._partial_kernel, grid, x, part, part if aux is None else aux, n, length, nblocks,
-            cpb, MODE=mode, ROWS=rows, CHUNK=chunk, num_warps=_warps(rows * chunk))
+            cpb, MODE=mode, ROWS=rows, CHUNK=chunk, num_warps=_warps(rows * chunk),
+            **_res_args(x, res))
     return part.view(nblocks, cpb, K.NPART)
 
 
 # -- int8 / int4 / qsgd / terngrad -----------------------------------------------------------
-def _quant_encode(x, method, bits, block_size, levels, inv, stochastic, seed, stat_fn):
+def _quant_encode(x, method, bits, block_size, levels, inv, stochastic, seed, stat_fn,
+                  ef=False, residual=None):
     """Shared driver: the fused rows kernel where the layout allows, else statistics by
-    `stat_fn(flat, length, nblocks)` and the elem kernel."""
+    `stat_fn(flat, length, nblocks, res)` and the elem kernel. With `ef`, error feedback with
+    `residual` (None: the first step), and the new residual returned third."""
     flat = _check_input(x)
+    res = _check_residual(residual, flat) if ef else None
+    newres = _new_residual(flat, ef)
     n = flat.numel()
     nblocks, length = layout(n, block_size)
     nbytes = (n * bits + 7) // 8
@@ -174,13 +224,15 @@ def _quant_encode(x, method, bits, block_size, levels, inv, stochastic, seed, st
         stats = torch.empty(nstats, dtype=_F32, device=flat.device)
         rows, g, warps = _rows_cfg(block_size)
         _launch(K._quant_rows_kernel, (_cdiv(nblocks, rows),), flat, packed, stats, seed_t, n,
-                nblocks, nbytes, BS=block_size, ROWS=rows, G=g, num_warps=warps, **common)
+                nblocks, nbytes, BS=block_size, ROWS=rows, G=g, num_warps=warps, **common,
+                **_ef_args(flat, res, newres))
     else:
-        stats = stat_fn(flat, length, nblocks).to(_F32).contiguous()
+        stats = stat_fn(flat, length, nblocks, res).to(_F32).contiguous()
         rows, g, warps = _elem_cfg()
         _launch(K._quant_elem_kernel, (_cdiv(n, rows * g * 8),), flat, packed, stats, seed_t, n,
-                nblocks, nbytes, BS=block_size, ROWS=rows, G=g, num_warps=warps, **common)
-    return packed, stats
+                nblocks, nbytes, BS=block_size, ROWS=rows, G=g, num_warps=warps, **common,
+                **_ef_args(flat, res, newres))
+    return (packed, stats, newres) if ef else (packed, stats)
 
 
 def _quant_decode(packed, stats, numel, method, bits, block_size, levels, inv, dtype):
@@ -198,8 +250,8 @@ def _quant_decode(packed, stats, numel, method, bits, block_size, levels, inv, d
     return out
 
 
-def _amax(flat, length, nblocks):
-    return _partials(flat, K.P_ABSMAX, length, nblocks)[..., 0].amax(dim=1)
+def _amax(flat, length, nblocks, res=None):
+    return _partials(flat, K.P_ABSMAX, length, nblocks, res=res)[..., 0].amax(dim=1)
 
 
 def int_encode(x: torch.Tensor, bits: int, block_size: int = 256, scheme: str = "absmax",
@@ -207,6 +259,18 @@ def int_encode(x: torch.Tensor, bits: int, block_size: int = 256, scheme: str = 
     """Block-wise `bits`-bit quantization (8 or 4) of `x`, as `compressor("int8"/"int4")`:
     returns (packed codes, float32 scales). absmax: codes q + qmax, one scale max|x| / qmax per
     block; minmax: codes 0..2**bits-1, scales = minima of all blocks then their maxima."""
+    return _int_encode(x, bits, block_size, scheme, stochastic, seed)
+
+
+def int_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, bits: int,
+                  block_size: int = 256, scheme: str = "absmax", stochastic: bool = False,
+                  seed=0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`int_encode` with error feedback fused (see the module docstring): (packed codes,
+    scales, new float32 residual)."""
+    return _int_encode(x, bits, block_size, scheme, stochastic, seed, True, residual)
+
+
+def _int_encode(x, bits, block_size, scheme, stochastic, seed, ef=False, residual=None):
     if bits not in (8, 4):
         raise ValueError(f"bits={bits!r} is not allowed: choose one of 8, 4")
     if scheme not in ("absmax", "minmax"):
@@ -215,19 +279,19 @@ def int_encode(x: torch.Tensor, bits: int, block_size: int = 256, scheme: str = 
     if scheme == "absmax":
         qmax = (1 << (bits - 1)) - 1
 
-        def stats(flat, length, nblocks):
-            return _amax(flat, length, nblocks) / qmax
+        def stats(flat, length, nblocks, res):
+            return _amax(flat, length, nblocks, res) / qmax
 
         return _quant_encode(x, K.ABSMAX, bits, block_size, qmax, _inv(qmax), stochastic, seed,
-                             stats)
+                             stats, ef, residual)
     top = (1 << bits) - 1
 
-    def stats(flat, length, nblocks):
-        part = _partials(flat, K.P_MINMAX, length, nblocks)
+    def stats(flat, length, nblocks, res):
+        part = _partials(flat, K.P_MINMAX, length, nblocks, res=res)
         return torch.cat([part[..., 0].amin(dim=1), part[..., 1].amax(dim=1)])
 
     return _quant_encode(x, K.MINMAX, bits, block_size, top, _inv(0.5 * top), stochastic, seed,
-                         stats)
+                         stats, ef, residual)
 
 
 def int_decode(packed: torch.Tensor, scales: torch.Tensor, numel: int, bits: int,
@@ -270,17 +334,28 @@ def _qsgd_bits(levels: int) -> int:
 def qsgd_encode(x: torch.Tensor, levels: int = 15, block_size: int = 512,
                 stochastic: bool = True, seed=0) -> tuple[torch.Tensor, torch.Tensor]:
     """QSGD as `compressor("qsgd")`: (packed sign+level codes, float32 norm per block)."""
+    return _qsgd_encode(x, levels, block_size, stochastic, seed)
+
+
+def qsgd_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, levels: int = 15,
+                   block_size: int = 512, stochastic: bool = True, seed=0):
+    """`qsgd_encode` with error feedback fused: (packed codes, norms, new float32 residual)."""
+    return _qsgd_encode(x, levels, block_size, stochastic, seed, True, residual)
+
+
+def _qsgd_encode(x, levels, block_size, stochastic, seed, ef=False, residual=None):
     bits = _qsgd_bits(levels)
     block_size = _check_bs(block_size)
 
-    def stats(flat, length, nblocks):
-        amax = _amax(flat, length, nblocks)
+    def stats(flat, length, nblocks, res):
+        amax = _amax(flat, length, nblocks, res)
         unit = torch.where((amax > 0) & torch.isfinite(amax), amax, torch.ones_like(amax))
-        ss = _partials(flat, K.P_SUMSQ, length, nblocks, aux=unit.contiguous())[..., 0].sum(1)
+        ss = _partials(flat, K.P_SUMSQ, length, nblocks, aux=unit.contiguous(),
+                       res=res)[..., 0].sum(1)
         return ss.sqrt() * unit
 
     return _quant_encode(x, K.QSGD, bits, block_size, levels, _inv(levels), stochastic, seed,
-                         stats)
+                         stats, ef, residual)
 
 
 def qsgd_decode(packed, norms, numel, levels=15, block_size=512, dtype=_F32):
@@ -296,6 +371,13 @@ def terngrad_encode(x: torch.Tensor, block_size: int = 0, seed=0):
     return _quant_encode(x, K.TERN, 2, block_size, 1, 1.0, True, seed, _amax)
 
 
+def terngrad_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, block_size: int = 0,
+                       seed=0):
+    """`terngrad_encode` with error feedback fused: (packed codes, scales, new residual)."""
+    block_size = _check_bs(block_size, allow_zero=True)
+    return _quant_encode(x, K.TERN, 2, block_size, 1, 1.0, True, seed, _amax, True, residual)
+
+
 def terngrad_decode(packed, scales, numel, block_size=0, dtype=_F32):
     return _quant_decode(packed, scales, numel, K.TERN, 2,
                          _check_bs(block_size, allow_zero=True), 1, 1.0, dtype)
@@ -304,16 +386,28 @@ def terngrad_decode(packed, scales, numel, block_size=0, dtype=_F32):
 # -- natural compression ---------------------------------------------------------------------
 def natural_encode(x: torch.Tensor, seed=0) -> tuple[torch.Tensor, torch.Tensor]:
     """Natural compression as `compressor("natural")`: (packed sign bits, uint8 exponents)."""
+    return _natural_encode(x, seed)
+
+
+def natural_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, seed=0):
+    """`natural_encode` with error feedback fused: (packed signs, exponents, new residual)."""
+    return _natural_encode(x, seed, True, residual)
+
+
+def _natural_encode(x, seed, ef=False, residual=None):
     cap = 127 + 15 if x.dtype == torch.float16 else 254
     flat = _check_input(x)
+    res = _check_residual(residual, flat) if ef else None
+    newres = _new_residual(flat, ef)
     n = flat.numel()
     nbytes = (n + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)
     exps = torch.empty(n, dtype=_U8, device=flat.device)
     rows, g, warps = _elem_cfg()
     _launch(K._natural_encode_kernel, (_cdiv(n, rows * g * 8),), flat, packed, exps,
-            _seed(seed, flat.device), n, nbytes, CAP=cap, ROWS=rows, G=g, num_warps=warps)
-    return packed, exps
+            _seed(seed, flat.device), n, nbytes, CAP=cap, ROWS=rows, G=g, num_warps=warps,
+            **_ef_args(flat, res, newres))
+    return (packed, exps, newres) if ef else (packed, exps)
 
 
 def natural_decode(packed, exps, numel, dtype=_F32):
@@ -350,9 +444,23 @@ def sign_encode(x: torch.Tensor, method: str, block_size: int = 0):
     signsgd: one float32 flag (1.0, or NaN if any value is non-finite); efsignsgd: mean |x| per
     block; onebit: (mean of x >= 0, mean of the rest) per block, interleaved. block_size 0 is
     the whole tensor (signsgd ignores block_size)."""
+    return _sign_encode(x, method, block_size)
+
+
+def sign_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, method: str,
+                   block_size: int = 0):
+    """`sign_encode` with error feedback fused: (packed bits, statistics, new residual). The
+    two-pass path (whole tensor, or block sizes the fused kernel does not take) computes the
+    statistics first and the residual (and bits) in a second pass over x and the residual."""
+    return _sign_encode(x, method, block_size, True, residual)
+
+
+def _sign_encode(x, method, block_size, ef=False, residual=None):
     m = _sign_method(method)
     block_size = 0 if m == K.SIGN else _check_bs(block_size, allow_zero=True)
     flat = _check_input(x)
+    res = _check_residual(residual, flat) if ef else None
+    newres = _new_residual(flat, ef)
     n = flat.numel()
     nbytes = (n + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)
@@ -362,26 +470,40 @@ def sign_encode(x: torch.Tensor, method: str, block_size: int = 0):
                             device=flat.device)
         rows, g, warps = _rows_cfg(block_size)
         _launch(K._sign_rows_kernel, (_cdiv(nblocks, rows),), flat, packed, stats, n, nblocks,
-                nbytes, METHOD=m, BS=block_size, ROWS=rows, G=g, num_warps=warps)
-        return packed, stats
+                nbytes, METHOD=m, BS=block_size, ROWS=rows, G=g, num_warps=warps,
+                **_ef_args(flat, res, newres))
+        return (packed, stats, newres) if ef else (packed, stats)
     rows, g, warps = _elem_cfg()
     nprog = _cdiv(n, rows * g * 8)
     whole = block_size == 0 or nblocks == 1
     mode = {K.SIGN: K.P_ABSMAX, K.EFSIGN: K.P_ABSSUM, K.ONEBIT: K.P_ONEBIT}[m]
-    part = torch.empty(nprog * K.NPART, dtype=_F32, device=flat.device)
-    _launch(K._sign_elem_kernel, (nprog,), flat, packed, part, n, nbytes,
-            STATS=mode if whole else K.P_NONE, ROWS=rows, G=g, num_warps=warps)
+    if whole or not ef:  # bits (and the whole tensor's partial statistics)
+        part = torch.empty(nprog * K.NPART, dtype=_F32, device=flat.device)
+        _launch(K._sign_elem_kernel, (nprog,), flat, packed, part, n, nbytes,
+                STATS=mode if whole else K.P_NONE, ROWS=rows, G=g, num_warps=warps,
+                **_res_args(flat, res))
     # (1, programs, 4) for the whole tensor, else (blocks, chunks, 4) from a second pass.
-    part = part.view(1, nprog, K.NPART) if whole else _partials(flat, mode, length, nblocks)
+    part = part.view(1, nprog, K.NPART) if whole else _partials(flat, mode, length, nblocks,
+                                                                 res=res)
+    stats = _sign_stats(m, part, n, nblocks, length)
+    if ef:  # the residual given the statistics (and the bits where not yet written)
+        _launch(K._sign_ef_kernel, (nprog,), flat, stats, packed, newres, n, nbytes, METHOD=m,
+                BS=block_size, BITS_OUT=not whole, ROWS=rows, G=g, num_warps=warps,
+                **dict(_res_args(flat, res), MANUAL_BF16=_bf16_fix(flat.dtype)))
+        return packed, stats, newres
+    return packed, stats
+
+
+def _sign_stats(m, part, n, nblocks, length):
+    """The wire statistics of sign method `m` from (blocks, chunks, 4) partial statistics."""
     if m == K.SIGN:
         amax = part[..., 0].amax()
-        return packed, torch.where(torch.isfinite(amax), 1.0, math.nan).to(_F32).reshape(1)
-    counts = block_counts(n, nblocks, length, _F32, flat.device)
+        return torch.where(torch.isfinite(amax), 1.0, math.nan).to(_F32).reshape(1)
+    counts = block_counts(n, nblocks, length, _F32, part.device)
     if m == K.EFSIGN:
-        return packed, part[..., 0].sum(dim=1) / counts.clamp_min(1)
+        return part[..., 0].sum(dim=1) / counts.clamp_min(1)
     pos_count = part[..., 2].to(torch.int64).sum(dim=1).to(_F32)
-    return packed, _onebit_means(part[..., 0].sum(dim=1), part[..., 1].sum(dim=1), pos_count,
-                                 counts)
+    return _onebit_means(part[..., 0].sum(dim=1), part[..., 1].sum(dim=1), pos_count, counts)
 
 
 def sign_decode(packed, stats, numel, method: str, block_size: int = 0, dtype=_F32):

@@ -1,0 +1,83 @@
+"""Random-k's Triton kernels (imported on demand by `gradcomp.kernels.randomk`).
+
+* `_positions_kernel`: ``pi(j)`` for j in [0, k), the cycle-walked Feistel permutation of
+  `gradcomp.compressors.permutation`, bit for bit. The kernel computes in uint32, whose
+  wrapping multiplies equal the reference's int64 products masked to 32 bits. Cycle walking
+  repeats the network on the lanes still >= n until no lane of the tile is.
+* `_finite_kernel`: one read of x; each program writes one int8 flag, 1 if its tile holds a NaN
+  or +-Inf.
+* `_gather_kernel`: values = x[indices]; every program reduces the (few) flags first, and
+  writes NaN everywhere if one is set. Kernel order on the stream orders the two passes: no
+  atomics, no host sync.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Must equal gradcomp.compressors.permutation.HASH_C1/HASH_C2 (checked by the tests).
+HASH_C1 = tl.constexpr(0x21F0AAAD)
+HASH_C2 = tl.constexpr(0x735A2D97)
+_EXP32 = tl.constexpr(0x7F800000)  # float32 exponent bits: all set for NaN and +-Inf
+
+
+@triton.jit
+def _hash32(x):
+    """permutation.hash32 on uint32 (multiplies wrap modulo 2**32)."""
+    x ^= x >> 16
+    x *= HASH_C1
+    x ^= x >> 15
+    x *= HASH_C2
+    x ^= x >> 15
+    return x
+
+
+@triton.jit
+def _feistel(v, m, mask, k0, k1, k2, k3):
+    """permutation.feistel with 4 rounds on uint32 values in [0, 4**m)."""
+    left = v >> m
+    right = v & mask
+    left, right = right, left ^ (_hash32(right ^ k0) & mask)
+    left, right = right, left ^ (_hash32(right ^ k1) & mask)
+    left, right = right, left ^ (_hash32(right ^ k2) & mask)
+    left, right = right, left ^ (_hash32(right ^ k3) & mask)
+    return (left << m) | right
+
+
+@triton.jit
+def _positions_kernel(out_ptr, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constexpr):
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = j < k
+    v = tl.where(live, j, 0).to(tl.uint32)  # dead lanes walk from 0, which ends
+    v = _feistel(v, m, mask, k0, k1, k2, k3)
+    while tl.max((v >= n).to(tl.int32), axis=0) > 0:
+        v = tl.where(v >= n, _feistel(v, m, mask, k0, k1, k2, k3), v)
+    tl.store(out_ptr + j, v.to(tl.int64), mask=live)
+
+
+@triton.jit
+def _finite_kernel(x_ptr, flags_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    bits = x.to(tl.int32, bitcast=True)
+    bad = tl.max(((bits & _EXP32) == _EXP32).to(tl.int8), axis=0)
+    tl.store(flags_ptr + pid, bad)
+
+
+@triton.jit
+def _gather_kernel(x_ptr, idx_ptr, flags_ptr, out_ptr, n, k, nflags, BLOCK: tl.constexpr,
+                   FBLOCK: tl.constexpr):
+    seen = tl.zeros([FBLOCK], dtype=tl.int8)
+    start = 0
+    while start < nflags:  # not range(): the interpreter (numpy 2) rejects runtime bounds
+        f = start + tl.arange(0, FBLOCK)
+        seen = tl.maximum(seen, tl.load(flags_ptr + f, mask=f < nflags, other=0))
+        start += FBLOCK
+    finite = tl.max(seen, axis=0) == 0
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < k
+    idx = tl.load(idx_ptr + offs, mask=live, other=0)
+    inside = live & (idx >= 0) & (idx < n) & finite
+    v = tl.load(x_ptr + idx, mask=inside, other=float("nan"))
+    tl.store(out_ptr + offs, v, mask=live)

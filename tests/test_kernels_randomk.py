@@ -1,0 +1,397 @@
+"""Random-k's sampler (`gradcomp.compressors.permutation`, the torch reference) and its kernels
+(`gradcomp.kernels.randomk_positions`, `randomk_gather`).
+
+Without a GPU the kernels run on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 is
+set below, before the kernels are first loaded); with a GPU the same tests run the compiled
+kernels on CUDA tensors against the CPU reference. Positions are integers: kernel and reference
+must agree bit for bit, on every device. The statistical tests draw their keys from fixed
+seeds, so they are deterministic; each is shown to fail for a deliberately flawed sampler.
+"""
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"  # before gradcomp.kernels loads its Triton kernels
+
+import pytest  # noqa: E402
+
+pytest.importorskip("triton")
+
+from scipy import stats  # noqa: E402
+
+import gradcomp  # noqa: E402
+from gradcomp import kernels  # noqa: E402
+from gradcomp.compressors import permutation as P  # noqa: E402
+
+DEVICE = "cuda" if CUDA else "cpu"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _keys(rng: random.Random) -> list[int]:
+    return [rng.randrange(2**31) for _ in range(P.ROUNDS)]
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiny tiles, so that small inputs take several programs (and the gather several rounds
+    of its flag loop)."""
+    from gradcomp.kernels import randomk
+
+    tiles = dict(randomk._tiles(), positions=64, finite=256, gather=64, flags=2)
+    monkeypatch.setattr(randomk, "_tiles", lambda: tiles)
+    return tiles
+
+
+# -- the permutation: the spec, pinned -------------------------------------------------------
+def _model_positions(n, k, keys):
+    """The sampler's specification in plain Python integers (independent of torch)."""
+    m = max(1, -(-(n - 1).bit_length() // 2))
+    mask, m32 = (1 << m) - 1, 0xFFFFFFFF
+
+    def hash32(x):
+        x ^= x >> 16
+        x = (x * 0x21F0AAAD) & m32
+        x ^= x >> 15
+        x = (x * 0x735A2D97) & m32
+        return x ^ (x >> 15)
+
+    def network(v):
+        left, right = v >> m, v & mask
+        for key in keys:
+            left, right = right, left ^ (hash32(right ^ key) & mask)
+        return (left << m) | right
+
+    out = []
+    for j in range(k):
+        v = network(j)
+        while v >= n:
+            v = network(v)
+        out.append(v)
+    return out
+
+
+def test_reference_equals_the_specification_and_is_pinned():
+    from gradcomp.kernels import _triton_randomk as K
+
+    assert (P.HASH_C1, P.HASH_C2) == (K.HASH_C1.value, K.HASH_C2.value) == (0x21F0AAAD,
+                                                                             0x735A2D97)
+    assert P.HASH_C1 < 2**31 and P.HASH_C2 < 2**31 and P.HASH_C1 % 2 and P.HASH_C2 % 2
+    rng = random.Random(1)
+    for n, k in [(1, 1), (2, 2), (5, 5), (17, 17), (64, 64), (65, 20), (1000, 300),
+                 (4**7 + 1, 50), (2**28 - 1, 20), (3 * 2**40 + 7, 10)]:
+        for keys in (_keys(rng), [0] * 4, [2**31 - 1] * 4):
+            assert P.positions(n, k, keys).tolist() == _model_positions(n, k, keys), (n, k, keys)
+    # Every rank must draw the same positions: a change here changes the wire protocol.
+    assert P.positions(1000, 6, [1, 2, 3, 4]).tolist() == [774, 388, 292, 562, 217, 929]
+    assert P.positions(2**28 - 1, 4, [123456789, 0, 2**31 - 1, 42]).tolist() == [
+        234206470, 74560703, 29143051, 81808487]
+    assert P.draw_keys(torch.Generator().manual_seed(0)) == [398764591, 1478610112,
+                                                             1537364731, 1491434855]
+
+
+def test_half_bits_cover_n_with_fewer_than_4n_values():
+    assert [P.half_bits(n) for n in (1, 2, 4, 5, 16, 17, 64, 65)] == [1, 1, 1, 2, 2, 3, 3, 4]
+    for n in list(range(2, 3000)) + [2**28 - 1, 2**28, 2**28 + 1, 4**15 + 1]:
+        assert n <= 4 ** P.half_bits(n) < 4 * n, n
+
+
+def test_feistel_is_a_bijection_of_its_domain_and_pi_of_0_n():
+    rng = random.Random(2)
+    for m in range(1, 7):
+        v = torch.arange(4**m)
+        for _ in range(3):
+            out = P.feistel(v, m, _keys(rng))
+            assert torch.equal(out.sort().values, v), m
+    for n in list(range(1, 130)) + [255, 256, 257, 1000, 4097, 10_000]:
+        keys = _keys(rng)
+        pos = P.positions(n, n, keys)
+        assert torch.equal(pos.sort().values, torch.arange(n)), n  # k = n: a permutation
+        k = max(1, n // 3)
+        assert torch.equal(P.positions(n, k, keys), pos[:k])  # a prefix of the same order
+    assert not torch.equal(P.positions(1000, 1000, [1, 2, 3, 4]), torch.arange(1000))
+
+
+def test_reference_rejects_bad_arguments():
+    for bad in ([1, 2, 3], [1, 2, 3, 2**31], [1, 2, 3, -1], [1, 2, 3, 1.0], "1234", None):
+        with pytest.raises(ValueError, match="keys"):
+            P.positions(10, 2, bad)
+    with pytest.raises(ValueError, match="k="):
+        P.positions(10, 11, [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="n="):
+        P.positions(-1, 0, [1, 2, 3, 4])
+    assert P.positions(0, 0, [1, 2, 3, 4]).numel() == 0
+
+
+# -- statistics: positions look like a uniform k-subset -------------------------------------
+def _feistel_draws(n, k, draws, seed, rounds=P.ROUNDS):
+    """(draws, k) positions pi(0..k-1), one key set per row, all rows at once: the library's
+    `feistel` with (draws, 1) key tensors, cycle-walked with `where`."""
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randint(0, P.KEY_LIMIT, (rounds, draws, 1), generator=g)
+    m = P.half_bits(n)
+    out = P.feistel(torch.arange(k).expand(draws, k), m, list(keys))
+    while (out >= n).any():
+        out = torch.where(out >= n, P.feistel(out, m, list(keys)), out)
+    if rounds == P.ROUNDS:  # the same as the library's sampler, row by row
+        for row in (0, draws - 1):
+            assert torch.equal(out[row], P.positions(n, k, keys[:, row, 0].tolist()))
+    return out
+
+
+def _uniform_draws(n, k, draws, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(draws)])
+
+
+def _low_biased_draws(n, k, draws, seed):
+    """Distinct positions, the lower half 1.3 times as likely as the upper half."""
+    w = torch.ones(draws, n)
+    w[:, : n // 2] = 1.3
+    return torch.multinomial(w, k, replacement=False,
+                             generator=torch.Generator().manual_seed(seed))
+
+
+def _p_values(pos, n, k):
+    """p-values of chi-square tests of (inclusion counts of each position, co-inclusion counts
+    of each pair of positions) against a uniformly random k-subset."""
+    draws = pos.shape[0]
+    onehot = torch.zeros(draws, n, dtype=torch.float64).scatter_(1, pos, 1.0)
+    counts = onehot.sum(0)
+    e = draws * k / n
+    chi_inc = ((counts - e) ** 2 / (e * (1 - k / n))).sum().item()  # sum fixed: n - 1 dof
+    iu = torch.triu_indices(n, n, 1)
+    pairs = (onehot.T @ onehot)[iu[0], iu[1]]
+    ep = draws * k * (k - 1) / (n * (n - 1))
+    chi_pair = ((pairs - ep) ** 2 / ep).sum().item()
+    return stats.chi2.sf(chi_inc, n - 1), stats.chi2.sf(chi_pair, n * (n - 1) // 2 - 1)
+
+
+ALPHA = 1e-6  # fixed seeds: deterministic; a sound sampler is far from this
+
+
+def _plausible(p: float) -> bool:
+    """Neither too far from uniform nor too regular (two-sided)."""
+    return ALPHA < p < 1 - ALPHA
+
+
+# n = 64: no cycle walking; 60 and 65: walks (65 just above 4**3: 3/4 of the domain is >= n).
+@pytest.mark.parametrize("n,k,draws", [(64, 8, 4000), (60, 8, 4000), (65, 8, 4000)])
+def test_positions_are_uniform_k_subsets(n, k, draws):
+    p_inc, p_pair = _p_values(_feistel_draws(n, k, draws, seed=n), n, k)
+    assert _plausible(p_inc) and _plausible(p_pair), (p_inc, p_pair)
+
+
+def test_frequency_tests_pass_uniform_and_fail_flawed_samplers():
+    n, k, draws = 64, 8, 4000
+    p_inc, p_pair = _p_values(_uniform_draws(n, k, draws, seed=3), n, k)
+    assert _plausible(p_inc) and _plausible(p_pair), "a truly uniform sampler must pass"
+    p_inc, _ = _p_values(_low_biased_draws(n, k, draws, seed=3), n, k)
+    assert p_inc < ALPHA, "a 1.3x preference for half of the positions must fail"
+    # One Feistel round puts exactly one position in each block of 8: every position is
+    # equally likely, but pairs are not; only the pair test sees it.
+    p_inc, p_pair = _p_values(_feistel_draws(n, k, draws, seed=3, rounds=1), n, k)
+    assert _plausible(p_inc) and p_pair < ALPHA, (p_inc, p_pair)
+    # Two rounds are not enough either (why the library uses 4; 3 already pass here).
+    _, p_pair = _p_values(_feistel_draws(60, k, draws, seed=60, rounds=2), 60, k)
+    assert p_pair < ALPHA, p_pair
+
+
+# -- the positions kernel --------------------------------------------------------------------
+# n = 1, k = n, n just above a power of 4 (5, 17, 65, 257, 4097: 3/4 of the network's domain
+# lies outside [0, n), so walks are long), powers of 4 (no walking), n not a power of two.
+CASES = [(1, 1), (2, 1), (3, 3), (4, 4), (5, 5), (16, 3), (17, 17), (64, 64), (65, 65),
+         (257, 40), (1000, 1000), (777, 3), (4097, 30), (5000, 1)]
+if CUDA:  # compiled: big sizes are cheap
+    CASES += [(25_600_000, 256_000), (2**28 - 1, 3000), (4**13 + 1, 100_000), (10**6, 10**6)]
+
+
+@pytest.mark.parametrize("n,k", CASES)
+def test_kernel_positions_equal_the_reference(n, k):
+    rng = random.Random(n * 7919 + k)
+    extremes = [[0, 0, 0, 2**31 - 1]] if n in (5, 64, 1000) else []
+    for keys in [_keys(rng)] + extremes:
+        got = kernels.randomk_positions(n, k, keys, DEVICE)
+        assert got.dtype == torch.int64 and got.device.type == DEVICE and got.shape == (k,)
+        assert torch.equal(got.cpu(), P.positions(n, k, keys)), (n, k, keys)
+
+
+def test_kernel_positions_over_several_programs(small_tiles):
+    rng = random.Random(5)
+    for n, k in [(250, 250), (1000, 130)]:  # 4 and 3 programs, the last one partial
+        keys = _keys(rng)
+        got = kernels.randomk_positions(n, k, keys, DEVICE).cpu()
+        assert torch.equal(got, P.positions(n, k, keys))
+        assert got.unique().numel() == k and 0 <= got.min() and got.max() < n
+
+
+def test_kernel_positions_reject_bad_arguments():
+    with pytest.raises(ValueError, match="keys"):
+        kernels.randomk_positions(10, 2, [1, 2, 3], DEVICE)
+    with pytest.raises(ValueError, match="keys"):
+        kernels.randomk_positions(10, 2, [1, 2, 3, 2**31], DEVICE)
+    with pytest.raises(ValueError, match="k="):
+        kernels.randomk_positions(10, 11, [1, 2, 3, 4], DEVICE)
+    with pytest.raises(ValueError, match="n="):
+        kernels.randomk_positions(0, 0, [1, 2, 3, 4], DEVICE)
+    with pytest.raises(ValueError, match="n="):
+        kernels.randomk_positions(2**28, 1, [1, 2, 3, 4], DEVICE)
+    assert kernels.randomk_positions(10, 0, [1, 2, 3, 4], DEVICE).numel() == 0
+
+
+# -- the gather --------------------------------------------------------------------------------
+def _x(n, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, generator=g).to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_equals_indexing(dtype, small_tiles):
+    x = _x(1000, dtype)
+    positions = P.positions(1000, 100, [9, 8, 7, 6], DEVICE)
+    assert torch.equal(kernels.randomk_gather(x, positions), x[positions])
+    g = torch.Generator().manual_seed(1)
+    for idx_dtype in (torch.int64, torch.int32):  # any indices: repeats, any order
+        idx = torch.randint(0, 1000, (77,), generator=g).to(idx_dtype).to(DEVICE)
+        assert torch.equal(kernels.randomk_gather(x.reshape(10, 100), idx), x[idx.long()])
+    assert kernels.randomk_gather(x, idx[:0]).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_is_all_nan_when_x_is_not_finite(dtype, small_tiles):
+    x = _x(1000, dtype, seed=2)  # 4 finiteness tiles of 256, the last one partial
+    idx = P.positions(1000, 100, [1, 2, 3, 4]).to(DEVICE)
+    free = sorted(set(range(1000)) - set(idx.tolist()))
+    cases = [(float("nan"), free[0]), (float("inf"), free[len(free) // 2]),
+             (float("-inf"), free[-1]), (float("nan"), int(idx[7]))]
+    for bad, where in cases:  # first tile, a middle one, the last; one position gathered
+        y = x.clone()
+        y[where] = bad
+        out = kernels.randomk_gather(y, idx)
+        assert out.dtype == dtype and out.isnan().all(), (bad, where)
+    assert torch.isfinite(kernels.randomk_gather(x, idx)).all()
+    big = torch.full((1000,), 6e4 if dtype == torch.float16 else 3e38, dtype=dtype,
+                     device=DEVICE)
+    assert torch.isfinite(kernels.randomk_gather(big, idx)).all(), "large is not infinite"
+
+
+def test_gather_guards_its_inputs():
+    x = _x(100, torch.float32)
+    out = kernels.randomk_gather(x, torch.tensor([0, 100, -1, 99], device=DEVICE))
+    assert out[0] == x[0] and out[3] == x[99] and out[1:3].isnan().all()  # never read
+    with pytest.raises(TypeError, match="indices"):
+        kernels.randomk_gather(x, torch.tensor([0.0], device=DEVICE))
+    with pytest.raises(TypeError, match="dtype"):
+        kernels.randomk_gather(x.double(), torch.tensor([0], device=DEVICE))
+    if CUDA:
+        with pytest.raises(ValueError, match="device"):
+            kernels.randomk_gather(x, torch.tensor([0]))
+
+
+# -- the compressor: one sampler on every device ---------------------------------------------
+@pytest.fixture
+def kernel_path(monkeypatch):
+    """Make the compressor take the kernels (CUDA tensors on a GPU; under the interpreter, CPU
+    tensors, by forcing `kernels.supports` unless GRADCOMP_KERNELS=0), and record their
+    calls."""
+    from gradcomp.kernels import randomk
+
+    calls = []
+
+    def spy(*args):
+        calls.append(args[:2])
+        return randomk.randomk_positions(*args)
+
+    monkeypatch.setattr(kernels, "randomk_positions", spy, raising=False)
+    if not CUDA:
+        monkeypatch.setattr(kernels, "supports", lambda x: kernels.enabled()
+                            and x.dtype in DTYPES and x.numel() > 0)
+    return calls
+
+
+def _torch_compress(c, x):
+    """`c.compress(x)` on the torch reference, whatever the device."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADCOMP_KERNELS", "0")
+        return c.compress(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compressor_positions_and_values_agree_between_kernel_and_torch(dtype, kernel_path):
+    x = _x(4000, dtype, seed=4).reshape(40, 100)  # 4000 / 4**6: short cycle walks
+    kern = gradcomp.compressor("randomk", ratio=0.03, seed=21)
+    ref = gradcomp.compressor("randomk", ratio=0.03, seed=21)
+    ref.set_rank(1)  # shared randomness ignores the rank
+    twin = gradcomp.compressor("randomk", ratio=0.03, seed=21)  # the reference on x's device
+    for step in range(2):
+        pk, pr = kern.compress(x), _torch_compress(ref, x.cpu())
+        assert len(kernel_path) == step + 1, "the kernels must have run"
+        assert torch.equal(pk.meta["indices"].cpu(), pr.meta["indices"]), step
+        assert torch.equal(pk.tensors[0].cpu(), pr.tensors[0]), step
+        assert torch.equal(kern.decompress(pk).cpu(), ref.decompress(pr)), step
+        pt = _torch_compress(twin, x)
+        assert torch.equal(pt.meta["indices"].cpu(), pr.meta["indices"]), step
+        x = x.roll(1)
+    assert kern.shared_state() == ref.shared_state() == twin.shared_state()
+    y = x.clone()
+    y[3, 7] = float("nan")
+    assert kern.compress(y).tensors[0].isnan().all()
+
+
+def test_compressor_round_trip_on_the_kernel_path(kernel_path):
+    world, n = 3, 4000
+    comps = [gradcomp.compressor("randomk", ratio=0.05, seed=9) for _ in range(world)]
+    xs = [_x(n, torch.float32, seed=10 + r) for r in range(world)]
+    payloads = [c.compress(x) for c, x in zip(comps, xs)]
+    summed = payloads[0].with_tensors([sum(p.tensors[0] for p in payloads)])
+    out = comps[1].decompress(summed)  # any rank decodes the all-reduced sum
+    idx = payloads[0].meta["indices"]
+    want = torch.zeros(n, device=DEVICE)
+    want[idx] = sum(x[idx] for x in xs)
+    assert torch.equal(out, want)
+    ef = gradcomp.compressor("randomk", ratio=0.05, seed=9, error_feedback=True)
+    x = xs[0].reshape(40, 100)
+    dense = ef.decompress(ef.compress(x, key="w"))
+    assert torch.equal(ef.residuals["w"] + dense, x) and (dense != 0).sum() == 200
+    assert len(kernel_path) == world + 1, "the kernels must have run"
+
+
+# -- the compiled (GPU) path, without a GPU --------------------------------------------------
+@pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
+def test_kernels_compile_for_sm90():
+    try:
+        import triton.backends.nvidia  # noqa: F401
+    except ImportError:
+        pytest.skip("this Triton has no NVIDIA backend")
+    code = textwrap.dedent("""
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from gradcomp.kernels import _triton_randomk as K
+        from gradcomp.kernels.randomk import GPU_TILES as T
+        i32 = "i32"
+        todo = [(K._positions_kernel, dict(out_ptr="*i64", n=i32, k=i32, m=i32, mask=i32,
+                 k0=i32, k1=i32, k2=i32, k3=i32), dict(BLOCK=T["positions"]))]
+        todo.append((K._finite_kernel, dict(x_ptr="*bf16", flags_ptr="*i8", n=i32),
+                     dict(BLOCK=T["finite"])))
+        todo.append((K._gather_kernel, dict(x_ptr="*fp16", idx_ptr="*i64", flags_ptr="*i8",
+                     out_ptr="*fp16", n=i32, k=i32, nflags=i32),
+                     dict(BLOCK=T["gather"], FBLOCK=T["flags"])))
+        for fn, sig, cx in todo:
+            full = dict(sig, **{k: "constexpr" for k in cx})
+            src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=cx)
+            ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                 options={"num_warps": 4}).asm["ptx"]
+            assert fn is not K._positions_kernel or "mul.lo.s64" not in ptx, "32-bit hash"
+        print("ok", len(todo))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0 and "ok 3" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
