@@ -275,19 +275,19 @@ from triton.backends.compiler import GPUTarget
 from gradcomp.kernels import _triton_sparse as K
 P, I = "*{dt}", "*i32"
 cases = [
-    (K._topk_hist_kernel, dict(x_ptr=P, chist_ptr=I, n="i32", CHUNK="i32"), dict(TILE=4096), 4),
-    (K._topk_chunk_counts_kernel, dict(chist_ptr=I, state_ptr=I, lhist_ptr=I, above_ptr=I,
-     cand_ptr=I, nchunks="i32", k="i32"), dict(ROWS=64), 4),
+    (K._topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",
+     nchunks="i32"), dict(TILE=4096), 4),
     (K._topk_split_kernel, dict(x_ptr=P, vals_ptr=P, idx_ptr=I, ckey_ptr=I, cidx_ptr=I,
-     state_ptr=I, above_ptr=I, cand_ptr=I, n="i32", CHUNK="i32"), dict(TILE=2048, PB=2048), 4),
+     state_ptr=I, lhist_ptr=I, ghist_ptr=I, ccum_ptr=I, n="i32", k="i32", CHUNK="i32",
+     nchunks="i32"), dict(TILE=2048, PB=2048), 4),
     (K._cand_write_kernel, dict(x_ptr=P, ckey_ptr=I, cidx_ptr=I, vals_ptr=P, idx_ptr=I,
-     state_ptr=I, lhist_ptr=I, bhist_ptr=I, babove_ptr=I), dict(TILE=4096, QB=64), 8),
+     state_ptr=I, lhist_ptr=I, bcum_ptr=I), dict(TILE=4096, QB=256), 8),
     (K._thr_count_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, n="i32", CHUNK="i32",
      nchunks="i32"), dict(TILE=2048), 4),
     (K._thr_write_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, vals_ptr=P, idx_ptr=I,
      n="i32", k="i32", CHUNK="i32", nchunks="i32"), dict(TILE=2048, PB=2048), 4),
-] + [(K._cand_hist_kernel, dict(ckey_ptr=I, state_ptr=I, lhist_ptr=I, bhist_ptr=I,
-      babove_ptr=I), dict(LEVEL=lev, TILE=4096), 8) for lev in range(4)]
+] + [(K._cand_hist_kernel, dict(ckey_ptr=I, state_ptr=I, lhist_ptr=I, bcum_ptr=I),
+      dict(LEVEL=lev, TILE=4096), 8) for lev in range(4)]
 for dt in ("fp32", "bf16"):
     for fn, sig, cx, warps in cases:
         if dt != "fp32" and "x_ptr" not in sig:

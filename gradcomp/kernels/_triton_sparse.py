@@ -6,19 +6,20 @@ patterns, so selecting by magnitude is selecting by integer key.
 
 Top-k is a radix select that reads the input twice:
 1. `_topk_hist_kernel`: each chunk's 64-bin histogram of `_bin1` (bin 0: zero; bins 2..62:
-   one octave each, 2**-39 .. 2**22; bins 1 and 63 catch the rest, NaN and Inf in 63).
-2. `_topk_chunk_counts_kernel`: the bin b1 of the k-th largest key, per chunk the number of
-   keys above b1 and in b1, and `state` (below) for the later kernels.
-3. `_topk_split_kernel`: keys above b1 go straight to the output (slots in index order);
-   keys in b1 ("candidates") are compacted in index order into a scratch buffer, or, when
-   b1 is the zero bin, the first ones go straight to the output.
-4. `_cand_hist_kernel` x 4: radix select over the candidates' keys, digits = key bits 30-23
-   (the exponent: known already unless b1 is 1 or 63), 22-15, 14-7, 6-0; the last level
-   keeps per-block histograms.
-5. `_cand_write_kernel`: the k-th largest key T; candidates > T and the first ones == T (by
+   one octave each, 2**-39 .. 2**22; bins 1 and 63 catch the rest, NaN and Inf in 63), added
+   atomically to the global histogram and stored as suffix counts (keys in bins >= b), bin
+   major, so that a chunk's prefix of any bin's counts is one contiguous load.
+2. `_topk_split_kernel`: every program chooses the bin b1 of the k-th largest key from the
+   global histogram; keys above b1 go straight to the output (slots in index order); keys
+   in b1 ("candidates") are compacted in index order into a scratch buffer, or, when b1 is
+   the zero bin, the first ones go straight to the output. Program 0 writes `state`.
+3. `_cand_hist_kernel` x 4: radix select over the candidates' keys, digits = key bits 30-23
+   (the exponent: known already unless b1 is 1 or 63), 22-15, 14-7, 6-0, each level's
+   histogram added atomically; the last level also stores per-block suffix counts.
+4. `_cand_write_kernel`: the k-th largest key T; candidates > T and the first ones == T (by
    position) go to the output after the keys above b1.
 Kernels recompute earlier choices from the histograms in memory, so no host sync and no
-torch op sits between the launches. The passes over the input use the ballot-based
+torch op but the zeroing of the atomic histograms sits between the launches. The passes over the input use the ballot-based
 `tl.histogram` (its cost per element grows with the bins, hence 64 there) and 2-D tiles of
 rows of 4 consecutive elements (the scan then runs within threads and the scattered stores
 need no layout conversion).
@@ -107,8 +108,9 @@ def _ranks2(a, b):
 
 # -- top-k: first level over the whole input ---------------------------------------------------
 @triton.jit
-def _topk_hist_kernel(x_ptr, chist_ptr, n, CHUNK, TILE: tl.constexpr):
-    """Chunk p's histogram of _bin1 -> chist[p, :]."""
+def _topk_hist_kernel(x_ptr, ghist_ptr, ccum_ptr, n, CHUNK, nchunks, TILE: tl.constexpr):
+    """Chunk p's histogram of _bin1: added to ghist (zeroed beforehand); its suffix counts
+    -> ccum[b, p] (keys of chunk p in bins >= b)."""
     p = tl.program_id(0)
     s = p * CHUNK
     end = tl.minimum(s + CHUNK, n)
@@ -118,57 +120,40 @@ def _topk_hist_kernel(x_ptr, chist_ptr, n, CHUNK, TILE: tl.constexpr):
         m = i < end
         h += tl.histogram(_bin1(_key(tl.load(x_ptr + i, mask=m, other=0.0))), NB1, mask=m)
         s += TILE
-    tl.store(chist_ptr + p * NB1 + tl.arange(0, NB1), h)
-
-
-@triton.jit
-def _topk_chunk_counts_kernel(chist_ptr, state_ptr, lhist_ptr, above_ptr, cand_ptr, nchunks,
-                              k, ROWS: tl.constexpr):
-    """Per chunk: keys above b1 -> above[c], keys in b1 -> cand[c]. Program 0 writes
-    state = [b1, keys above b1, keys of b1 needed, candidates buffered (0 when b1 is the zero
-    bin), candidates whose exponent is unknown (b1 in {1, 63}) or 0] and initialises the
-    atomic candidate histograms lhist[0..2] (level 0 = the exponent, known for b1 in 2..62)."""
     bins = tl.arange(0, NB1)
-    rr = tl.arange(0, ROWS)
-    h = tl.zeros([NB1], dtype=tl.int32)
-    r0 = 0
-    while r0 < nchunks:
-        r = r0 + rr
-        h += tl.sum(tl.load(chist_ptr + r[:, None] * NB1 + bins[None, :],
-                            mask=(r < nchunks)[:, None], other=0), 0)
-        r0 += ROWS
-    b1, gt1 = _choose(h, k)
-    r = tl.program_id(0) * ROWS + rr
-    rm = r < nchunks
-    hc = tl.load(chist_ptr + r[:, None] * NB1 + bins[None, :], mask=rm[:, None], other=0)
-    tl.store(above_ptr + r, tl.sum(tl.where(bins[None, :] > b1, hc, 0), 1), mask=rm)
-    tl.store(cand_ptr + r, tl.sum(tl.where(bins[None, :] == b1, hc, 0), 1), mask=rm)
-    ncand = tl.sum(tl.where(bins == b1, h, 0), 0)
-    clamped = (b1 == 1) | (b1 == NB1 - 1)
-    j = tl.arange(0, 8)
-    st = tl.where(j == 0, b1, tl.where(j == 1, gt1, tl.where(j == 2, k - gt1, 0)))
-    st = tl.where(j == 3, tl.where(b1 > 0, ncand, 0), st)
-    st = tl.where(j == 4, tl.where(clamped, ncand, 0), st)
-    first = tl.program_id(0) == 0
-    tl.store(state_ptr + j, st, mask=(j < 5) & first)
-    lb = tl.arange(0, 4 * NB)  # rows 0..2 of lhist (row 3 unused)
-    exponent = tl.where(clamped, -1, b1 + E_BASE)
-    tl.store(lhist_ptr + lb, tl.where(lb == exponent, ncand, 0), mask=(lb < 3 * NB) & first)
+    tl.atomic_add(ghist_ptr + bins, h, sem="relaxed")
+    tl.store(ccum_ptr + bins * nchunks + p, tl.cumsum(h, 0, reverse=True))
 
 
 @triton.jit
-def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, above_ptr,
-                       cand_ptr, n, CHUNK, TILE: tl.constexpr, PB: tl.constexpr):
+def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, lhist_ptr,
+                       ghist_ptr, ccum_ptr, n, k, CHUNK, nchunks, TILE: tl.constexpr,
+                       PB: tl.constexpr):
     """Chunk p: keys above b1 -> output slots (index order); keys in b1 -> the candidate
-    buffer (index order), or straight to the output if b1 is the zero bin."""
+    buffer (index order), or straight to the output if b1 is the zero bin. Program 0 writes
+    state = [b1, keys above b1, keys of b1 needed, candidates buffered (0 when b1 is the zero
+    bin), candidates whose exponent is unknown (b1 in {1, 63}) or 0] and, when the exponent
+    is known, its count into level 0 of the (zeroed) candidate histograms lhist."""
     p = tl.program_id(0)
-    b1 = tl.load(state_ptr)
-    gt1 = tl.load(state_ptr + 1)
-    need1 = tl.load(state_ptr + 2)
+    bins = tl.arange(0, NB1)
+    h = tl.load(ghist_ptr + bins)
+    b1, gt1 = _choose(h, k)
+    need1 = k - gt1
     direct_ok = b1 == 0
     c = tl.arange(0, PB)
-    a0 = tl.sum(tl.load(above_ptr + c, mask=c < p, other=0), 0)
-    c0 = tl.sum(tl.load(cand_ptr + c, mask=c < p, other=0), 0)
+    cm = c < p
+    incl = tl.sum(tl.load(ccum_ptr + b1 * nchunks + c, mask=cm, other=0), 0)
+    a0 = tl.sum(tl.load(ccum_ptr + (b1 + 1) * nchunks + c, mask=cm & (b1 + 1 < NB1), other=0), 0)
+    c0 = incl - a0
+    if p == 0:
+        ncand = tl.sum(tl.where(bins == b1, h, 0), 0)
+        clamped = (b1 == 1) | (b1 == NB1 - 1)
+        j = tl.arange(0, 8)
+        st = tl.where(j == 0, b1, tl.where(j == 1, gt1, tl.where(j == 2, need1, 0)))
+        st = tl.where(j == 3, tl.where(b1 > 0, ncand, 0), st)
+        st = tl.where(j == 4, tl.where(clamped, ncand, 0), st)
+        tl.store(state_ptr + j, st, mask=j < 5)
+        tl.store(lhist_ptr + b1 + E_BASE, ncand, mask=(b1 > 1) & (b1 < NB1 - 1))
     s = p * CHUNK
     end = tl.minimum(s + CHUNK, n)
     while s < end:
@@ -181,10 +166,14 @@ def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, 
         cand = m & (b == b1)
         ea, ec, na, nc = _ranks2(above, cand)
         rank = c0 + ec
-        out = above | (cand & (rank < need1) & direct_ok)
-        slot = tl.where(above, a0 + ea, gt1 + rank)
-        tl.store(vals_ptr + slot, xv, mask=out)
-        tl.store(idx_ptr + slot, i, mask=out)
+        # a tile-uniform branch: most tiles hold no key above b1 (the stores and their
+        # address arithmetic are skipped, not just masked). The same branch around the
+        # candidate stores breaks Triton 3.6's layout pass for 16-bit inputs.
+        if (na > 0) | (direct_ok & (nc > 0)):
+            out = above | (cand & (rank < need1) & direct_ok)
+            slot = tl.where(above, a0 + ea, gt1 + rank)
+            tl.store(vals_ptr + slot, xv, mask=out)
+            tl.store(idx_ptr + slot, i, mask=out)
         buffered = cand & (b1 > 0)
         tl.store(ckey_ptr + rank, key, mask=buffered)
         tl.store(cidx_ptr + rank, i, mask=buffered)
@@ -195,12 +184,13 @@ def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, 
 
 # -- top-k: radix select over the candidates -------------------------------------------------
 @triton.jit
-def _cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bhist_ptr, babove_ptr,
-                      LEVEL: tl.constexpr, TILE: tl.constexpr):
+def _cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bcum_ptr, LEVEL: tl.constexpr,
+                      TILE: tl.constexpr):
     """Candidate level LEVEL (0..3: key bits 30-23, 22-15, 14-7, 6-0) over the candidates
-    whose higher digits match the earlier choices. Levels 0..2 add to lhist[LEVEL] (level 0
-    only when the exponent is unknown); level 3 stores this block's histogram in bhist[q] and
-    its count of keys whose higher digits are above the choices in babove[q]."""
+    whose higher digits match the earlier choices, added to lhist[LEVEL] (level 0 only when
+    the exponent is unknown). Level 3 also stores, for its block q, bcum[b, q] = the keys
+    whose higher digits are above the choices plus the matching ones with digit >= b
+    (b = 0..NB; row NB: the former alone)."""
     prefix, need = _cand_prefix(lhist_ptr, tl.load(state_ptr + 2), LEVEL)
     shift = 23 - 8 * LEVEL
     s, end = _block(tl.load(state_ptr + (4 if LEVEL == 0 else 3)), TILE)
@@ -219,34 +209,31 @@ def _cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bhist_ptr, babove_ptr,
                               mask=jm & ((key >> (shift + 8)) == prefix))
         s += TILE
     bins = tl.arange(0, NB)
-    if LEVEL < 3:
-        tl.atomic_add(lhist_ptr + LEVEL * NB + bins, h, sem="relaxed")
-    else:
+    tl.atomic_add(lhist_ptr + LEVEL * NB + bins, h, sem="relaxed")
+    if LEVEL == 3:
         q = tl.program_id(0)
-        tl.store(bhist_ptr + q * NB + bins, h)
-        tl.store(babove_ptr + q, above)
+        nq = tl.num_programs(0)
+        tl.store(bcum_ptr + bins * nq + q, tl.cumsum(h, 0, reverse=True) + above)
+        tl.store(bcum_ptr + NB * nq + q, above)
 
 
 @triton.jit
 def _cand_write_kernel(x_ptr, ckey_ptr, cidx_ptr, vals_ptr, idx_ptr, state_ptr, lhist_ptr,
-                       bhist_ptr, babove_ptr, TILE: tl.constexpr, QB: tl.constexpr):
+                       bcum_ptr, TILE: tl.constexpr, QB: tl.constexpr):
     """The k-th largest key T; candidates > T and the first ones == T (by position) -> the
     output slots after the keys above b1, in index order."""
     gt1 = tl.load(state_ptr + 1)
     prefix, need = _cand_prefix(lhist_ptr, tl.load(state_ptr + 2), 3)
-    q = tl.program_id(0)
-    rows = tl.arange(0, QB)
-    rm = rows < tl.num_programs(0)
-    bins = tl.arange(0, NB)
-    hb = tl.load(bhist_ptr + rows[:, None] * NB + bins[None, :], mask=rm[:, None], other=0)
-    d, gt = _choose(tl.sum(hb, 0), need)
+    d, gt = _choose(tl.load(lhist_ptr + 3 * NB + tl.arange(0, NB)), need)
     need = need - gt
     thr = (prefix << 7) | d
-    gt_blk = tl.load(babove_ptr + rows, mask=rm, other=0) + \
-        tl.sum(tl.where(bins[None, :] > d, hb, 0), 1)
-    eq_blk = tl.sum(tl.where(bins[None, :] == d, hb, 0), 1)
-    g0 = tl.sum(tl.where(rows < q, gt_blk, 0), 0)
-    e0 = tl.sum(tl.where(rows < q, eq_blk, 0), 0)
+    q = tl.program_id(0)
+    nq = tl.num_programs(0)
+    rows = tl.arange(0, QB)
+    rm = rows < q
+    d = tl.maximum(d, 0)  # -1 only when there are no candidates (nothing to write)
+    g0 = tl.sum(tl.load(bcum_ptr + (d + 1) * nq + rows, mask=rm, other=0), 0)
+    e0 = tl.sum(tl.load(bcum_ptr + d * nq + rows, mask=rm, other=0), 0) - g0
     s, end = _block(tl.load(state_ptr + 3), TILE)
     while s < end:
         j = _rows(s, TILE)

@@ -9,7 +9,7 @@ on the input's size and k).
   in index order; deterministic, and the additive decode does not depend on it (torch.topk's
   order is arbitrary). Reads the input twice (a histogram pass and a split pass); the radix select
   that follows reads only the elements in the k-th largest's bin. Scratch: 8 bytes per
-  element.
+  element. Seven launches and one memset (the atomic histograms).
 * `threshold_select(x, threshold, k)`: `Threshold`'s compaction for a given float32
   threshold (a 0-d tensor or a number): non-finite elements first, then elements with
   |x| >= threshold, both in index order, capped at k slots; unfilled slots hold value 0 at
@@ -35,12 +35,23 @@ _I32 = torch.int32
 
 
 # -- launch configuration --------------------------------------------------------------------
-def _tiles() -> tuple[int, int]:
-    """Elements per loop step of (the histogram pass, the other passes). Compiled: the
-    ballot-based tl.histogram costs least per element with 32 per thread (4 warps), the
-    compaction passes with 16 (sm_90 SASS: ~1.2 and ~1.6 warp instructions per element). The
-    interpreter pays per step, but tests want several steps and chunks on small inputs."""
-    return (1024, 1024) if interpreting() else (4096, 2048)
+#: Tunables (benchmarks/tune_sparse.py sweeps them): elements per loop step and warps of the
+#: histogram pass ("hist"), of the split / threshold passes ("split") and of the candidate
+#: passes ("cand"); programs per SM of the passes over the input ("progs_per_sm", a
+#: persistent grid of contiguous chunks) and of the candidate passes ("cand_progs_per_sm").
+#: "hist" and "split" are powers of two (chunks are whole tiles of both). Chosen on an H100
+#: (benchmarks/results/h100-2026-11-23/tune/): top-k of 25.6M fp32 in 181 us of GPU time,
+#: against 242 us with the first guess.
+GPU_TILES = {"hist": 8192, "hist_warps": 8, "split": 1024, "split_warps": 4,
+             "progs_per_sm": 16, "cand": 4096, "cand_warps": 8, "cand_progs_per_sm": 2}
+#: The interpreter pays per step and per program, but tests want several steps, chunks and
+#: candidate blocks on small inputs.
+INTERPRETER_TILES = {"hist": 1024, "hist_warps": 4, "split": 1024, "split_warps": 4,
+                     "progs": 3, "cand": 1024, "cand_warps": 4, "cand_progs": 2}
+
+
+def _tiles() -> dict:
+    return INTERPRETER_TILES if interpreting() else GPU_TILES
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,13 +59,12 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _programs(device: torch.device) -> tuple[int, int]:
-    """(programs of the passes over the input, programs of the candidate passes): a
-    persistent grid of a few programs per SM; a tiny one under the interpreter."""
+def _programs(device: torch.device, t: dict) -> tuple[int, int]:
+    """(programs of the passes over the input, programs of the candidate passes)."""
     if device.type != "cuda":
-        return 3, 2
+        return t["progs"], t["cand_progs"]
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 8 * sms, 64
+    return max(1, int(t["progs_per_sm"] * sms)), max(1, int(t["cand_progs_per_sm"] * sms))
 
 
 def _chunks(n: int, tile: int, programs: int) -> tuple[int, int]:
@@ -79,30 +89,30 @@ def topk_select(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     n = flat.numel()
     k = _check_k(k, n)
     dev = flat.device
-    htile, tile = _tiles()
-    progs, qprogs = _programs(dev)
-    chunk, nchunks = _chunks(n, htile, progs)
+    t = _tiles()
+    progs, qprogs = _programs(dev, t)
+    chunk, nchunks = _chunks(n, max(t["hist"], t["split"]), progs)
     nb1, nb = K.NB1.value, K.NB.value
-    small = torch.empty(8 + 3 * nb + nchunks * (nb1 + 2) + qprogs * (nb + 1), dtype=_I32,
+    # zeroed: the atomic histograms (state is written by the split pass; ccum and bcum are
+    # written whole before they are read)
+    small = torch.zeros(8 + 4 * nb + nb1 + nb1 * nchunks + (nb + 1) * qprogs, dtype=_I32,
                         device=dev)
-    state, lhist, chist, above, cand, bhist, babove = small.split(
-        [8, 3 * nb, nchunks * nb1, nchunks, nchunks, qprogs * nb, qprogs])
+    state, lhist, ghist, ccum, bcum = small.split(
+        [8, 4 * nb, nb1, nb1 * nchunks, (nb + 1) * qprogs])
     cbuf = torch.empty(2 * n, dtype=_I32, device=dev)  # candidate keys, then their indices
     ckey, cidx = cbuf[:n], cbuf[n:]
     vals = torch.empty(k, dtype=flat.dtype, device=dev)
     idx = torch.empty(k, dtype=_I32, device=dev)
-    rows = 64
-    _launch(K._topk_hist_kernel, (nchunks,), flat, chist, n, chunk, TILE=htile, num_warps=4)
-    _launch(K._topk_chunk_counts_kernel, (_cdiv(nchunks, rows),), chist, state, lhist, above,
-            cand, nchunks, k, ROWS=rows, num_warps=4)
-    _launch(K._topk_split_kernel, (nchunks,), flat, vals, idx, ckey, cidx, state, above, cand,
-            n, chunk, TILE=tile, PB=max(2, _p2(nchunks)), num_warps=4)
-    for level in range(4):
-        _launch(K._cand_hist_kernel, (qprogs,), ckey, state, lhist, bhist, babove,
-                LEVEL=level, TILE=htile, num_warps=8)
-    # the same TILE as level 3: the blocks of its per-block histograms
-    _launch(K._cand_write_kernel, (qprogs,), flat, ckey, cidx, vals, idx, state, lhist, bhist,
-            babove, TILE=htile, QB=max(2, _p2(qprogs)), num_warps=8)
+    _launch(K._topk_hist_kernel, (nchunks,), flat, ghist, ccum, n, chunk, nchunks,
+            TILE=t["hist"], num_warps=t["hist_warps"])
+    _launch(K._topk_split_kernel, (nchunks,), flat, vals, idx, ckey, cidx, state, lhist, ghist,
+            ccum, n, k, chunk, nchunks, TILE=t["split"], PB=max(2, _p2(nchunks)),
+            num_warps=t["split_warps"])
+    for level in range(4):  # the write kernel's blocks are level 3's: same grid and TILE
+        _launch(K._cand_hist_kernel, (qprogs,), ckey, state, lhist, bcum, LEVEL=level,
+                TILE=t["cand"], num_warps=t["cand_warps"])
+    _launch(K._cand_write_kernel, (qprogs,), flat, ckey, cidx, vals, idx, state, lhist, bcum,
+            TILE=t["cand"], QB=max(2, _p2(qprogs)), num_warps=t["cand_warps"])
     return vals, idx
 
 
@@ -115,13 +125,14 @@ def threshold_select(x: torch.Tensor, threshold, k: int) -> tuple[torch.Tensor, 
     k = _check_k(k, n)
     dev = flat.device
     thr = torch.as_tensor(threshold, dtype=torch.float32, device=dev).reshape(1)
-    tile = _tiles()[1]
-    chunk, nchunks = _chunks(n, tile, _programs(dev)[0])
+    t = _tiles()
+    tile = t["split"]
+    chunk, nchunks = _chunks(n, tile, _programs(dev, t)[0])
     cnt = torch.empty(2 * nchunks, dtype=_I32, device=dev)
     vals = torch.empty(k, dtype=flat.dtype, device=dev)
     idx = torch.empty(k, dtype=_I32, device=dev)
     _launch(K._thr_count_kernel, (nchunks,), flat, thr, cnt, n, chunk, nchunks, TILE=tile,
-            num_warps=4)
+            num_warps=t["split_warps"])
     _launch(K._thr_write_kernel, (nchunks,), flat, thr, cnt, vals, idx, n, k, chunk, nchunks,
-            TILE=tile, PB=max(2, _p2(nchunks)), num_warps=4)
+            TILE=tile, PB=max(2, _p2(nchunks)), num_warps=t["split_warps"])
     return vals, idx
