@@ -1,5 +1,5 @@
 """Random-k's sampler (`gradcomp.compressors.permutation`, the torch reference) and its kernels
-(`gradcomp.kernels.randomk_positions`, `randomk_gather`).
+(`gradcomp.kernels.randomk_encode`, `randomk_positions`, `randomk_gather`, `randomk_scatter`).
 
 Without a GPU the kernels run on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 is
 set below, before the kernels are first loaded); with a GPU the same tests run the compiled
@@ -45,7 +45,8 @@ def small_tiles(monkeypatch):
     of its flag loop)."""
     from gradcomp.kernels import randomk
 
-    tiles = dict(randomk._tiles(), positions=64, finite=256, gather=64, flags=2)
+    tiles = dict(randomk._tiles(), positions=64, finite=256, encode_positions=16, gather=64,
+                 flags=2, scatter=64)
     monkeypatch.setattr(randomk, "_tiles", lambda: tiles)
     return tiles
 
@@ -117,6 +118,21 @@ def test_feistel_is_a_bijection_of_its_domain_and_pi_of_0_n():
         k = max(1, n // 3)
         assert torch.equal(P.positions(n, k, keys), pos[:k])  # a prefix of the same order
     assert not torch.equal(P.positions(1000, 1000, [1, 2, 3, 4]), torch.arange(1000))
+
+
+def test_tabulated_rounds_and_walk_steps_do_not_change_the_permutation():
+    rng = random.Random(12)
+    for m in (1, 2, 3, 5, 7, 13):
+        keys = _keys(rng)
+        v = torch.arange(min(4**m, 5000)) * (4**m // min(4**m, 5000))
+        assert torch.equal(P.feistel(v, m, keys, P.round_tables(m, keys)),
+                           P.feistel(v, m, keys)), m
+    # The masked steps (the default off the CPU) against compaction after every step.
+    for n, k in [(5, 5), (65, 65), (1000, 300), (4**7 + 1, 3000)]:
+        keys = _keys(rng)
+        want = P.positions(n, k, keys)
+        for steps in (2, 3, P.WALK_STEPS, 8):
+            assert torch.equal(P.permute(torch.arange(k), n, keys, walk_steps=steps), want)
 
 
 def test_reference_rejects_bad_arguments():
@@ -246,12 +262,114 @@ def test_kernel_positions_reject_bad_arguments():
     assert kernels.randomk_positions(10, 0, [1, 2, 3, 4], DEVICE).numel() == 0
 
 
-# -- the gather --------------------------------------------------------------------------------
+# -- the encode: positions inside the finiteness pass, then the gather -------------------------
 def _x(n, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, generator=g).to(dtype).to(DEVICE)
 
 
+def _check_encode(x, k, keys):
+    values, indices = kernels.randomk_encode(x, k, keys)
+    want = P.positions(x.numel(), k, keys)
+    assert indices.dtype == torch.int64 and indices.device.type == DEVICE
+    assert torch.equal(indices.cpu(), want), (x.numel(), k, keys)
+    assert values.dtype == x.dtype and torch.equal(values, x.reshape(-1)[want.to(DEVICE)])
+
+
+# Position tiles: fewer than programs (spread: every > 1), one per program, several per program.
+@pytest.mark.parametrize("n,k", [(1000, 10), (4000, 40), (1000, 64), (1000, 100), (260, 48)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_encode_equals_the_reference(n, k, dtype, small_tiles):
+    rng = random.Random(n + k)
+    _check_encode(_x(n, dtype, seed=k).reshape(-1, 10 if n % 10 == 0 else 1), k, _keys(rng))
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (2, 1), (5, 5), (65, 65), (4097, 30), (5000, 1)]
+                         + ([(25_600_000, 256_000), (2**28 - 1, 3000), (10**6, 10**6)]
+                            if CUDA else []))
+def test_encode_equals_the_reference_with_default_tiles(n, k):
+    rng = random.Random(n * 31 + k)
+    _check_encode(_x(n, torch.float32, seed=n), k, _keys(rng))
+
+
+def test_encode_is_all_nan_when_x_is_not_finite(small_tiles):
+    # First, middle and last tile of the finiteness pass.
+    for dtype, where, bad in zip(DTYPES, (0, 511, 999), ("nan", "inf", "-inf")):
+        y = _x(1000, dtype, seed=5)
+        y[where] = float(bad)
+        values, indices = kernels.randomk_encode(y, 100, [5, 6, 7, 8])
+        assert values.isnan().all() and values.dtype == dtype, (dtype, where)
+        assert torch.equal(indices.cpu(), P.positions(1000, 100, [5, 6, 7, 8]))
+    values, _ = kernels.randomk_encode(y.nan_to_num(), 100, [5, 6, 7, 8])
+    assert torch.isfinite(values).all()
+
+
+def test_encode_rejects_bad_arguments():
+    x = _x(10, torch.float32)
+    with pytest.raises(ValueError, match="keys"):
+        kernels.randomk_encode(x, 2, [1, 2, 3])
+    with pytest.raises(ValueError, match="k="):
+        kernels.randomk_encode(x, 11, [1, 2, 3, 4])
+    with pytest.raises(TypeError, match="dtype"):
+        kernels.randomk_encode(x.double(), 2, [1, 2, 3, 4])
+    values, indices = kernels.randomk_encode(x, 0, [1, 2, 3, 4])
+    assert values.shape == indices.shape == (0,)
+
+
+# -- the decode: zeros and the values at their positions ----------------------------------------
+def _torch_decode(values, indices, n):
+    out = torch.zeros(n, dtype=values.dtype, device=values.device)
+    return out.index_put_((indices.long(),), values)
+
+
+def _bits(t):
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scatter_equals_the_torch_decode_bit_for_bit(dtype, small_tiles):
+    rng = random.Random(13)
+    specials = torch.tensor([-0.0, float("nan"), float("inf"), float("-inf"), 0.0])
+    for n, k in [(1, 1), (2, 1), (1000, 1), (1000, 1000), (1000, 100), (257, 200)]:
+        indices = P.positions(n, k, _keys(rng)).to(DEVICE)
+        values = _x(k, dtype, seed=n + k)
+        values[: min(k, 5)] = specials[: min(k, 5)].to(dtype)  # sign of zero, NaN, Inf kept
+        out = kernels.randomk_scatter(values, indices, n)
+        assert out.dtype == dtype and out.shape == (n,) and out.device.type == DEVICE
+        assert torch.equal(_bits(out), _bits(_torch_decode(values, indices, n))), (n, k)
+    idx32 = indices.to(torch.int32)  # int32 indices, 2-D values
+    out = kernels.randomk_scatter(values.reshape(10, 20), idx32.reshape(20, 10), 257)
+    assert torch.equal(_bits(out), _bits(_torch_decode(values, indices, 257)))
+
+
+def test_scatter_with_default_tiles_and_its_guards():
+    rng = random.Random(14)
+    for n, k in [(1, 1), (5000, 5000), (5000, 50)] + ([(25_600_000, 256_000)] if CUDA else []):
+        indices = P.positions(n, k, _keys(rng)).to(DEVICE)
+        values = _x(k, torch.float32, seed=k)
+        out = kernels.randomk_scatter(values, indices, n)
+        assert torch.equal(_bits(out), _bits(_torch_decode(values, indices, n))), (n, k)
+    out = kernels.randomk_scatter(torch.ones(4, device=DEVICE),
+                                  torch.tensor([0, 9, -1, 10], device=DEVICE), 10)
+    assert out.tolist() == [1.0] + [0.0] * 8 + [1.0]  # outside [0, n): never written
+    assert torch.equal(kernels.randomk_scatter(torch.ones(0, device=DEVICE),
+                                               torch.zeros(0, dtype=torch.int64, device=DEVICE),
+                                               3), torch.zeros(3, device=DEVICE))
+    v, i = torch.ones(2, device=DEVICE), torch.tensor([0, 1], device=DEVICE)
+    with pytest.raises(TypeError, match="values"):
+        kernels.randomk_scatter(v.double(), i, 5)
+    with pytest.raises(TypeError, match="indices"):
+        kernels.randomk_scatter(v, i.float(), 5)
+    with pytest.raises(ValueError, match="one index per value"):
+        kernels.randomk_scatter(v, i[:1], 5)
+    with pytest.raises(ValueError, match="n="):
+        kernels.randomk_scatter(v, i, 1)
+    if CUDA:
+        with pytest.raises(ValueError, match="device"):
+            kernels.randomk_scatter(v, i.cpu(), 5)
+
+
+# -- the gather --------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gather_equals_indexing(dtype, small_tiles):
     x = _x(1000, dtype)
@@ -305,22 +423,28 @@ def kernel_path(monkeypatch):
 
     calls = []
 
-    def spy(*args):
-        calls.append(args[:2])
-        return randomk.randomk_positions(*args)
+    def spy(name):
+        def call(*args):
+            calls.append(name)
+            return getattr(randomk, name)(*args)
+        return call
 
-    monkeypatch.setattr(kernels, "randomk_positions", spy, raising=False)
+    for name in ("randomk_encode", "randomk_scatter"):
+        monkeypatch.setattr(kernels, name, spy(name), raising=False)
     if not CUDA:
         monkeypatch.setattr(kernels, "supports", lambda x: kernels.enabled()
                             and x.dtype in DTYPES and x.numel() > 0)
+        monkeypatch.setattr(kernels, "supports_decode", lambda wire, dtype, numel:
+                            kernels.enabled() and dtype in DTYPES and numel > 0)
     return calls
 
 
-def _torch_compress(c, x):
-    """`c.compress(x)` on the torch reference, whatever the device."""
+def _torch_path(method, *args):
+    """`method(*args)` (a compressor's compress or decompress) on the torch reference, whatever
+    the device."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADCOMP_KERNELS", "0")
-        return c.compress(x)
+        return method(*args)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -331,12 +455,14 @@ def test_compressor_positions_and_values_agree_between_kernel_and_torch(dtype, k
     ref.set_rank(1)  # shared randomness ignores the rank
     twin = gradcomp.compressor("randomk", ratio=0.03, seed=21)  # the reference on x's device
     for step in range(2):
-        pk, pr = kern.compress(x), _torch_compress(ref, x.cpu())
-        assert len(kernel_path) == step + 1, "the kernels must have run"
+        pk, pr = kern.compress(x), _torch_path(ref.compress, x.cpu())
         assert torch.equal(pk.meta["indices"].cpu(), pr.meta["indices"]), step
         assert torch.equal(pk.tensors[0].cpu(), pr.tensors[0]), step
-        assert torch.equal(kern.decompress(pk).cpu(), ref.decompress(pr)), step
-        pt = _torch_compress(twin, x)
+        dense = kern.decompress(pk)
+        assert kernel_path == ["randomk_encode", "randomk_scatter"] * (step + 1), "kernels ran"
+        assert torch.equal(dense.cpu(), _torch_path(ref.decompress, pr)), step
+        assert torch.equal(dense, _torch_path(kern.decompress, pk)), step
+        pt = _torch_path(twin.compress, x)
         assert torch.equal(pt.meta["indices"].cpu(), pr.meta["indices"]), step
         x = x.roll(1)
     assert kern.shared_state() == ref.shared_state() == twin.shared_state()
@@ -360,7 +486,8 @@ def test_compressor_round_trip_on_the_kernel_path(kernel_path):
     x = xs[0].reshape(40, 100)
     dense = ef.decompress(ef.compress(x, key="w"))
     assert torch.equal(ef.residuals["w"] + dense, x) and (dense != 0).sum() == 200
-    assert len(kernel_path) == world + 1, "the kernels must have run"
+    assert kernel_path.count("randomk_encode") == world + 1, "the kernels must have run"
+    assert kernel_path.count("randomk_scatter") >= 2, "the kernels must have run"
 
 
 # -- the compiled (GPU) path, without a GPU --------------------------------------------------
@@ -380,6 +507,12 @@ def test_kernels_compile_for_sm90():
                  k0=i32, k1=i32, k2=i32, k3=i32), dict(BLOCK=T["positions"]))]
         todo.append((K._finite_kernel, dict(x_ptr="*bf16", flags_ptr="*i8", n=i32),
                      dict(BLOCK=T["finite"])))
+        todo.append((K._finite_positions_kernel, dict(x_ptr="*fp32", flags_ptr="*i8",
+                     pos_ptr="*i64", n=i32, k=i32, m=i32, mask=i32, k0=i32, k1=i32, k2=i32,
+                     k3=i32, every=i32, ntiles=i32),
+                     dict(BLOCK=T["finite"], PBLOCK=T["encode_positions"])))
+        todo.append((K._scatter_kernel, dict(values_ptr="*bf16", idx_ptr="*i64",
+                     out_ptr="*bf16", n=i32, k=i32), dict(BLOCK=T["scatter"])))
         todo.append((K._gather_kernel, dict(x_ptr="*fp16", idx_ptr="*i64", flags_ptr="*i8",
                      out_ptr="*fp16", n=i32, k=i32, nflags=i32),
                      dict(BLOCK=T["gather"], FBLOCK=T["flags"])))
@@ -388,10 +521,11 @@ def test_kernels_compile_for_sm90():
             src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=cx)
             ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                  options={"num_warps": 4}).asm["ptx"]
-            assert fn is not K._positions_kernel or "mul.lo.s64" not in ptx, "32-bit hash"
+            if fn in (K._positions_kernel, K._finite_positions_kernel):
+                assert "mul.lo.s64" not in ptx, "32-bit hash"
         print("ok", len(todo))
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=600)
-    assert res.returncode == 0 and "ok 3" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 0 and "ok 5" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]

@@ -135,12 +135,13 @@ class RandomK(Compressor):
     The 4 round keys of a call come from the compressor's CPU generator, seeded by the shared
     `seed` (one draw per `compress` call, so every rank must compress the same tensors in the
     same order); the positions depend only on (seed, call number, n, ratio), not on the device:
-    CUDA tensors use the Triton kernels (`gradcomp.kernels.randomk_positions`, keys passed as
-    scalars: no host-device copy), everything else the torch reference, with the same result
-    bit for bit. Only the k values travel (in the gradient's dtype) and payloads are summed by
-    all-reduce; the positions stay, in the order j = 0..k-1 (not sorted), in
-    ``payload.meta["indices"]`` (int64). Values are not rescaled by n/k: this is the biased
-    contraction form, meant to be used with error feedback.
+    CUDA tensors use the Triton kernels (`gradcomp.kernels.randomk_encode`: positions computed
+    inside the finiteness pass, keys passed as scalars, then the gather; two launches, no host
+    sync; decode `randomk_scatter`: a fill and one scatter launch), everything else the torch
+    reference, with the same result bit for bit. Only the k values travel (in the gradient's
+    dtype) and payloads are summed by all-reduce; the positions stay, in the order
+    j = 0..k-1 (not sorted), in ``payload.meta["indices"]`` (int64). Values are not rescaled
+    by n/k: this is the biased contraction form, meant to be used with error feedback.
     Non-finite input: if any element is NaN or +-Inf, every transmitted value is NaN.
     """
 
@@ -163,15 +164,19 @@ class RandomK(Compressor):
         k = _count(self.ratio, n)
         keys = permutation.draw_keys(self._generator(torch.device("cpu")))
         if kernels.supports(flat):
-            indices = kernels.randomk_positions(n, k, keys, flat.device)
-            return [kernels.randomk_gather(flat, indices)], {"indices": indices}
+            values, indices = kernels.randomk_encode(flat, k, keys)
+            return [values], {"indices": indices}
         indices = permutation.positions(n, k, keys, flat.device)
         ok = torch.isfinite(flat).all()
         values = torch.where(ok, flat[indices], math.nan)
         return [values], {"indices": indices}
 
     def _decompress(self, payload: Payload) -> torch.Tensor:
+        from .. import kernels
+
         (values,) = payload.tensors
+        if kernels.supports_decode(values, values.dtype, payload.numel):
+            return kernels.randomk_scatter(values, payload.meta["indices"], payload.numel)
         out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
         return out.index_put_((payload.meta["indices"],), values)
 

@@ -25,10 +25,11 @@ topk                   exact radix select, no host sync (`sparse.topk_select`): 
                        exponent histogram pass, a split pass (keys above the k-th's bin to
                        the output, the keys of that bin compacted), then 4 small radix
                        passes and a write over the compacted keys; decode torch.
-threshold              threshold in torch (sample + kthvalue); a count pass + a write pass
+threshold              threshold in torch (sample + topk); a count pass + a write pass
                        (`sparse.threshold_select`); decode torch.
-randomk                positions kernel over k (Feistel permutation, keys as scalars) +
-                       finiteness pass (int8 flag per program) + gather over k; decode torch.
+randomk                finiteness pass whose programs also compute the positions (Feistel
+                       permutation, keys as scalars) + gather over k (`randomk.randomk_encode`,
+                       2 launches); decode torch fill + Triton scatter over k.
 signsgd, efsignsgd,    whole tensor (block_size 0): one kernel (bits + per-program partial
 onebit                 sums) + a tiny torch reduction; block_size a multiple of 8 <= 8192:
                        one fused kernel; else bits kernel + statistics pass.
@@ -46,7 +47,7 @@ error feedback         `*_encode_ef(x, residual, ...)` (int, qsgd, terngrad, nat
 =====================  ===================================================================
 
 Everything else stays torch: CPU tensors, float64, empty tensors, the other methods (none,
-fp16, bf16, randomk), PowerSGD's matrix products and signsgd's majority-vote `aggregate`.
+fp16, bf16), PowerSGD's matrix products and signsgd's majority-vote `aggregate`.
 Round-to-nearest results equal the torch code on the same device bit for bit (see
 `gradcomp.kernels.ops` for the two documented exceptions: sums, and the sign of a zero
 min/max); stochastic rounding draws from Triton's Philox generator, seeded per call from the
@@ -73,7 +74,8 @@ _QUANT_OPS = (
 #: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
 _OPS = {name: "ops" for name in _QUANT_OPS}
 _OPS.update({name: "sparse" for name in ("topk_select", "threshold_select")})
-_OPS.update({name: "randomk" for name in ("randomk_positions", "randomk_gather")})
+_OPS.update({name: "randomk" for name in ("randomk_encode", "randomk_positions",
+                                           "randomk_gather", "randomk_scatter")})
 _OPS.update({name: "orthogonal" for name in ("orthogonalize_",)})
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_NUMEL = (1 << 28) - 1
