@@ -199,6 +199,16 @@ def kernel_path(monkeypatch):
             return ok and (max_rank is not None or t.shape[2] <= t.shape[1])
 
         monkeypatch.setattr(powersgd, "_use_kernel", use_kernel)
+    calls = []
+    real = kernels.orthogonalize_
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "orthogonalize_", spy, raising=False)
+    yield
+    assert calls, "PowerSGD never called the orthogonalisation kernel"
 
 
 def torch_path_run(fn):

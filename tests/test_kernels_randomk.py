@@ -1,4 +1,4 @@
-"""Random-k's sampler (`gradcomp.compressors.permutation`, the torch reference) and its kernels
+"""Random-k's sampler (`gradcomp.kernels.permutation`, the torch reference) and its kernels
 (`gradcomp.kernels.randomk_encode`, `randomk_positions`, `randomk_gather`, `randomk_scatter`).
 
 Without a GPU the kernels run on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 is
@@ -27,7 +27,7 @@ from scipy import stats  # noqa: E402
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
-from gradcomp.compressors import permutation as P  # noqa: E402
+from gradcomp.kernels import permutation as P  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -255,6 +255,20 @@ def test_compressors_keep_torch_on_cpu():
     assert torch.equal(p.tensors[1].long().sort().values, first_by_position(x, 50).cpu())
 
 
+def test_selection_needs_triton_3_4(monkeypatch):
+    import triton
+
+    kernels.triton_version.cache_clear()
+    monkeypatch.setattr(triton, "__version__", "3.3.1")
+    assert kernels.triton_version() == (3, 3)
+    monkeypatch.setattr(kernels, "supports", lambda x: True)
+    assert not kernels.supports_selection(torch.ones(4))
+    kernels.triton_version.cache_clear()
+    monkeypatch.setattr(triton, "__version__", "3.4.0+git1234")
+    assert kernels.supports_selection(torch.ones(4))
+    kernels.triton_version.cache_clear()
+
+
 def test_bad_input_is_named():
     x = torch.randn(100, device=DEVICE)
     for bad in (0, 101, 2.5, True):

@@ -179,7 +179,7 @@ def _split(flat: torch.Tensor, keys, shapes) -> dict:
 def _bmm_flat(a: dict, b: dict, transpose_a: bool, like: torch.Tensor) -> torch.Tensor:
     """a[k] @ b[k] (a[k] transposed with `transpose_a`) for every key, flat and concatenated.
     (Not written into views of one buffer with `out=`: on the CPU, MKL's result depends on the
-    output's alignment.)"""
+    alignment of its operands.)"""
     out = [torch.bmm(a[k].transpose(1, 2) if transpose_a else a[k], b[k]).reshape(-1)
            for k in a]
     return torch.cat(out) if out else like.new_zeros(0)
@@ -378,21 +378,32 @@ def _finite_or_eye(q: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(q).all(dim=(1, 2), keepdim=True), q, eye)
 
 
+#: Each group's matrices start at a multiple of this many elements of the gathered buffer (64
+#: bytes in float32): BLAS kernels (MKL on the CPU, cuBLAS) pick code paths, and on the CPU
+#: round differently, by the alignment of their inputs.
+_ALIGN = 16
+
+
 def _gather(work: torch.Tensor, lay: _Layout) -> tuple[torch.Tensor, dict]:
     """One buffer holding the plain pieces, then each group's matrices (zero-padded for square
-    views), gathered by one concatenation; and the (b, n, m) views of the matrices."""
+    views, each group aligned to `_ALIGN` elements), gathered by one concatenation; and the
+    (b, n, m) views of the matrices."""
     parts = [work[o : o + n] for o, n in lay.plain_runs]
+    offset, starts = lay.plain_numel, {}
     for (n, m), ids in lay.groups.items():
+        if offset % _ALIGN:
+            parts.append(work.new_zeros(_ALIGN - offset % _ALIGN))
+            offset += _ALIGN - offset % _ALIGN
+        starts[(n, m)] = offset
         for i in ids:
             o, numel, _ = lay.pieces[i]
             parts.append(work[o : o + numel])
             if n * m != numel:
                 parts.append(work.new_zeros(n * m - numel))
-    packed = torch.cat(parts) if parts else work.new_zeros(0)
-    mats, offset = {}, lay.plain_numel
-    for (n, m), ids in lay.groups.items():
-        mats[(n, m)] = packed[offset : offset + len(ids) * n * m].view(len(ids), n, m)
         offset += len(ids) * n * m
+    packed = torch.cat(parts) if parts else work.new_zeros(0)
+    mats = {(n, m): packed[start : start + len(lay.groups[(n, m)]) * n * m].view(-1, n, m)
+            for (n, m), start in starts.items()}
     return packed, mats
 
 

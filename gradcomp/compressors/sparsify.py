@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .. import kernels
+from ..kernels import permutation
 from .base import Compressor, Payload, check_int, check_ratio, work_dtype
 from .registry import register
 
@@ -107,11 +109,9 @@ class TopK(_SparseGather):
         return {"ratio": self.ratio}
 
     def _compress(self, flat, key):
-        from .. import kernels
-
         n = flat.numel()
         k = _count(self.ratio, n)
-        if kernels.supports(flat):
+        if kernels.supports_selection(flat):
             return list(kernels.topk_select(flat, k)), {}
         indices = torch.topk(_magnitudes(flat), k, sorted=False).indices
         return [flat[indices], indices.to(_index_dtype(n))], {}
@@ -127,7 +127,7 @@ class RandomK(Compressor):
     pseudo-random permutation ``pi`` of [0, n): a 4-round balanced Feistel network (Luby &
     Rackoff, SIAM J. Comput. 1988) over the smallest even number of bits covering n, brought
     into [0, n) by cycle walking (Black & Rogaway, CT-RSA 2002); see
-    `gradcomp.compressors.permutation`. The permutation is pseudo-random (a statistical one, not
+    `gradcomp.kernels.permutation`. The permutation is pseudo-random (a statistical one, not
     a cryptographic one): positions pass inclusion- and pair-frequency tests for uniform
     k-subsets. Cost O(k) for the positions (about 4**m / n < 4 network evaluations each), plus
     one read of the tensor for the finiteness check and the gather of k values.
@@ -157,9 +157,6 @@ class RandomK(Compressor):
         return {"ratio": self.ratio, "seed": self.seed}
 
     def _compress(self, flat, key):
-        from .. import kernels
-        from . import permutation
-
         n = flat.numel()
         k = _count(self.ratio, n)
         keys = permutation.draw_keys(self._generator(torch.device("cpu")))
@@ -172,8 +169,6 @@ class RandomK(Compressor):
         return [values], {"indices": indices}
 
     def _decompress(self, payload: Payload) -> torch.Tensor:
-        from .. import kernels
-
         (values,) = payload.tensors
         if kernels.supports_decode(values, values.dtype, payload.numel):
             return kernels.randomk_scatter(values, payload.meta["indices"], payload.numel)
@@ -226,17 +221,17 @@ class Threshold(_SparseGather):
         else:
             sample = _magnitudes(flat) if mags is None else mags
         m = _count(self.ratio, s)
-        # The m-th largest (= kthvalue(s - m + 1)); topk is ~30x faster than kthvalue on a GPU.
+        # The m-th largest (= kthvalue(s - m + 1), ~30x slower on a GPU than topk).
+        if kernels.supports_selection(sample):
+            return kernels.topk_select(sample, m)[0].min()
         return torch.topk(sample, m, sorted=False).values.min()
 
     def _compress(self, flat, key):
-        from .. import kernels
-
         n = flat.numel()
         if n == 0:
             return [flat.clone(), torch.empty(0, dtype=torch.int32, device=flat.device)], {}
         k = _count(self.ratio, n)
-        if kernels.supports(flat):
+        if kernels.supports_selection(flat):
             return list(kernels.threshold_select(flat, self.estimate_threshold(flat), k)), {}
         mags = _magnitudes(flat)
         passing = mags >= self.estimate_threshold(flat, mags)

@@ -11,7 +11,8 @@ for CUDA tensors when `supports(tensor)` is true and keep their torch code as th
 * `interpreting()`: TRITON_INTERPRET=1, so the kernels run on CPU tensors with Triton's
   interpreter (slow: ~ms per program; for tests). It must be set before the kernels are first
   used in the process.
-* `supports(x)` / `supports_decode(wire, dtype, numel)`: the compressors' dispatch tests.
+* `supports(x)` / `supports_decode(wire, dtype, numel)`: the compressors' dispatch tests;
+  `supports_selection(x)` for top-k and threshold, which also need Triton >= 3.4.
 
 What runs where (CUDA tensors of float32/float16/bfloat16 with 1 to 2**28 - 1 values):
 
@@ -121,6 +122,21 @@ def supports(x: torch.Tensor) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
+def triton_version() -> tuple[int, int]:
+    """(major, minor) of the installed Triton (imports it: ask only after `supports`)."""
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def supports_selection(x: torch.Tensor) -> bool:
+    """`supports(x)`, with Triton >= 3.4: the top-k and threshold kernels mask
+    `tl.histogram`, which older Triton (torch 2.4-2.7's) lacks; those keep the torch path."""
+    return supports(x) and triton_version() >= (3, 4)
+
+
 def supports_decode(wire: torch.Tensor, dtype: torch.dtype, numel: int) -> bool:
     """Whether the compressors should decode a payload with a kernel: its wire tensor `wire`
     is on a CUDA device, it decodes to `numel` values of a supported `dtype`, and kernels are
@@ -135,4 +151,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["available", "enabled", "interpreting", "supports", "supports_decode", *sorted(_OPS)]
+__all__ = ["available", "enabled", "interpreting", "supports", "supports_decode",
+           "supports_selection", "triton_version", *sorted(_OPS)]

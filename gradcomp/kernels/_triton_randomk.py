@@ -1,7 +1,7 @@
 """Random-k's Triton kernels (imported on demand by `gradcomp.kernels.randomk`).
 
 * `_positions_kernel`: ``pi(j)`` for j in [0, k), the cycle-walked Feistel permutation of
-  `gradcomp.compressors.permutation`, bit for bit. The kernel computes in uint32, whose
+  `gradcomp.kernels.permutation`, bit for bit. The kernel computes in uint32, whose
   wrapping multiplies equal the reference's int64 products masked to 32 bits. Cycle walking
   repeats the network on the lanes still >= n until no lane of the tile is.
 * `_finite_kernel`: one read of x; each program writes one int8 flag, 1 if its tile holds a NaN
@@ -19,9 +19,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Must equal gradcomp.compressors.permutation.HASH_C1/HASH_C2 (checked by the tests).
-HASH_C1 = tl.constexpr(0x21F0AAAD)
-HASH_C2 = tl.constexpr(0x735A2D97)
+from .permutation import HASH_C1 as _C1, HASH_C2 as _C2
+
+HASH_C1 = tl.constexpr(_C1)
+HASH_C2 = tl.constexpr(_C2)
 _EXP32 = tl.constexpr(0x7F800000)  # float32 exponent bits: all set for NaN and +-Inf
 
 

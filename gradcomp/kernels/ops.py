@@ -28,6 +28,7 @@ pass for the residual once the statistics are known).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -79,8 +80,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@functools.lru_cache(maxsize=None)
 def _inv(c: float) -> float:
-    """The float32 reciprocal torch's CUDA kernels multiply by for `tensor / c`."""
+    """The float32 reciprocal torch's CUDA kernels multiply by for `tensor / c` (cached: three
+    torch ops per call cost more host time than a kernel launch)."""
     return (torch.ones((), dtype=_F32) / torch.tensor(c, dtype=_F32)).item()
 
 
@@ -93,7 +96,8 @@ def _launch(kernel, grid, *args, num_warps=4, **constexprs):
     """Launch on the device of the first tensor argument (Triton launches on the current
     device), on its current stream, without FMA contraction."""
     dev = args[0].device
-    if dev.type == "cuda" and dev.index is not None and dev.index != torch.cuda.current_device():
+    if (dev.type == "cuda" and dev.index is not None and torch.cuda.device_count() > 1
+            and dev.index != torch.cuda.current_device()):
         with torch.cuda.device(dev):
             kernel[grid](*args, **constexprs, num_warps=num_warps, enable_fp_fusion=False)
     else:

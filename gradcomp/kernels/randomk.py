@@ -8,7 +8,7 @@ import).
   finiteness pass over x whose programs also compute the positions ``pi(0), ..., pi(k - 1)``
   (pure integer work, hidden under the read of x), then the gather over k.
 * `randomk_positions(n, k, keys, device)`: the positions alone, int64, equal bit for bit to
-  `gradcomp.compressors.permutation.positions` (its torch reference): one launch over k, no
+  `gradcomp.kernels.permutation.positions` (its torch reference): one launch over k, no
   host-device copy (the 4 round keys are scalar arguments).
 * `randomk_gather(x, indices)`: ``x[indices]`` in x's dtype, all NaN if x holds a NaN or
   +-Inf: a finiteness pass over x (one read, one int8 flag per program) and a gather over
@@ -27,13 +27,12 @@ import torch
 
 from . import _triton_randomk as K
 from . import interpreting
+from .permutation import check_keys as _check_keys, half_bits as _half_bits
 from .ops import MAX_NUMEL, SUPPORTED_DTYPES, _cdiv, _check_input, _launch
 
 __all__ = ["randomk_encode", "randomk_positions",
            "randomk_gather", "randomk_scatter"]
 
-ROUNDS = 4
-KEY_LIMIT = 2**31
 #: Tiles (elements per program) and warps. The interpreter pays ~ms per program: big tiles.
 #: "encode_positions" is the position tile of the fused finiteness pass ("finite" elements of
 #: x and "finite_warps" per program).
@@ -49,27 +48,12 @@ def _tiles() -> dict:
     return INTERPRETER_TILES if interpreting() else GPU_TILES
 
 
-def _half_bits(n: int) -> int:
-    """As `gradcomp.compressors.permutation.half_bits` (kernels do not import compressors)."""
-    return max(1, -(-(n - 1).bit_length() // 2))
-
-
 def _check_device(device) -> torch.device:
     device = torch.device(device)
     if device.type != "cuda" and not interpreting():
         raise RuntimeError("the Triton kernels need a CUDA device (or TRITON_INTERPRET=1 set "
                            "before gradcomp.kernels is first used)")
     return device
-
-
-def _check_keys(keys) -> list[int]:
-    ok = (isinstance(keys, (list, tuple)) and len(keys) == ROUNDS
-          and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < KEY_LIMIT
-                  for v in keys))
-    if not ok:
-        raise ValueError(f"keys={keys!r} is not allowed: keys must be a list of {ROUNDS} "
-                         "integers in [0, 2**31)")
-    return list(keys)
 
 
 def _check_k(k, n: int) -> int:
@@ -91,7 +75,7 @@ def _check_indices(indices, device) -> torch.Tensor:
 
 def randomk_positions(n: int, k: int, keys, device) -> torch.Tensor:
     """The k positions ``pi(0), ..., pi(k - 1)`` in [0, n) (distinct, in this order), int64
-    on `device`, for the `ROUNDS` round keys `keys` (ints in [0, 2**31))."""
+    on `device`, for the 4 round keys `keys` (ints in [0, 2**31))."""
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_NUMEL:
         raise ValueError(f"n={n!r} is not allowed: n must be an integer in [1, {MAX_NUMEL}]")
     k = _check_k(k, n)

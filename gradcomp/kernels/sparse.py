@@ -50,8 +50,16 @@ INTERPRETER_TILES = {"hist": 1024, "hist_warps": 4, "split": 1024, "split_warps"
                      "progs": 3, "cand": 1024, "cand_warps": 4, "cand_progs": 2}
 
 
+#: The compaction passes pack two in-tile counts into 16 bits each.
+_MAX_TILE = 1 << 15
+
+
 def _tiles() -> dict:
-    return INTERPRETER_TILES if interpreting() else GPU_TILES
+    t = INTERPRETER_TILES if interpreting() else GPU_TILES
+    if not (t["split"] < _MAX_TILE and t["cand"] < _MAX_TILE):
+        raise ValueError(f"tiles {t!r} are not allowed: 'split' and 'cand' must be below "
+                         f"{_MAX_TILE} (counts are packed in 16 bits)")
+    return t
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,7 +69,7 @@ def _sm_count(index: int) -> int:
 
 def _programs(device: torch.device, t: dict) -> tuple[int, int]:
     """(programs of the passes over the input, programs of the candidate passes)."""
-    if device.type != "cuda":
+    if interpreting():
         return t["progs"], t["cand_progs"]
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     return max(1, int(t["progs_per_sm"] * sms)), max(1, int(t["cand_progs_per_sm"] * sms))
