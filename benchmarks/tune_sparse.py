@@ -35,6 +35,8 @@ except ImportError:  # run from the repository root without PYTHONPATH
     import gradcomp
     from gradcomp import kernels
 
+from gpu_roofline import gpu_time  # noqa: E402  (beside this script)
+
 N = 25_600_000
 RATIO = 0.01
 # one group of tunables at a time; the first entry of each group is never the only one
@@ -50,23 +52,10 @@ GROUPS = {
 }
 
 
-def gpu_time_us(fn, iters=20):
-    """Mean GPU time of one call of fn (summed CUDA event durations) and the 3 longest
-    kernels as 'name:us'."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    per = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us()
-    top = sorted(per.items(), key=lambda kv: -kv[1])[:4]
-    return sum(per.values()) / iters, "; ".join(f"{k[:28]}:{v / iters:.1f}" for k, v in top)
+def gpu_time_us(fn):
+    """(GPU time of one call in us, its longest kernels), as gpu_roofline measures it."""
+    ms, kernels = gpu_time(fn)
+    return ms * 1e3, kernels
 
 
 def inputs():

@@ -54,6 +54,18 @@ def torch_path():
             os.environ["GRADCOMP_KERNELS"] = old
 
 
+def run_without_interpreter(args):
+    """`python *args` in a fresh process without TRITON_INTERPRET (to compile kernels for a
+    GPU); skips where this Triton has no NVIDIA backend."""
+    try:
+        import triton.backends.nvidia  # noqa: F401
+    except ImportError:
+        pytest.skip("this Triton has no NVIDIA backend")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
 def reference(name, x, **opt):
     """(compressor, payload) of the torch implementation on x's device."""
     c = gradcomp.compressor(name, **opt)
@@ -449,11 +461,5 @@ def test_reciprocal_mode_mirrors_torch_cuda_division(monkeypatch):
 # -- the compiled (GPU) path, without a GPU ----------------------------------------------------
 @pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
 def test_kernels_compile_for_sm90():
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-m", "gradcomp.kernels.compile_check", "--smoke"],
-                         env=env, capture_output=True, text=True, timeout=600)
+    res = run_without_interpreter(["-m", "gradcomp.kernels.compile_check", "--smoke"])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

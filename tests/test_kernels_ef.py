@@ -12,13 +12,11 @@ Without a GPU the kernels run under Triton's interpreter (test_kernels sets TRIT
 before they load) and the compressors are made to dispatch CPU tensors to them; with a GPU the
 same tests run on CUDA tensors.
 """
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from test_kernels import CUDA, DEVICE, DTYPES, fresh_seed, same, sample, torch_path
+from test_kernels import (CUDA, DEVICE, DTYPES, fresh_seed, run_without_interpreter, same,
+                          sample, torch_path)
 
 import gradcomp
 from gradcomp import kernels
@@ -261,11 +259,5 @@ def test_ef_kernels_compile_for_sm90_and_sum_in_the_same_order():
     """The EF variants compile for a GPU, and their reductions use the same layouts as the
     plain kernels' (so sums, e.g. QSGD's norm and onebit's means, agree bit for bit there too),
     for float16 gradients, whose loads are wider than the float32 residual's."""
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, timeout=600)
+    res = run_without_interpreter(["-c", _COMPILE])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

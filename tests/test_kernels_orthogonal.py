@@ -11,8 +11,6 @@ fixed only up to sign, so the column spaces are compared: Q Q^T to 2e-6 absolute
 are O(r / n)), and Q^T Q = I to 2e-6.
 """
 import os
-import subprocess
-import sys
 
 import torch
 
@@ -26,6 +24,7 @@ pytest.importorskip("triton")
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
+from test_kernels import run_without_interpreter  # noqa: E402
 from gradcomp.compressors import powersgd  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
@@ -280,11 +279,5 @@ assert not bad, f"approximate ops in PTX: {bad}"
 
 @pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run the kernel")
 def test_kernel_compiles_for_sm90():
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
-                         text=True, timeout=600)
+    res = run_without_interpreter(["-c", COMPILE])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -9,8 +9,6 @@ seeds, so they are deterministic; each is shown to fail for a deliberately flawe
 """
 import os
 import random
-import subprocess
-import sys
 import textwrap
 
 import torch
@@ -27,6 +25,7 @@ from scipy import stats  # noqa: E402
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
+from test_kernels import run_without_interpreter  # noqa: E402
 from gradcomp.kernels import permutation as P  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
@@ -493,10 +492,6 @@ def test_compressor_round_trip_on_the_kernel_path(kernel_path):
 # -- the compiled (GPU) path, without a GPU --------------------------------------------------
 @pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
 def test_kernels_compile_for_sm90():
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
     code = textwrap.dedent("""
         import triton
         from triton.backends.compiler import GPUTarget
@@ -525,7 +520,5 @@ def test_kernels_compile_for_sm90():
                 assert "mul.lo.s64" not in ptx, "32-bit hash"
         print("ok", len(todo))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=600)
+    res = run_without_interpreter(["-c", code])
     assert res.returncode == 0 and "ok 5" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]

@@ -9,12 +9,9 @@ Top-k: the selection must be exactly the k largest magnitudes (NaN and +-Inf cou
 with ties at the cut resolved first by position, checked against a stable sort; values are
 bit copies of x. Threshold: the wire tensors equal the torch reference's bit for bit.
 """
-import contextlib
 import math
 import os
 import random
-import subprocess
-import sys
 
 import torch
 
@@ -28,6 +25,7 @@ pytest.importorskip("triton")
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
+from test_kernels import fresh_seed, run_without_interpreter, torch_path  # noqa: E402
 from gradcomp.compressors.sparsify import _count, _magnitudes  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
@@ -36,18 +34,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 F64 = torch.float64
 _BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
-
-@contextlib.contextmanager
-def torch_path():
-    """Run the compressors' torch reference even where they would dispatch to a kernel."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GRADCOMP_KERNELS", "0")
-        yield
-
-
-def fresh_seed():
-    return random.randrange(2**31)
 
 
 def bits(t):
@@ -319,11 +305,5 @@ print("ok")
 
 @pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
 def test_kernels_compile_for_sm90():
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, timeout=600)
+    res = run_without_interpreter(["-c", _COMPILE])
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
