@@ -10,24 +10,16 @@ matrices agree to rounding: |kernel - torch| <= 1e-6 + 1e-5 |torch|. r > 2, QR's
 fixed only up to sign, so the column spaces are compared: Q Q^T to 2e-6 absolute (its entries
 are O(r / n)), and Q^T Q = I to 2e-6.
 """
-import os
-
+import pytest
 import torch
+# test_kernels sets TRITON_INTERPRET=1 without a GPU (before the kernels load) and skips
+# without Triton.
+from test_kernels import CUDA, DEVICE, run_without_interpreter
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before gradcomp.kernels loads its Triton kernels
+import gradcomp
+from gradcomp import kernels
+from gradcomp.compressors import powersgd
 
-import pytest  # noqa: E402
-
-pytest.importorskip("triton")
-
-import gradcomp  # noqa: E402
-from gradcomp import kernels  # noqa: E402
-from test_kernels import run_without_interpreter  # noqa: E402
-from gradcomp.compressors import powersgd  # noqa: E402
-
-DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter evaluates both sides of tl.where in numpy, which warns about NaN/Inf there.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 EXACT_TOL = dict(rtol=1e-5, atol=1e-6)

@@ -7,28 +7,21 @@ kernels on CUDA tensors against the CPU reference. Positions are integers: kerne
 must agree bit for bit, on every device. The statistical tests draw their keys from fixed
 seeds, so they are deterministic; each is shown to fail for a deliberately flawed sampler.
 """
-import os
 import random
 import textwrap
 
+import pytest
 import torch
+# test_kernels sets TRITON_INTERPRET=1 without a GPU (before the kernels load) and skips
+# without Triton.
+from test_kernels import CUDA, DEVICE, run_without_interpreter
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before gradcomp.kernels loads its Triton kernels
+from scipy import stats
 
-import pytest  # noqa: E402
+import gradcomp
+from gradcomp import kernels
+from gradcomp.kernels import permutation as P
 
-pytest.importorskip("triton")
-
-from scipy import stats  # noqa: E402
-
-import gradcomp  # noqa: E402
-from gradcomp import kernels  # noqa: E402
-from test_kernels import run_without_interpreter  # noqa: E402
-from gradcomp.kernels import permutation as P  # noqa: E402
-
-DEVICE = "cuda" if CUDA else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -10,25 +10,18 @@ with ties at the cut resolved first by position, checked against a stable sort; 
 bit copies of x. Threshold: the wire tensors equal the torch reference's bit for bit.
 """
 import math
-import os
 import random
 
+import pytest
 import torch
+# test_kernels sets TRITON_INTERPRET=1 without a GPU (before the kernels load) and skips
+# without Triton.
+from test_kernels import CUDA, DEVICE, fresh_seed, run_without_interpreter, torch_path
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"  # before gradcomp.kernels loads its Triton kernels
+import gradcomp
+from gradcomp import kernels
+from gradcomp.compressors.sparsify import _count, _magnitudes
 
-import pytest  # noqa: E402
-
-pytest.importorskip("triton")
-
-import gradcomp  # noqa: E402
-from gradcomp import kernels  # noqa: E402
-from test_kernels import fresh_seed, run_without_interpreter, torch_path  # noqa: E402
-from gradcomp.compressors.sparsify import _count, _magnitudes  # noqa: E402
-
-DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
