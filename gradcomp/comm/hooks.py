@@ -43,7 +43,7 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
         state.iteration += 1
     params = state.record_layout(bucket)
     if state.resuming is not None:
-        deferred = resume.defer_if_moved(state, bucket, params, iteration)
+        deferred = resume.defer_if_moved(state, bucket, params, iteration, average)
         if deferred is not None:
             return deferred
     # Only PowerSGD needs the parameters' shapes (asking DDP for them costs a little).

@@ -14,9 +14,10 @@ import torch
 from .state import HookState
 
 
-def defer_if_moved(state: HookState, bucket, params, iteration: int):
+def defer_if_moved(state: HookState, bucket, params, iteration: int, average):
     """Hold `bucket` back (returning a future completed later) unless it matches the saved
-    bucket of the same index and nothing has been held back yet; None means: go on normally."""
+    bucket of the same index and nothing has been held back yet; None means: go on normally.
+    `average(state, flat, index, shapes, iteration)` is the hook's averaging of one bucket."""
     saved = state.resuming
     if params is None:
         state.resuming = None
@@ -29,15 +30,13 @@ def defer_if_moved(state: HookState, bucket, params, iteration: int):
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
     state.deferred.append((buf, dict(zip(params, bucket.gradients())), fut))
     if bucket.is_last():
-        _average_as_saved(state, saved, iteration)
+        _average_as_saved(state, saved, iteration, average)
         state.resuming = None
         state.layout = dict(saved)  # what the residuals belong to, for the next checkpoint
     return fut
 
 
-def _average_as_saved(state: HookState, saved: dict, iteration: int) -> None:
-    from .hooks import average  # the hook module imports this one
-
+def _average_as_saved(state: HookState, saved: dict, iteration: int, average) -> None:
     held, state.deferred = state.deferred, []
     grads = {p: g for _, views, _ in held for p, g in views.items()}
     indices = sorted(i for i, params in saved.items() if params and params[0] in grads)

@@ -32,6 +32,9 @@ from typing import Callable, Mapping
 from ..comm import blocksparse
 from .units import parse_rate
 
+#: All-reduce algorithms a `Network` on a topology can run (see `topology.Topology`).
+ALGORITHMS = ("ring", "tree", "ps", "forest")
+
 COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
 
@@ -75,8 +78,6 @@ class Network:
             raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
                              "it must be > 0 (or None)")
         if self.topology is not None:
-            from .topology import ALGORITHMS
-
             _check_choice(self.algorithm, "algorithm", ALGORITHMS)
             if self.topology.workers != self.workers:
                 raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "

@@ -47,9 +47,9 @@ import pandas as pd
 from ..comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
                                    check_connected, check_nics, pack_forest, two_way_cut)
 from ..compressors.base import check_int
+from .network import ALGORITHMS, Network
 from .units import parse_rate
 
-ALGORITHMS = ("ring", "tree", "ps", "forest")
 BUILTINS = ("two-racks", "random", "homogeneous")
 DEFAULT_CHUNK_BYTES = 1 << 16
 
@@ -219,8 +219,6 @@ def network_on(topology, algorithm: str = "forest", latency_s: float | None = No
     per hop (None: the topology's); its `bandwidth_bps` is the algorithm's bus bandwidth: the
     per-worker bandwidth at which the ring formula 2(p-1)/p S/B takes as long for a large S.
     A file or matrix of another worker count than `workers` is a ValueError."""
-    from .network import Network
-
     topo = load_topology(topology, 8 if workers is None else workers, bandwidth)
     p = topo.workers
     if workers is not None and workers != p:
