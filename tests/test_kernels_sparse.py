@@ -234,6 +234,15 @@ def test_compressors_keep_torch_on_cpu():
     assert torch.equal(p.tensors[1].long().sort().values, first_by_position(x, 50).cpu())
 
 
+def test_bfloat16_subnormals_rank_above_zero():
+    # Triton's interpreter turns bfloat16 subnormals into wrong float32 values; the keys must
+    # not depend on that conversion.
+    x = torch.tensor([0.0, 9.18e-41, -0.0, 1e-39, 1.0, -2.0], dtype=torch.bfloat16,
+                     device=DEVICE)
+    check_topk(x, 4, "bfloat16 subnormals")
+    assert set(kernels.topk_select(x, 4)[1].tolist()) == {1, 3, 4, 5}
+
+
 def test_selection_needs_triton_3_4(monkeypatch):
     import triton
 
