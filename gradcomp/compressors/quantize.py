@@ -59,10 +59,14 @@ def _round(r: torch.Tensor, stochastic: bool, gen: torch.Generator | None) -> to
     return lo + (u < r - lo).to(r.dtype)
 
 
-def _kernel_seed(gen: torch.Generator, device) -> torch.Tensor:
+def _kernel_seed(c: Compressor, flat: torch.Tensor):
     """A seed for the Triton kernels' Philox draws, taken from the compressor's generator (so
-    they follow its seed, rank and state as the torch path's draws do), kept on the device."""
-    return torch.randint(0, 2**62, (1,), generator=gen, device=device, dtype=torch.int64)
+    they follow its seed, rank and state as the torch path's draws do), kept on the device;
+    0 (no draw) for a compressor that rounds to nearest."""
+    if not getattr(c, "stochastic", True):
+        return 0
+    return torch.randint(0, 2**62, (1,), generator=c._generator(flat.device), device=flat.device,
+                         dtype=torch.int64)
 
 
 def _check_bool(value, option: str) -> bool:
@@ -112,17 +116,14 @@ class QSGD(FusedErrorFeedback, Compressor):
     def wire_nbytes(self, numel, dtype=torch.float32):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self.block_size)
 
-    def _seed(self, flat):
-        return _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
-
     def _compress_ef(self, flat, residual):
         return kernels.qsgd_encode_ef(flat, residual, self.levels, self.block_size,
-                                      self.stochastic, self._seed(flat))
+                                      self.stochastic, _kernel_seed(self, flat))
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
             return list(kernels.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
-                                            self._seed(flat))), {}
+                                            _kernel_seed(self, flat))), {}
         n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size)
         mag = x.abs()
@@ -199,17 +200,14 @@ class _BlockInt(FusedErrorFeedback, Compressor):
         lo, hi = lo32.to(work), hi32.to(work)
         return (0.5 * hi - 0.5 * lo) / (0.5 * self.top)
 
-    def _seed(self, flat):
-        return _kernel_seed(self._generator(flat.device), flat.device) if self.stochastic else 0
-
     def _compress_ef(self, flat, residual):
         return kernels.int_encode_ef(flat, residual, self.bits, self.block_size, self.scheme,
-                                     self.stochastic, self._seed(flat))
+                                     self.stochastic, _kernel_seed(self, flat))
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
             return list(kernels.int_encode(flat, self.bits, self.block_size, self.scheme,
-                                           self.stochastic, self._seed(flat))), {}
+                                           self.stochastic, _kernel_seed(self, flat))), {}
         n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
@@ -293,12 +291,12 @@ class TernGrad(FusedErrorFeedback, Compressor):
         return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self._bs(numel))
 
     def _compress_ef(self, flat, residual):
-        seed = _kernel_seed(self._generator(flat.device), flat.device)
-        return kernels.terngrad_encode_ef(flat, residual, self.block_size, seed)
+        return kernels.terngrad_encode_ef(flat, residual, self.block_size,
+                                          _kernel_seed(self, flat))
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernels
-            seed = _kernel_seed(self._generator(flat.device), flat.device)
+            seed = _kernel_seed(self, flat)
             return list(kernels.terngrad_encode(flat, self.block_size, seed)), {}
         n, work = flat.numel(), work_dtype(flat.dtype)
         x = _blocks(flat.to(work), self._bs(n))
@@ -356,12 +354,11 @@ class Natural(FusedErrorFeedback, Compressor):
         return bitpack.packed_nbytes(numel, 1) + numel
 
     def _compress_ef(self, flat, residual):
-        seed = _kernel_seed(self._generator(flat.device), flat.device)
-        return kernels.natural_encode_ef(flat, residual, seed)
+        return kernels.natural_encode_ef(flat, residual, _kernel_seed(self, flat))
 
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernel
-            seed = _kernel_seed(self._generator(flat.device), flat.device)
+            seed = _kernel_seed(self, flat)
             return list(kernels.natural_encode(flat, seed)), {}
         work = work_dtype(flat.dtype)
         x = flat.to(work)
