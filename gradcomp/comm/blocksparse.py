@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..compressors.base import check_int
+from ..checks import check_int
 
 MODES = ("auto", "sparse", "dense")
 DEFAULT_BLOCK_SIZE = 256  # OmniReduce's default

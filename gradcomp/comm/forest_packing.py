@@ -45,7 +45,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..compressors.base import check_int
+from ..checks import check_int
 
 SMOOTHING = 0.7  # weight of the best dual so far when pricing
 PARTITION_LIMIT = 10  # partition_bound enumerates Bell(n) partitions: 115,975 at n = 10

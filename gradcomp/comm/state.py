@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from ..compressors import Compressor
-from ..compressors.base import check_int
+from ..checks import check_int
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .telemetry import Telemetry
 

@@ -6,7 +6,8 @@ from typing import Any, Hashable
 import torch
 
 from .. import kernels
-from .base import Compressor, Payload, check_bool, check_tensor, work_dtype
+from ..checks import check_bool
+from .base import Compressor, Payload, check_tensor, work_dtype
 
 
 def finite_or_zero(residual: torch.Tensor) -> torch.Tensor:

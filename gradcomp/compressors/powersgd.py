@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from .. import kernels
-from .base import Compressor, Payload, check_bool, check_int, check_tensor, work_dtype
+from ..checks import check_bool, check_int
+from .base import Compressor, Payload, check_tensor, work_dtype
 from .memory import finite_or_zero
 from .registry import register
 

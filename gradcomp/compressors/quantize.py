@@ -16,7 +16,8 @@ import torch
 
 from .. import kernels
 from . import bitpack
-from .base import Compressor, Payload, check_choice, check_int, work_dtype
+from ..checks import check_bool, check_choice, check_int
+from .base import Compressor, Payload, work_dtype
 from .memory import FusedErrorFeedback
 from .registry import register
 
@@ -69,12 +70,6 @@ def _kernel_seed(c: Compressor, flat: torch.Tensor):
                          dtype=torch.int64)
 
 
-def _check_bool(value, option: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{option}={value!r} is not allowed: choose one of True, False")
-    return value
-
-
 def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return codes if bits == 8 else bitpack.pack(codes, bits)
 
@@ -104,7 +99,7 @@ class QSGD(FusedErrorFeedback, Compressor):
     def __init__(self, levels: int = 15, stochastic: bool = True, block_size: int = 512,
                  seed: int = 0):
         self.levels = check_int(levels, "levels", 1, 127)
-        self.stochastic = _check_bool(stochastic, "stochastic")
+        self.stochastic = check_bool(stochastic, "stochastic")
         self.block_size = check_int(block_size, "block_size", 1)
         self.seed = check_int(seed, "seed", 0)
         self.bits = 1 + self.levels.bit_length()  # == 1 + ceil(log2(levels + 1))
@@ -175,7 +170,7 @@ class _BlockInt(FusedErrorFeedback, Compressor):
                  seed: int = 0):
         self.block_size = check_int(block_size, "block_size", 1)
         self.scheme = check_choice(scheme, "scheme", ("absmax", "minmax"))
-        self.stochastic = _check_bool(stochastic, "stochastic")
+        self.stochastic = check_bool(stochastic, "stochastic")
         self.seed = check_int(seed, "seed", 0)
 
     @property

@@ -11,7 +11,8 @@ import torch
 
 from .. import kernels
 from ..kernels.blocks import block_counts, layout
-from .base import Compressor, Payload, check_int, work_dtype
+from ..checks import check_int
+from .base import Compressor, Payload, work_dtype
 from .bitpack import pack, packed_nbytes, unpack
 from .memory import FusedErrorFeedback
 from .registry import register

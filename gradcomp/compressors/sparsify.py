@@ -19,7 +19,8 @@ import torch
 
 from .. import kernels
 from ..kernels import permutation
-from .base import Compressor, Payload, check_int, check_ratio, work_dtype
+from ..checks import check_int, check_ratio
+from .base import Compressor, Payload, work_dtype
 from .registry import register
 
 _INT32_LIMIT = 2**31

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from ..comm import blocksparse
 from ..comm.blocksparse import block_sparse_all_reduce
-from ..compressors.base import check_int
+from ..checks import check_int
 from .env import check_backend, environment, local_device, spawn
 from .store import ResultTable, as_table
 from .timing import slowest_rank_seconds

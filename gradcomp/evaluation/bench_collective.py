@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from ..comm.forest import forest_all_reduce
 from ..comm.forest_packing import pack_forest
-from ..compressors.base import check_int
+from ..checks import check_int
 from .env import check_backend, environment, init_from_env, local_device, spawn
 from .fit import fit_collectives, summary
 from .network import COLLECTIVES

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from ..compressors import compressor, names
-from ..compressors.base import check_int
+from ..checks import check_int
 from .codec_bench import measure_codec
 from .env import environment
 from .store import as_table

@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from .. import comm
 from ..compressors import compressor
-from ..compressors.base import check_int
+from ..checks import check_int
 from .bench_compress import method_cases
 from .env import barrier, check_backend, environment, init_from_env, local_device, spawn
 from .measure import measure_profile

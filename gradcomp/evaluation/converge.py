@@ -52,7 +52,7 @@ from tqdm import tqdm
 
 from .. import comm
 from ..compressors import compressor, names, option_names
-from ..compressors.base import check_int
+from ..checks import check_int
 from .bench_compress import method_cases
 from .bench_train import HOOK_OPTIONS
 from .env import check_backend, environment, spawn

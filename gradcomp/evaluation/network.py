@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from ..checks import check_choice
 from ..comm import blocksparse
 from .units import parse_rate
 
@@ -37,11 +38,6 @@ ALGORITHMS = ("ring", "tree", "ps", "forest")
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
-
-def _check_choice(value, option, allowed):
-    if value not in allowed:
-        raise ValueError(f"{option}={value!r} is not allowed: choose one of "
-                         f"{', '.join(map(repr, allowed))}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ class Network:
             values = value.items() if isinstance(value, Mapping) else [(None, value)]
             for collective, v in values:
                 if collective is not None:
-                    _check_choice(collective, f"{option} key", COLLECTIVES)
+                    check_choice(collective, f"{option} key", COLLECTIVES)
                 ok = isinstance(v, (int, float)) and math.isfinite(v)
                 if not ok or (v < lo if lo is not None else v <= 0):
                     rule = ">= 0" if lo is not None else "> 0"
@@ -78,7 +74,7 @@ class Network:
             raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
                              "it must be > 0 (or None)")
         if self.topology is not None:
-            _check_choice(self.algorithm, "algorithm", ALGORITHMS)
+            check_choice(self.algorithm, "algorithm", ALGORITHMS)
             if self.topology.workers != self.workers:
                 raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "
                                  f"{self.topology.workers} workers")
@@ -99,7 +95,7 @@ class Network:
              add_time: Callable[[float], float | None] | None = None) -> float:
         """Seconds for `collective` of an `nbytes` payload per worker; `add_time(n)` prices one
         element-wise add of n bytes (an all-reduce's reductions), e.g. `Profile.add_time`."""
-        _check_choice(collective, "collective", COLLECTIVES)
+        check_choice(collective, "collective", COLLECTIVES)
         p = self.workers
         if p == 1 or nbytes <= 0:
             return 0.0

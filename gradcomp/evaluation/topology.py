@@ -46,7 +46,7 @@ import pandas as pd
 
 from ..comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
                                    check_connected, check_nics, pack_forest, two_way_cut)
-from ..compressors.base import check_int
+from ..checks import check_int
 from .network import ALGORITHMS, Network
 from .units import parse_rate
 
