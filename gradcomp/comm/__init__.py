@@ -3,7 +3,7 @@ from .blocksparse import block_sparse_all_reduce
 from .forest import forest_all_reduce
 from .forest_packing import Forest, pack_forest
 from .hooks import hook, register
-from .state import HookState, SharedRandomnessMismatch
+from .state import BLOCK_SPARSE_METHODS, HookState, SharedRandomnessMismatch
 
-__all__ = ["Forest", "HookState", "SharedRandomnessMismatch", "block_sparse_all_reduce",
+__all__ = ["BLOCK_SPARSE_METHODS", "Forest", "HookState", "SharedRandomnessMismatch", "block_sparse_all_reduce",
            "forest_all_reduce", "hook", "pack_forest", "register"]

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..comm import blocksparse
-from ..comm.state import BLOCK_SPARSE_METHODS
+from ..comm import BLOCK_SPARSE_METHODS
 from ..compressors import compressor
 from .architectures import Shape
 
