@@ -215,7 +215,7 @@ def hook_steps(comp, shapes, flats):
     for flat in flats:
         step = comp.begin(flat, shapes, key=0)
         plain = step.plain().clone()
-        q = comp.next_round(step, step.p_flat())
+        q = comp.next_round(step, step.first())
         outs.append(comp.finish(step, plain, q).clone())
     return outs
 

@@ -238,7 +238,7 @@ def test_randomk_state_dict_reproduces_next_indices(device):
 
 
 def test_randomk_fingerprint_follows_the_shared_stream():
-    from gradcomp.comm.state import fingerprint
+    from gradcomp.comm.agreement import fingerprint
 
     a, b, c = (gradcomp.compressor("randomk", seed=s) for s in (1, 1, 2))
     assert fingerprint(a) == fingerprint(b) != fingerprint(c)

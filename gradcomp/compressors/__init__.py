@@ -3,7 +3,7 @@
 Each method module registers its classes when imported; the import order is the order of
 `names()`.
 """
-from .base import Compressor, Payload
+from .base import Compressor, Payload, RoundStep, TwoRoundCompressor
 from .memory import ErrorFeedback
 from .registry import compressor, compressor_class, names, option_names, register
 
@@ -17,6 +17,8 @@ __all__ = [
     "Compressor",
     "ErrorFeedback",
     "Payload",
+    "RoundStep",
+    "TwoRoundCompressor",
     "compressor",
     "compressor_class",
     "names",

@@ -7,11 +7,14 @@ combine (`aggregation`):
   ``decompress`` is linear in them, so ``decompress(sum of payloads) == sum of decompressions``.
 * ``"allgather"``: every worker's payload is gathered and ``aggregate(payloads)`` decodes and
   combines them (the mean, or a majority vote).
+
+A `TwoRoundCompressor` (PowerSGD) aggregates by two all-reduce rounds with work between them,
+through the `begin` / `next_round` / `finish` protocol declared below.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable
+from typing import Any, ClassVar, Hashable, Protocol
 
 import torch
 
@@ -161,3 +164,41 @@ class Compressor:
             seed = self.seed if self.shared_randomness else self.seed + 1_000_003 * self.rank
             gens[device] = torch.Generator(device=device).manual_seed(seed)
         return gens[device]
+
+
+class RoundStep(Protocol):
+    """One `TwoRoundCompressor` call in flight, between `begin` and `finish`."""
+
+    def plain(self) -> torch.Tensor:
+        """The pieces that travel uncompressed (summed like round 2's tensor)."""
+
+    def first(self) -> torch.Tensor:
+        """Round 1's wire tensor, to be summed across ranks."""
+
+    def nbytes(self) -> int:
+        """Bytes this rank sends in both rounds, plain pieces included."""
+
+
+class TwoRoundCompressor(Compressor):
+    """A compressor whose average takes two all-reduce rounds with work between them
+    (PowerSGD: P, then Q computed from the summed P). A communicator drives it:
+
+        step = c.begin(flat, shapes, key)             # sum step.first() and step.plain()
+        second = c.next_round(step, summed_first)     # sum second
+        c.finish(step, plain_mean, second_mean, out=flat)
+
+    `shapes` are the shapes of the tensors laid end to end in `flat` (one bucket's parameters).
+    """
+
+    aggregation: ClassVar[str] = "allreduce"
+
+    def begin(self, flat: torch.Tensor, shapes: list[torch.Size],
+              key: Hashable = None) -> RoundStep:
+        raise NotImplementedError
+
+    def next_round(self, step: RoundStep, first_sum: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def finish(self, step: RoundStep, plain_mean: torch.Tensor, second_mean: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError

@@ -3,9 +3,9 @@ Jaggi, NeurIPS 2019), in the form of torch's `powerSGD_hook`.
 
 For each matrix M (n x m) and a Q (m x r) shared by all ranks (random at first, then the last
 step's Q: warm start): P = M Q, all-reduce P, orthogonalise P, Q = M^T P, all-reduce Q and divide
-by the number of workers; the approximation is P Q^T. The steps are exposed as `begin`,
-`next_round` and `finish` so that a communicator can put an all-reduce between them;
-`compress` runs them on one worker.
+by the number of workers; the approximation is P Q^T. The steps are `begin`, `next_round` and
+`finish` (the `TwoRoundCompressor` protocol), so that a communicator can put an all-reduce
+between them; `compress` runs them on one worker.
 
 Error feedback is part of the method (as in the paper and in torch): the residual is the
 corrected gradient minus the *aggregated* approximation, so it is kept here rather than by the
@@ -35,7 +35,7 @@ import torch
 
 from .. import kernels
 from ..checks import check_bool, check_int
-from .base import Compressor, Payload, check_tensor, work_dtype
+from .base import Payload, TwoRoundCompressor, check_tensor, work_dtype
 from .memory import finite_or_zero
 from .registry import register
 
@@ -159,13 +159,14 @@ class PowerStep:
         view of the step's scratch: callers may reduce it in place)."""
         return self.packed[: self.layout.plain_numel].to(self.out_dtype)
 
-    def p_flat(self) -> torch.Tensor:
-        """All P matrices, flat (the step's own buffer)."""
+    def first(self) -> torch.Tensor:
+        """All P matrices, flat (the step's own buffer): round 1's wire tensor."""
         return self.p_buf
 
-    def q_flat(self) -> torch.Tensor:
-        """All Q matrices, flat (the step's own buffer)."""
-        return self.q_buf
+    def nbytes(self) -> int:
+        """Bytes on the wire: the plain pieces (output dtype), then P and Q (work dtype)."""
+        plain = self.layout.plain_numel * self.out_dtype.itemsize
+        return plain + (self.p_buf.numel() + self.q_buf.numel()) * self.work.element_size()
 
 
 def _split(flat: torch.Tensor, keys, shapes) -> dict:
@@ -187,11 +188,10 @@ def _bmm_flat(a: dict, b: dict, transpose_a: bool, like: torch.Tensor) -> torch.
 
 
 @register
-class PowerSGD(Compressor):
+class PowerSGD(TwoRoundCompressor):
     """Low-rank PowerSGD with warm start and built-in error feedback (see module docstring)."""
 
     name = "powersgd"
-    aggregation = "allreduce"
     shared_randomness = True
     handles_error_feedback = True
     default_error_feedback = True
@@ -335,8 +335,8 @@ class PowerSGD(Compressor):
         shapes = [tensor.shape] if tensor.dim() else [torch.Size([1])]
         step = self.begin(tensor.reshape(-1), shapes, key, flat_as_square=True)
         plain = step.plain()
-        q = self.next_round(step, step.p_flat())
-        p = step.p_flat()
+        q = self.next_round(step, step.first())
+        p = step.first()
         meta = {"step": step}
         if self.error_feedback or self.warm_start:
             self.finish(step, plain, q)

@@ -1,0 +1,76 @@
+"""Two all-reduce rounds with work between them, for a `TwoRoundCompressor` (PowerSGD: P, then
+Q = M^T P from the summed P), on each parameter's own matrix.
+
+Collectives must be issued in the same order on every rank, and a round issued from a
+callback could interleave with another bucket's collectives. Where `round_group` gives the
+bucket its own gloo group (gloo, default group, CPU tensors), round 2 is chained on round 1
+there without waiting, while the plain pieces travel on the hook's group. Elsewhere (NCCL,
+CUDA tensors on gloo, a custom process group) `exchange` waits for round 1 before computing
+round 2: on NCCL a stream wait that does not block the CPU; on gloo it holds the backward pass
+for one round trip.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import wire
+from .base import Bucket, Communicator, Sent
+
+
+class TwoRounds(Communicator):
+    """Average a bucket through the compressor's `begin` / `next_round` / `finish`."""
+
+    def pays(self, bucket: Bucket, min_compression_rate: float) -> bool:
+        return True  # the method decides per matrix itself (its own min_compression_rate)
+
+    def encode(self, bucket: Bucket) -> Sent:
+        buf = bucket.buffer
+        shapes = bucket.tensor_shapes()
+        if sum(s.numel() for s in shapes) != buf.numel():
+            shapes = [buf.shape]
+        step = self.compressor.begin(buf, shapes, key=bucket.index)
+        plain = step.plain().div_(self.ranks.world_size)
+        return Sent(bucket, [plain, step.first()], step.nbytes(), step)
+
+    def exchange(self, sent: Sent) -> torch.futures.Future:
+        plain, first = sent.wire
+        step, group = sent.context, self.ranks.group
+        own_group = self.round_group(sent.bucket.index, first.device)
+        if own_group is None:
+            wire.all_reduce_sum([first], group).wait()
+            return wire.all_reduce_sum([plain, self.compressor.next_round(step, first)], group)
+        both = torch.futures.collect_all([wire.all_reduce_sum([plain], group),
+                                          self._second_round(step, first, own_group)])
+        return both.then(lambda f: [t for part in f.value() for t in part.value()])
+
+    def decode(self, sent: Sent, received) -> torch.Tensor:
+        plain_sum, second_sum = received
+        buf = sent.bucket.buffer
+        self.compressor.finish(sent.context, plain_sum,
+                               second_sum.div_(self.ranks.world_size), out=buf)
+        return buf
+
+    def _second_round(self, step, first: torch.Tensor, group) -> torch.futures.Future:
+        """Sum round 1, compute round 2 from it and sum that, all on the bucket's own group;
+        the future's value is [summed round 2]."""
+        device = first.device
+        done = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
+
+        def after_first(fut):
+            try:
+                fut.value()
+                second = wire.all_reduce_sum([self.compressor.next_round(step, first)], group)
+            except Exception as exc:  # noqa: BLE001 - handed on through the future
+                done.set_exception(exc)
+                return
+            second.then(lambda f: _settle(done, f))
+
+        wire.all_reduce_sum([first], group).then(after_first)
+        return done
+
+
+def _settle(target: torch.futures.Future, source: torch.futures.Future) -> None:
+    try:
+        target.set_result(source.value())
+    except Exception as exc:  # noqa: BLE001 - handed on through the future
+        target.set_exception(exc)

@@ -1,0 +1,41 @@
+"""The ranks a hook averages over: its process group, with size, rank and backend."""
+from __future__ import annotations
+
+import torch.distributed as dist
+
+
+class Ranks:
+    """`process_group` (None: the default group) and what the hook asks of it; the size and
+    backend are read once, the rank each time (it never changes, and reading it is cheap)."""
+
+    def __init__(self, process_group=None):
+        self.process_group = process_group
+        self._world_size: int | None = None
+        self._backend: str | None = None
+
+    @property
+    def group(self):
+        return self.process_group if self.process_group is not None else dist.group.WORLD
+
+    @property
+    def world_size(self) -> int:
+        if self._world_size is None:
+            self._world_size = dist.get_world_size(self.group) if dist.is_initialized() else 1
+        return self._world_size
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.group) if dist.is_initialized() else 0
+
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            self._backend = dist.get_backend(self.group) if dist.is_initialized() else "none"
+        return self._backend
+
+    def can_chain(self, device) -> bool:
+        """Whether multi-round exchanges may chain their rounds on per-bucket gloo groups:
+        gloo on the default group with CPU tensors and more than one rank. Elsewhere (NCCL,
+        CUDA tensors on gloo, a custom process group) they wait for each round instead."""
+        return (self.process_group is None and self.world_size > 1
+                and self.backend == "gloo" and device.type == "cpu")
