@@ -161,13 +161,47 @@ def main_cases(rank, world_size, out_dir):
     for name in ("none", "topk", "powersgd", "signsgd", "randomk"):
         res[f"solo_{name}"] = train(rank, name, OPTIONS.get(name), process_group=solo,
                                     lr=LR.get(name, LR_DEFAULT), steps=5)
-    # A seed that differs between ranks must be caught, not diverge silently.
-    try:
-        train(rank, "randomk", dict(ratio=0.1, seed=rank), steps=3)
-        res["mismatch"] = None
-    except Exception as exc:  # noqa: BLE001 - the message is what is checked
-        res["mismatch"] = str(exc)
     return res
+
+
+#: Hooks that differ between ranks: rank r registers MISMATCHES[case][r]; the field named last
+#: is the one the error must name.
+MISMATCHES = {
+    "fp16_vs_bf16": [("fp16", {}), ("bf16", {}), "method"],
+    "signsgd_vs_efsignsgd": [("signsgd", {}), ("efsignsgd", {}), "method"],
+    "topk_vs_randomk": [("topk", {}), ("randomk", {}), "method"],
+    "topk_ratios": [("topk", dict(ratio=0.01)), ("topk", dict(ratio=0.05)), "options"],
+    "none_vs_fp16": [("none", {}), ("fp16", {}), "method"],
+    "randomk_seeds": [("randomk", dict(ratio=0.1, seed=0)), ("randomk", dict(ratio=0.1, seed=1)),
+                      "options"],
+    "start_iter": [("topk", dict(start_iter=1)), ("topk", dict(start_iter=3)), "hook options"],
+    "communicator": [("topk", {}), ("topk", dict(communicator="blocksparse")), "communicator"],
+}
+
+
+def mismatch_cases(rank, world_size, out_dir):
+    """Each case registers a different hook on each rank; the error each rank raised (None if
+    none). Then a resume from checkpoints of different iterations, and a run that matches
+    (the ranks must still be in step after every failure)."""
+    res = {}
+    for case, per_rank in MISMATCHES.items():
+        method, options = per_rank[rank]
+        res[case] = _error_of(lambda: train(rank, method, options, steps=3))
+    path = os.path.join(out_dir, f"ckpt{rank}")
+    train(rank, "topk", OPTIONS["topk"], steps=4, save_at=2 + rank, save_path=path)
+    ckpt = torch.load(path, weights_only=False)
+    res["resume_iteration"] = _error_of(lambda: train(rank, "topk", OPTIONS["topk"], start=2,
+                                                      steps=4, checkpoint=ckpt))
+    res["still_in_step"] = train(rank, "topk", OPTIONS["topk"], steps=3)["params"]
+    return res
+
+
+def _error_of(run) -> tuple[str, str] | None:
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return type(exc).__name__, str(exc)
+    return None
 
 
 def resume_cases(rank, world_size, out_dir, checkpoints, start=RESUME_AT, save=True):

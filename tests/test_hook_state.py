@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import gradcomp
+import gradcomp.comm
 from gradcomp.comm import HookState
 
 
@@ -51,3 +52,14 @@ def test_pickled_state_keeps_its_telemetry_setting():
     off = pickle.loads(pickle.dumps(HookState(gradcomp.compressor("fp16"), telemetry_limit=0)))
     on = pickle.loads(pickle.dumps(HookState(gradcomp.compressor("fp16"), telemetry_limit=5)))
     assert off.telemetry is None and on.telemetry.records.maxlen == 5
+
+
+def test_misuse_gets_one_clear_error_naming_what_is_wrong():
+    with pytest.raises(TypeError, match="ddp_model must be a torch.nn.parallel"):
+        gradcomp.comm.register(torch.nn.Linear(2, 2), "fp16")
+    for bad in ({}, [], {"method": "fp16"}):
+        with pytest.raises(ValueError, match="not a gradcomp hook checkpoint"):
+            HookState(gradcomp.compressor("fp16")).load_state_dict(bad)
+    for name in ("topk", "powersgd"):
+        with pytest.raises(ValueError, match="error_feedback='yes' is not allowed"):
+            gradcomp.compressor(name, error_feedback="yes")

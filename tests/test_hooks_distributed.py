@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import gradcomp
-from ddp_workers import METHODS, RESUME_AT, dead_rank_case, main_cases, resume_cases, spawn
+from ddp_workers import (METHODS, MISMATCHES, RESUME_AT, dead_rank_case, main_cases,
+                         mismatch_cases, resume_cases, spawn)
 
 pytestmark = pytest.mark.slow
 
@@ -80,9 +81,17 @@ def test_world_size_one(runs, name):
     assert not torch.equal(runs[0][f"solo_{name}"]["params"], runs[1][f"solo_{name}"]["params"])
 
 
-def test_rank_dependent_seed_raises_instead_of_diverging(runs):
-    for rank in (0, 1):
-        assert runs[rank]["mismatch"] is not None and "disagree" in runs[rank]["mismatch"]
+def test_ranks_with_different_hooks_raise_the_same_error_instead_of_diverging():
+    results = spawn(mismatch_cases, 2)
+    for case, (_, _, field) in MISMATCHES.items():
+        errors = [results[r][case] for r in (0, 1)]
+        assert errors[0] is not None and errors[0] == errors[1], (case, errors)
+        kind, message = errors[0]
+        assert kind == "RankMismatch" and "ranks disagree" in message, (case, message)
+        assert f"{field}: rank 0 " in message, (case, message)
+    errors = [results[r]["resume_iteration"] for r in (0, 1)]
+    assert errors[0] == errors[1] and "iteration: rank 0 '2', rank 1 '3'" in errors[0][1]
+    assert torch.equal(results[0]["still_in_step"], results[1]["still_in_step"])
 
 
 def test_checkpoint_resume_in_fresh_processes_is_bit_exact(runs):

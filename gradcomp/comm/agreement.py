@@ -1,5 +1,8 @@
-"""Checks that every rank runs the same hook: ranks whose shared random state differs would
-silently train apart."""
+"""Every rank must run the same hook: ranks that differ in method, options, hook options,
+communicator, bucket layout, iteration or shared random state would silently train apart, or
+issue mismatched collectives (which gloo answers with an abort). The hook compares a digest of
+each of these across ranks (one all-gather of a few integers) at its first call in a process and
+after every resume, and raises `RankMismatch` on every rank alike."""
 from __future__ import annotations
 
 import hashlib
@@ -11,25 +14,52 @@ from ..compressors import Compressor
 from .ranks import Ranks
 
 
-class SharedRandomnessMismatch(RuntimeError):
-    """Ranks would draw different 'shared' random numbers (different seeds or options)."""
+class RankMismatch(RuntimeError):
+    """Ranks registered different hooks (or resumed from different checkpoints)."""
 
 
-def fingerprint(compressor: Compressor) -> int:
-    """A digest of what must agree across ranks: method, options and random generator states."""
-    h = hashlib.sha256(repr((compressor.name, sorted(compressor.options().items()))).encode())
-    h.update(compressor.shared_state())
-    return int.from_bytes(h.digest()[:7], "little")
+#: The name from before every field was compared (it covered the shared random state only).
+SharedRandomnessMismatch = RankMismatch
 
 
-def check_shared_randomness(compressor: Compressor, ranks: Ranks, device: torch.device) -> None:
-    """Compare the compressor's fingerprint across ranks; raise on a mismatch."""
-    mine = torch.tensor([fingerprint(compressor)], dtype=torch.int64, device=device)
-    everyone = [torch.empty_like(mine) for _ in range(ranks.world_size)]
-    dist.all_gather(everyone, mine, group=ranks.group)
-    values = [int(t.item()) for t in everyone]
-    if len(set(values)) > 1:
-        raise SharedRandomnessMismatch(
-            f"ranks disagree on the shared random state of {compressor.name!r} "
-            f"(options {compressor.options()}): build the compressor with the same seed "
-            f"and options on every rank (fingerprints by rank: {values})")
+def settings(state, bucket) -> dict[str, str]:
+    """What must agree across ranks at this call, as printable strings; `bucket` is the DDP
+    bucket of this call (its index, size and dtype stand for the layout)."""
+    comp: Compressor = state.compressor
+    buf = bucket.buffer()
+    random = comp.shared_state() if comp.shared_randomness else b""
+    return {
+        "method": comp.name,
+        "options": repr(sorted(comp.options().items())),
+        "hook options": f"start_iter={state.start_iter}, "
+                        f"min_compression_rate={state.min_compression_rate}",
+        "communicator": f"{state.communicator} (block_size={state.block_size})",
+        "bucket": f"index {bucket.index()}, {buf.numel()} x {str(buf.dtype)[6:]}",
+        "iteration": str(state.iteration),
+        "shared random state": hashlib.sha256(random).hexdigest()[:12],
+    }
+
+
+def digest(value: str) -> int:
+    return int.from_bytes(hashlib.sha256(value.encode()).digest()[:7], "little")
+
+
+def check_agreement(mine: dict[str, str], ranks: Ranks, device: torch.device) -> None:
+    """Compare `mine` (from `settings`) across ranks; raise `RankMismatch` on every rank,
+    naming the fields and each rank's value, if any differs."""
+    if ranks.world_size == 1:
+        return
+    local = torch.tensor([digest(v) for v in mine.values()], dtype=torch.int64, device=device)
+    everyone = [torch.empty_like(local) for _ in range(ranks.world_size)]
+    dist.all_gather(everyone, local, group=ranks.group)
+    table = torch.stack(everyone).cpu()
+    differ = [f for i, f in enumerate(mine) if (table[:, i] != table[0, i]).any()]
+    if not differ:
+        return
+    values: list = [None] * ranks.world_size
+    dist.all_gather_object(values, {f: mine[f] for f in differ}, group=ranks.group)
+    details = "; ".join(f"{f}: " + ", ".join(f"rank {r} {v[f]!r}" for r, v in enumerate(values))
+                        for f in differ)
+    raise RankMismatch(f"ranks disagree on the gradcomp hook's {', '.join(differ)} ({details}): "
+                       "register the same method, options and hook options on every rank, and "
+                       "resume every rank from the same checkpoint")

@@ -10,13 +10,17 @@ Every bucket takes the same path: the state picks its communicator (the method's
 uncompressed all-reduce before `start_iter` and where compression does not pay), which
 encodes the flat gradient buffer, exchanges it (a Future: all-reduce, all-gather, the
 block-sparse all-reduce, or PowerSGD's two rounds) and decodes the average back into the
-buffer. Work is chained on futures; nothing waits inside a future callback.
+buffer. Work is chained on futures; nothing waits inside a future callback. The first call in
+a process, and the first after a resume, first checks that every rank runs the same hook
+(`agreement`).
 """
 # No `from __future__ import annotations`: DDP checks the hook's annotations at runtime.
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from ..compressors import Compressor, compressor as build_compressor, option_names
+from .agreement import check_agreement, settings
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket
 from .state import HookState
@@ -25,6 +29,9 @@ from .telemetry import BucketRecord, mark
 
 def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: average `bucket` across ranks through `state.compressor`."""
+    if not state.agreed:
+        check_agreement(settings(state, bucket), state.ranks, bucket.buffer().device)
+        state.agreed = True
     iteration = state.iteration
     if bucket.is_last():
         state.iteration += 1
@@ -82,6 +89,9 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
     `min_compression_rate` goes to the compressor when it has that option (PowerSGD), else to
     the hook. Returns the `HookState` (checkpoint it with `state_dict()`).
     """
+    if not isinstance(ddp_model, DistributedDataParallel):
+        raise TypeError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
+                        f"{type(ddp_model).__name__}: wrap the model in DDP first")
     if isinstance(method, Compressor):
         if options or error_feedback is not None:
             raise TypeError("pass options with a method name, not with a built compressor")

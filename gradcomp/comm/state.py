@@ -6,12 +6,15 @@ from typing import Any
 
 from ..checks import check_int
 from ..compressors import Compressor
-from .agreement import check_shared_randomness
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator, DenseAllReduce, build
 from .ranks import Ranks
 from .resume import BucketLayout
 from .telemetry import Telemetry
+
+#: What `load_state_dict` needs (checkpoints from before the communicator option lack it).
+_REQUIRED = ("method", "options", "iteration", "start_iter", "min_compression_rate", "layout",
+             "compressor")
 
 
 class HookState:
@@ -51,7 +54,7 @@ class HookState:
         self.min_compression_rate = float(min_compression_rate)
         self.telemetry_limit = telemetry_limit
         self.iteration = 0
-        self.checked_shared_randomness = False
+        self.agreed = False  # across ranks, in this process since the last resume
         self.buckets = BucketLayout()
         self._connect(process_group)
         compressor.set_rank(self.ranks.rank)
@@ -77,13 +80,10 @@ class HookState:
 
     def communicator_for(self, bucket: Bucket, iteration: int) -> Communicator:
         """The compressed communicator from `start_iter` on where compression pays, else the
-        uncompressed all-reduce; checks shared randomness across ranks before its first use."""
+        uncompressed all-reduce."""
         if iteration < self.start_iter or not self.compressed.pays(bucket,
                                                                    self.min_compression_rate):
             return self.dense
-        if self.compressor.shared_randomness and not self.checked_shared_randomness:
-            check_shared_randomness(self.compressor, self.ranks, bucket.buffer.device)
-            self.checked_shared_randomness = True
         return self.compressed
 
     def telemetry_rows(self) -> list[dict]:
@@ -95,10 +95,13 @@ class HookState:
                 "communicator": self.communicator, "block_size": self.block_size,
                 "iteration": self.iteration, "start_iter": self.start_iter,
                 "min_compression_rate": self.min_compression_rate,
-                "checked_shared_randomness": self.checked_shared_randomness,
                 "layout": dict(self.buckets.layout), "compressor": self.compressor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [k for k in _REQUIRED if k not in state] if isinstance(state, dict) else _REQUIRED
+        if missing:
+            raise ValueError(f"state is not a gradcomp hook checkpoint (it lacks "
+                             f"{', '.join(missing)}): pass what HookState.state_dict() returned")
         saved = (state["method"], state["options"])
         mine = (self.compressor.name, self.compressor.options())
         if saved != mine:
@@ -113,7 +116,7 @@ class HookState:
         self.iteration = state["iteration"]
         self.start_iter = state["start_iter"]
         self.min_compression_rate = state["min_compression_rate"]
-        self.checked_shared_randomness = state["checked_shared_randomness"]
+        self.agreed = False
         self.compressor.load_state_dict(state["compressor"])
         # The first iteration after a restart runs on DDP's initial buckets; the hook regroups
         # gradients into the saved buckets for it, so compression continues exactly.
@@ -127,4 +130,5 @@ class HookState:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.agreed = False
         self._connect(None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 
+from ..checks import check_bool
 from .base import Compressor
 
 _REGISTRY: dict[str, type[Compressor]] = {}
@@ -41,6 +42,8 @@ def compressor(name: str, *, error_feedback: bool | None = None, **options) -> C
     """Build the compressor `name` with `options`, with error feedback if asked (None: the
     method's default, on only for methods defined with it, such as PowerSGD)."""
     cls = compressor_class(name)
+    if error_feedback is not None:
+        check_bool(error_feedback, "error_feedback")
     allowed = option_names(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:

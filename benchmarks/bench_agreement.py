@@ -1,0 +1,93 @@
+#!/usr/bin/env python
+"""Cost of the hook's cross-rank agreement check (`gradcomp.comm.agreement`) on 2 gloo ranks,
+beside a one-value all-reduce and one DDP iteration of a small MLP, in one run.
+
+    PYTHONPATH=. python benchmarks/bench_agreement.py
+
+The check runs once per process and once after each resume, so its cost per iteration is this
+figure divided by the run's length. As a test (CI) it runs a few repeats and checks the table.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import gradcomp.comm  # noqa: E402
+from gradcomp.comm.agreement import check_agreement, settings  # noqa: E402
+
+
+def median_us(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _worker(rank: int, store: str, out: str, repeats: int) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    ddp = DDP(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)))
+    state = gradcomp.comm.register(ddp, "topk", ratio=0.01, start_iter=0)
+    x = torch.randn(64, 256)
+
+    def iteration():
+        ddp.zero_grad()
+        ddp(x).square().mean().backward()
+
+    iteration()
+    bucket = _FirstBucket(ddp)
+    one = torch.zeros(1)
+    table = {
+        "agreement check": median_us(lambda: check_agreement(settings(state, bucket),
+                                                             state.ranks, one.device), repeats),
+        "all-reduce of 1 value": median_us(lambda: dist.all_reduce(one), repeats),
+        "DDP iteration (topk hook)": median_us(iteration, repeats),
+    }
+    if rank == 0:
+        torch.save(table, out)
+    dist.destroy_process_group()
+
+
+class _FirstBucket:
+    """Stands in for DDP's first bucket: what `settings` reads of it."""
+
+    def __init__(self, ddp):
+        self._buffer = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+
+    def buffer(self):
+        return self._buffer
+
+    def index(self):
+        return 0
+
+
+def measure(repeats: int = 200) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "table.pt")
+        mp.spawn(_worker, args=(os.path.join(tmp, "store"), out, repeats), nprocs=2)
+        return torch.load(out)
+
+
+def test_agreement_cost_table():
+    table = measure(repeats=5)
+    assert set(table) == {"agreement check", "all-reduce of 1 value", "DDP iteration (topk hook)"}
+    assert all(v > 0 for v in table.values())
+
+
+if __name__ == "__main__":
+    for name, us in measure().items():
+        print(f"{name:28s} {us:9.1f} us")
