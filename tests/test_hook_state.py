@@ -63,3 +63,52 @@ def test_misuse_gets_one_clear_error_naming_what_is_wrong():
     for name in ("topk", "powersgd"):
         with pytest.raises(ValueError, match="error_feedback='yes' is not allowed"):
             gradcomp.compressor(name, error_feedback="yes")
+
+
+@pytest.fixture(scope="module")
+def one_rank_group(tmp_path_factory):
+    """A gloo process group of this process alone (DDP needs one)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def train_alone(model, method, steps=4, **options):
+    import warnings
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model)
+    state = gradcomp.comm.register(ddp, method, **options)
+    x = torch.randn(8, 8, dtype=next(model.parameters()).dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            ddp(x).float().square().mean().backward()
+    return state.telemetry_rows(), [str(w.message) for w in caught
+                                    if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("model, method", [
+    (lambda: torch.nn.Linear(8, 8).to(torch.bfloat16), "fp16"),
+    (lambda: torch.nn.LayerNorm(8), "powersgd"),
+])
+def test_an_iteration_left_uncompressed_is_recorded_and_warned_once(one_rank_group, model,
+                                                                     method):
+    rows, warned = train_alone(model(), method)
+    assert {r["uncompressed"] for r in rows if r["iteration"] == 0} == {"start_iter"}
+    assert {r["uncompressed"] for r in rows if r["iteration"] >= 1} == {"min_compression_rate"}
+    assert len(warned) == 1 and "sent every bucket uncompressed" in warned[0]
+    assert method in warned[0]
+
+
+def test_a_compressing_hook_does_not_warn(one_rank_group):
+    rows, warned = train_alone(torch.nn.Linear(8, 8), "topk", ratio=0.25)
+    assert {r["uncompressed"] for r in rows if r["iteration"] >= 1} == {""}
+    assert warned == []

@@ -40,10 +40,15 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
         held = state.buckets.defer_if_moved(bucket, params, iteration,
                                             lambda b, i: average(state, b, i))
         if held is not None:
+            if bucket.is_last():
+                state.end_iteration(iteration)
             return held
     # Only PowerSGD asks for the parameters' shapes (asking DDP for them costs a little).
     shapes = lambda: [g.shape for g in bucket.gradients()]  # noqa: E731
-    return average(state, Bucket(bucket.buffer(), bucket.index(), shapes), iteration)
+    fut = average(state, Bucket(bucket.buffer(), bucket.index(), shapes), iteration)
+    if bucket.is_last():
+        state.end_iteration(iteration)
+    return fut
 
 
 def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.Future:
@@ -58,6 +63,9 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
                                                  0), buf.device)
     sent = communicator.encode(bucket)
     _mark(rec, buf.device)
+    reason = state.uncompressed_reason(communicator, sent, iteration)
+    if rec is not None:
+        rec.uncompressed = reason
 
     def decode(fut):
         received = fut.value()  # raises if a collective failed

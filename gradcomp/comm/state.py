@@ -2,12 +2,13 @@
 `state_dict()` checkpoints it."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..checks import check_int
 from ..compressors import Compressor
 from .blocksparse import DEFAULT_BLOCK_SIZE
-from .communicators import Bucket, Communicator, DenseAllReduce, build
+from .communicators import Bucket, Communicator, DenseAllReduce, Sent, build
 from .ranks import Ranks
 from .resume import BucketLayout
 from .telemetry import Telemetry
@@ -56,6 +57,8 @@ class HookState:
         self.iteration = 0
         self.agreed = False  # across ranks, in this process since the last resume
         self.buckets = BucketLayout()
+        self._iteration_reasons: set[tuple[str, str]] = set()
+        self._warned_uncompressed = False
         self._connect(process_group)
         compressor.set_rank(self.ranks.rank)
 
@@ -85,6 +88,36 @@ class HookState:
                                                                    self.min_compression_rate):
             return self.dense
         return self.compressed
+
+    def uncompressed_reason(self, communicator: Communicator, sent: Sent, iteration: int) -> str:
+        """Why `sent` travels uncompressed ("" when it is compressed): "start_iter", or
+        "min_compression_rate" where the method does not make it small enough (e.g. fp16 on
+        bfloat16 gradients, PowerSGD on small or 1-D tensors). Remembered for `end_iteration`."""
+        buf = sent.bucket.buffer
+        if communicator is self.dense:
+            reason = "start_iter" if iteration < self.start_iter else "min_compression_rate"
+        elif 0 < buf.numel() * buf.element_size() <= sent.nbytes:
+            reason = "min_compression_rate"
+        else:
+            reason = ""
+        self._iteration_reasons.add((reason, str(buf.dtype).replace("torch.", "")))
+        return reason
+
+    def end_iteration(self, iteration: int) -> None:
+        """After an iteration's last bucket: warn, once, if no bucket of an iteration from
+        `start_iter` on was compressed."""
+        seen, self._iteration_reasons = self._iteration_reasons, set()
+        if iteration < self.start_iter or not seen or any(r == "" for r, _ in seen):
+            return
+        if not self._warned_uncompressed:
+            self._warned_uncompressed = True
+            dtypes = ", ".join(sorted({d for _, d in seen}))
+            warnings.warn(
+                f"gradcomp: iteration {iteration} sent every bucket uncompressed: "
+                f"{self.compressor.name!r} does not make these {dtypes} gradients smaller by "
+                f"min_compression_rate (the hook's, {self.min_compression_rate}, or the "
+                "method's own per matrix), so the hook saves nothing; telemetry's "
+                "'uncompressed' column says why per bucket", RuntimeWarning, stacklevel=2)
 
     def telemetry_rows(self) -> list[dict]:
         """Per-bucket bytes and encode/communication/decode seconds recorded so far."""

@@ -36,6 +36,7 @@ class BucketRecord:
     bytes_original: int
     bytes_sent: int
     marks: list = field(default_factory=list)  # start, encoded, communicated, decoded
+    uncompressed: str = ""  # why the bucket went uncompressed ("": it did not)
 
     def row(self) -> dict:
         names = ("encode_s", "comm_s", "decode_s")
@@ -44,7 +45,7 @@ class BucketRecord:
             times[name] = _seconds(a, b)
         return {"iteration": self.iteration, "bucket": self.bucket, "method": self.method,
                 "numel": self.numel, "bytes_original": self.bytes_original,
-                "bytes_sent": self.bytes_sent, **times}
+                "bytes_sent": self.bytes_sent, **times, "uncompressed": self.uncompressed}
 
 
 class Telemetry:
