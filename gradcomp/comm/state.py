@@ -107,7 +107,8 @@ class HookState:
         """After an iteration's last bucket: warn, once, if no bucket of an iteration from
         `start_iter` on was compressed."""
         seen, self._iteration_reasons = self._iteration_reasons, set()
-        if iteration < self.start_iter or not seen or any(r == "" for r, _ in seen):
+        if (iteration < self.start_iter or not seen or any(r == "" for r, _ in seen)
+                or self.compressor.name == "none"):  # the identity: uncompressed by design
             return
         if not self._warned_uncompressed:
             self._warned_uncompressed = True
