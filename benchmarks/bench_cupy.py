@@ -5,7 +5,7 @@
 On one CUDA GPU, 25.6M values (GRADCOMP_BENCH_NUMEL to change it):
 
 * pack / unpack of 1-bit and 4-bit codes: `bitpack` (torch), `gradcomp.kernels.pack/unpack`
-  (Triton) and `gradcomp.kernels.cupy_backend.pack/unpack` (CuPy);
+  (Triton) and `cupy_backend.pack/unpack` (CuPy, benchmarks/cupy_backend.py);
 * top-k index selection (k = 1% of the values, as `topk`'s default ratio) on the magnitudes
   of a float32 gradient: ``torch.topk(..., sorted=False).indices`` against
   `cupy_backend.topk_indices` (cupy.argpartition). There is no Triton top-k in gradcomp.
@@ -24,7 +24,8 @@ import torch
 from gradcomp import kernels
 from gradcomp.compressors import bitpack
 from gradcomp.compressors.sparsify import _magnitudes
-from gradcomp.kernels import cupy_backend
+
+import cupy_backend  # benchmarks/cupy_backend.py
 
 CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(not CUDA, reason="the CuPy/Triton comparison needs a CUDA GPU")

@@ -6,8 +6,8 @@
 For each kernel-backed case of `gpu_roofline.CASES` (25.6M float32 values), times encode and
 decode through the kernel entry points (`gradcomp.kernels`) with triton.testing.do_bench (L2
 flushed) under several tile sizes and warp counts, and the device copy bandwidth in the same
-run. Writes DIR/launch_sweep_DTYPE.csv row by row. The defaults in `gradcomp/kernels/ops.py`
-(`_elems`, `_dec_block`, `_warps`) are chosen from this table.
+run. Writes DIR/launch_sweep_DTYPE.csv row by row. The defaults in `gradcomp/kernels/launch.py`
+(`elems`, `dec_block`, `warps`) are chosen from this table.
 """
 from __future__ import annotations
 
@@ -24,20 +24,27 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpu_roofline import CASES, DTYPES, bench, copy_bandwidth  # noqa: E402
 
 from bench_kernels import _direct  # noqa: E402
-from gradcomp.kernels import ops  # noqa: E402
+from gradcomp.kernels import launch as L, packing, quantize, sign, stats  # noqa: E402
 
 ENCODE = [(2048, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)]  # (elements, warps)
 DECODE = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)]  # (block, warps)
 
 
+def _set(name, value):
+    """Replace the launch helper `name` in `launch` and in the wrappers that imported it."""
+    for module in (L, stats, quantize, sign, packing):
+        if hasattr(module, name):
+            setattr(module, name, value)
+
+
 def configure(enc=None, dec=None):
-    """Point the ops module's launch helpers at one configuration."""
+    """Point the quantizer and sign kernels' launch helpers at one configuration."""
     if enc is not None:
-        ops._elems = lambda: enc[0]
-        ops._warps = lambda elems: enc[1]
+        _set("elems", lambda: enc[0])
+        _set("warps", lambda n: enc[1])
     if dec is not None:
-        ops._dec_block = lambda: dec[0]
-        launch = ops._launch.__wrapped__ if hasattr(ops._launch, "__wrapped__") else ops._launch
+        _set("dec_block", lambda: dec[0])
+        launch = L.launch.__wrapped__ if hasattr(L.launch, "__wrapped__") else L.launch
 
         def patched(kernel, grid, *args, num_warps=4, **kw):
             if "decode" in kernel.fn.__name__:
@@ -45,7 +52,7 @@ def configure(enc=None, dec=None):
             return launch(kernel, grid, *args, num_warps=num_warps, **kw)
 
         patched.__wrapped__ = launch
-        ops._launch = patched
+        _set("launch", patched)
 
 
 def main(argv=None) -> int:

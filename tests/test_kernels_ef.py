@@ -13,6 +13,8 @@ before they load) and the compressors are made to dispatch CPU tensors to them; 
 same tests run on CUDA tensors.
 """
 
+import os
+
 import pytest
 import torch
 from test_kernels import (CUDA, DEVICE, DTYPES, fresh_seed, run_without_interpreter, same,
@@ -194,10 +196,12 @@ def test_fused_path_only_where_the_kernels_apply(dispatch):
 
 
 # -- the compiled (GPU) path, without a GPU ----------------------------------------------------
-_COMPILE = r'''
-import re, sys
-from gradcomp.kernels import _triton as K, compile_check as cc
-from gradcomp.kernels.ops import _elem_cfg, _inv, _rows_cfg
+_TESTS = os.path.dirname(os.path.abspath(__file__))  # holds compile_check.py
+_COMPILE = f"import sys\nsys.path.insert(0, {_TESTS!r})\n" + r'''
+import re
+import compile_check as cc
+from gradcomp.kernels.jit import quantize as K, sign as KS, stats as KT
+from gradcomp.kernels.launch import elem_cfg, inv, rows_cfg
 
 def cfg(kernel, sig, ce, ef_sig, ef_ce):
     return [("plain", kernel, sig, ce), ("ef", kernel, dict(sig, **ef_sig), dict(ce, **ef_ce))]
@@ -205,25 +209,25 @@ def cfg(kernel, sig, ce, ef_sig, ef_ce):
 dt, f32 = "fp16", "*fp32"
 EF = dict(RES=True, EF=True, MANUAL_BF16=False)
 todo = []
-rows, g, _ = _rows_cfg(512)
-todo += cfg(K._quant_rows_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", stats_ptr="*fp32",
+rows, g, _ = rows_cfg(512)
+todo += cfg(K.quant_rows_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", stats_ptr="*fp32",
             seed_ptr="*i64", n="i32", nblocks="i32", nbytes="i32"),
-            dict(METHOD=K.QSGD, BITS=5, BP2=8, LEVELS=15, INV=_inv(15), RECIP=True, STOCH=True,
+            dict(METHOD=K.QSGD, BITS=5, BP2=8, LEVELS=15, INV=inv(15), RECIP=True, STOCH=True,
                  BS=512, ROWS=rows, G=g), dict(res_ptr=f32, newres_ptr=f32), EF)
-rows, g, _ = _rows_cfg(256)
-todo += cfg(K._sign_rows_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", stats_ptr="*fp32",
-            n="i32", nblocks="i32", nbytes="i32"), dict(METHOD=K.ONEBIT, BS=256, ROWS=rows, G=g),
+rows, g, _ = rows_cfg(256)
+todo += cfg(KS.sign_rows_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", stats_ptr="*fp32",
+            n="i32", nblocks="i32", nbytes="i32"), dict(METHOD=KS.ONEBIT, BS=256, ROWS=rows, G=g),
             dict(res_ptr=f32, newres_ptr=f32), EF)
-rows, g, _ = _elem_cfg()
-todo += cfg(K._sign_elem_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", part_ptr="*fp32",
-            n="i32", nbytes="i32"), dict(STATS=K.P_ONEBIT, ROWS=rows, G=g),
+rows, g, _ = elem_cfg()
+todo += cfg(KS.sign_elem_kernel, dict(x_ptr="*" + dt, packed_ptr="*u8", part_ptr="*fp32",
+            n="i32", nbytes="i32"), dict(STATS=KT.P_ONEBIT, ROWS=rows, G=g),
             dict(res_ptr=f32), dict(RES=True, MANUAL_BF16=False))
-todo += cfg(K._partial_kernel, dict(x_ptr="*" + dt, part_ptr="*fp32", aux_ptr="*fp32", n="i32",
-            BS="i32", nblocks="i32", CPB="i32"), dict(MODE=K.P_SUMSQ, ROWS=1, CHUNK=g * 8),
+todo += cfg(KT.partial_kernel, dict(x_ptr="*" + dt, part_ptr="*fp32", aux_ptr="*fp32", n="i32",
+            BS="i32", nblocks="i32", CPB="i32"), dict(MODE=KT.P_SUMSQ, ROWS=1, CHUNK=g * 8),
             dict(res_ptr=f32), dict(RES=True, MANUAL_BF16=False))
-todo.append(("ef", K._sign_ef_kernel, dict(x_ptr="*" + dt, stats_ptr="*fp32", packed_ptr="*u8",
+todo.append(("ef", KS.sign_ef_kernel, dict(x_ptr="*" + dt, stats_ptr="*fp32", packed_ptr="*u8",
              newres_ptr=f32, n="i32", nbytes="i32", res_ptr=f32),
-             dict(METHOD=K.ONEBIT, BS=100, BITS_OUT=True, ROWS=rows, G=g, MANUAL_BF16=False,
+             dict(METHOD=KS.ONEBIT, BS=100, BITS_OUT=True, ROWS=rows, G=g, MANUAL_BF16=False,
                   RES=True)))
 
 # compile_check compiles each (and checks the PTX for IEEE division and square root);

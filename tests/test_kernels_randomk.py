@@ -72,7 +72,7 @@ def _model_positions(n, k, keys):
 
 
 def test_reference_equals_the_specification_and_is_pinned():
-    from gradcomp.kernels import _triton_randomk as K
+    from gradcomp.kernels.jit import randomk as K
 
     assert (P.HASH_C1, P.HASH_C2) == (K.HASH_C1.value, K.HASH_C2.value) == (0x21F0AAAD,
                                                                              0x735A2D97)
@@ -488,20 +488,20 @@ def test_kernels_compile_for_sm90():
     code = textwrap.dedent("""
         import triton
         from triton.backends.compiler import GPUTarget
-        from gradcomp.kernels import _triton_randomk as K
+        from gradcomp.kernels.jit import randomk as K
         from gradcomp.kernels.randomk import GPU_TILES as T
         i32 = "i32"
-        todo = [(K._positions_kernel, dict(out_ptr="*i64", n=i32, k=i32, m=i32, mask=i32,
+        todo = [(K.positions_kernel, dict(out_ptr="*i64", n=i32, k=i32, m=i32, mask=i32,
                  k0=i32, k1=i32, k2=i32, k3=i32), dict(BLOCK=T["positions"]))]
-        todo.append((K._finite_kernel, dict(x_ptr="*bf16", flags_ptr="*i8", n=i32),
+        todo.append((K.finite_kernel, dict(x_ptr="*bf16", flags_ptr="*i8", n=i32),
                      dict(BLOCK=T["finite"])))
-        todo.append((K._finite_positions_kernel, dict(x_ptr="*fp32", flags_ptr="*i8",
+        todo.append((K.finite_positions_kernel, dict(x_ptr="*fp32", flags_ptr="*i8",
                      pos_ptr="*i64", n=i32, k=i32, m=i32, mask=i32, k0=i32, k1=i32, k2=i32,
                      k3=i32, every=i32, ntiles=i32),
                      dict(BLOCK=T["finite"], PBLOCK=T["encode_positions"])))
-        todo.append((K._scatter_kernel, dict(values_ptr="*bf16", idx_ptr="*i64",
+        todo.append((K.scatter_kernel, dict(values_ptr="*bf16", idx_ptr="*i64",
                      out_ptr="*bf16", n=i32, k=i32), dict(BLOCK=T["scatter"])))
-        todo.append((K._gather_kernel, dict(x_ptr="*fp16", idx_ptr="*i64", flags_ptr="*i8",
+        todo.append((K.gather_kernel, dict(x_ptr="*fp16", idx_ptr="*i64", flags_ptr="*i8",
                      out_ptr="*fp16", n=i32, k=i32, nflags=i32),
                      dict(BLOCK=T["gather"], FBLOCK=T["flags"])))
         for fn, sig, cx in todo:
@@ -509,7 +509,7 @@ def test_kernels_compile_for_sm90():
             src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=cx)
             ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                  options={"num_warps": 4}).asm["ptx"]
-            if fn in (K._positions_kernel, K._finite_positions_kernel):
+            if fn in (K.positions_kernel, K.finite_positions_kernel):
                 assert "mul.lo.s64" not in ptx, "32-bit hash"
         print("ok", len(todo))
     """)

@@ -274,21 +274,21 @@ def test_bad_input_is_named():
 _COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
-from gradcomp.kernels import _triton_sparse as K
+from gradcomp.kernels.jit import sparse as K
 P, I = "*{dt}", "*i32"
 cases = [
-    (K._topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",
+    (K.topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",
      nchunks="i32"), dict(TILE=4096), 4),
-    (K._topk_split_kernel, dict(x_ptr=P, vals_ptr=P, idx_ptr=I, ckey_ptr=I, cidx_ptr=I,
+    (K.topk_split_kernel, dict(x_ptr=P, vals_ptr=P, idx_ptr=I, ckey_ptr=I, cidx_ptr=I,
      state_ptr=I, lhist_ptr=I, ghist_ptr=I, ccum_ptr=I, n="i32", k="i32", CHUNK="i32",
      nchunks="i32"), dict(TILE=2048, PB=2048), 4),
-    (K._cand_write_kernel, dict(x_ptr=P, ckey_ptr=I, cidx_ptr=I, vals_ptr=P, idx_ptr=I,
+    (K.cand_write_kernel, dict(x_ptr=P, ckey_ptr=I, cidx_ptr=I, vals_ptr=P, idx_ptr=I,
      state_ptr=I, lhist_ptr=I, bcum_ptr=I), dict(TILE=4096, QB=256), 8),
-    (K._thr_count_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, n="i32", CHUNK="i32",
+    (K.thr_count_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, n="i32", CHUNK="i32",
      nchunks="i32"), dict(TILE=2048), 4),
-    (K._thr_write_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, vals_ptr=P, idx_ptr=I,
+    (K.thr_write_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, vals_ptr=P, idx_ptr=I,
      n="i32", k="i32", CHUNK="i32", nchunks="i32"), dict(TILE=2048, PB=2048), 4),
-] + [(K._cand_hist_kernel, dict(ckey_ptr=I, state_ptr=I, lhist_ptr=I, bcum_ptr=I),
+] + [(K.cand_hist_kernel, dict(ckey_ptr=I, state_ptr=I, lhist_ptr=I, bcum_ptr=I),
       dict(LEVEL=lev, TILE=4096), 8) for lev in range(4)]
 for dt in ("fp32", "bf16"):
     for fn, sig, cx, warps in cases:

@@ -1,7 +1,9 @@
 """Triton kernels behind the compressors' hot paths.
 
-Importing this package never imports Triton; the kernels (`gradcomp.kernels.ops`) load on first
-use of one of the functions below, e.g. ``kernels.int8_encode(x)``. The compressors call them
+Importing this package never imports Triton; the kernels load on first use of one of the
+functions below, e.g. ``kernels.int8_encode(x)``: each family's Python wrapper (`quantize`,
+`sign`, `packing`, `sparse`, `randomk`, `orthogonal`, with the shared helpers of `launch` and
+`stats`) beside its `@triton.jit` source in `gradcomp.kernels.jit`. The compressors call them
 for CUDA tensors when `supports(tensor)` is true and keep their torch code as the reference
 (CPU tensors, float64, and any case the kernels do not cover).
 
@@ -19,9 +21,10 @@ What runs where (CUDA tensors of float32/float16/bfloat16 with 1 to 2**28 - 1 va
 =====================  ===================================================================
 int8, int4, qsgd       block_size a multiple of 8 (int8: any) and <= 8192: one fused kernel
 (+ terngrad blocks)    (block statistic, rounding, packing, scales in one pass); else a
-                       statistics pass, a tiny torch reduction, and a codes pass.
+                       statistics pass (`stats.partials`), a tiny torch reduction, and a
+                       codes pass (`quantize`).
 terngrad (block 0)     statistics pass (max|x|) + codes pass.
-natural                one element-wise kernel.
+natural                one element-wise kernel (`quantize.natural_encode`).
 topk                   exact radix select, no host sync (`sparse.topk_select`): a 64-bin
                        exponent histogram pass, a split pass (keys above the k-th's bin to
                        the output, the keys of that bin compacted), then 4 small radix
@@ -33,7 +36,7 @@ randomk                finiteness pass whose programs also compute the positions
                        2 launches); decode torch fill + Triton scatter over k.
 signsgd, efsignsgd,    whole tensor (block_size 0): one kernel (bits + per-program partial
 onebit                 sums) + a tiny torch reduction; block_size a multiple of 8 <= 8192:
-                       one fused kernel; else bits kernel + statistics pass.
+                       one fused kernel; else bits kernel + statistics pass (`sign`).
 every decoder          one element-wise kernel writing the output dtype.
 powersgd               float32 P and Q orthogonalised by one launch per call over all the
                        bucket's matrices (`orthogonal.orthogonalize_`: one program per
@@ -50,7 +53,7 @@ error feedback         `*_encode_ef(x, residual, ...)` (int, qsgd, terngrad, nat
 Everything else stays torch: CPU tensors, float64, empty tensors, the other methods (none,
 fp16, bf16), PowerSGD's matrix products and signsgd's majority-vote `aggregate`.
 Round-to-nearest results equal the torch code on the same device bit for bit (see
-`gradcomp.kernels.ops` for the two documented exceptions: sums, and the sign of a zero
+`gradcomp.kernels.quantize` for the two documented exceptions: sums, and the sign of a zero
 min/max); stochastic rounding draws from Triton's Philox generator, seeded per call from the
 compressor's own generator.
 """
@@ -62,18 +65,18 @@ import os
 
 import torch
 
-_QUANT_OPS = (
+#: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
+_OPS = {name: "quantize" for name in (
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
     "qsgd_encode", "qsgd_decode", "terngrad_encode", "terngrad_decode",
-    "natural_encode", "natural_decode", "sign_encode", "sign_decode",
-    "signsgd_encode", "signsgd_decode", "efsignsgd_encode", "efsignsgd_decode",
-    "onebit_encode", "onebit_decode", "pack", "unpack", "fused_block_size",
-    "SUPPORTED_DTYPES", "FUSED_MAX", "MAX_NUMEL",
-    "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef",
-    "sign_encode_ef",
-)
-#: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
-_OPS = {name: "ops" for name in _QUANT_OPS}
+    "natural_encode", "natural_decode",
+    "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef")}
+_OPS.update({name: "sign" for name in (
+    "sign_encode", "sign_decode", "sign_encode_ef", "signsgd_encode", "signsgd_decode",
+    "efsignsgd_encode", "efsignsgd_decode", "onebit_encode", "onebit_decode")})
+_OPS.update({name: "packing" for name in ("pack", "unpack")})
+_OPS.update({name: "launch" for name in ("fused_block_size", "SUPPORTED_DTYPES", "FUSED_MAX",
+                                         "MAX_NUMEL")})
 _OPS.update({name: "sparse" for name in ("topk_select", "threshold_select")})
 _OPS.update({name: "randomk" for name in ("randomk_encode", "randomk_positions",
                                            "randomk_gather", "randomk_scatter")})

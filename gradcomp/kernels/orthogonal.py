@@ -5,7 +5,8 @@ Imported lazily by `gradcomp.kernels` (this module imports Triton). Inputs are c
 float32 tensors on a CUDA device, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1).
 What it computes, per matrix of r columns, is the torch reference of
 `gradcomp.compressors.powersgd.orthogonalize_` (Gram-Schmidt for r <= 2, QR otherwise) up to
-float32 rounding, and for r > 2 up to the signs of the columns (see `_triton_orthogonal`).
+float32 rounding, and for r > 2 up to the signs of the columns (see
+`gradcomp.kernels.jit.orthogonal`).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import functools
 import torch
 
 from . import interpreting
-from ._triton_orthogonal import _orthogonalize_kernel
-from .ops import _launch, _p2
+from .jit.orthogonal import orthogonalize_kernel
+from .launch import launch, p2
 
 __all__ = ["orthogonalize_", "MAX_RANK"]
 
@@ -106,10 +107,10 @@ def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0, *, shapes=None,
     if not shapes:
         return matrices
     max_n = max(n for _, n, _ in shapes)
-    rp = max(2, _p2(max(r for _, _, r in shapes)))
+    rp = max(2, p2(max(r for _, _, r in shapes)))
     if chunk_rows is None:
         # at least 64 rows: fewer distinct compiled configurations, negligible extra work
-        chunk = max(64, min(_tile_elems() // rp, _p2(max_n)))
+        chunk = max(64, min(_tile_elems() // rp, p2(max_n)))
     elif (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 2
           or chunk_rows & (chunk_rows - 1)):
         raise ValueError(f"chunk_rows={chunk_rows!r} is not allowed: it must be a power of two "
@@ -123,6 +124,6 @@ def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0, *, shapes=None,
         b, n, r = 0, 0, 0
         table = _table(shapes, matrices.device)
         grid = (table.shape[0],)
-    _launch(_orthogonalize_kernel, grid, matrices, table, n, r, eps, UNIFORM=uniform,
-            FIX=bool(finite_or_eye), CHUNK=chunk, RP=rp, num_warps=_warps(chunk * rp))
+    launch(orthogonalize_kernel, grid, matrices, table, n, r, eps, UNIFORM=uniform,
+           FIX=bool(finite_or_eye), CHUNK=chunk, RP=rp, num_warps=_warps(chunk * rp))
     return matrices

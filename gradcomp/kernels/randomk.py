@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from . import _triton_randomk as K
 from . import interpreting
-from .permutation import check_keys as _check_keys, half_bits as _half_bits
-from .ops import MAX_NUMEL, SUPPORTED_DTYPES, _cdiv, _check_input, _launch
+from .jit import randomk as K
+from .launch import MAX_NUMEL, SUPPORTED_DTYPES, cdiv, check_input, launch
+from .permutation import check_keys, half_bits
 
 __all__ = ["randomk_encode", "randomk_positions",
            "randomk_gather", "randomk_scatter"]
@@ -79,54 +79,54 @@ def randomk_positions(n: int, k: int, keys, device) -> torch.Tensor:
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_NUMEL:
         raise ValueError(f"n={n!r} is not allowed: n must be an integer in [1, {MAX_NUMEL}]")
     k = _check_k(k, n)
-    keys = _check_keys(keys)
+    keys = check_keys(keys)
     out = torch.empty(k, dtype=torch.int64, device=_check_device(device))
     if k:
         t = _tiles()
-        m = _half_bits(n)
-        _launch(K._positions_kernel, (_cdiv(k, t["positions"]),), out, n, k, m, (1 << m) - 1,
-                *keys, BLOCK=t["positions"], num_warps=t["positions_warps"])
+        m = half_bits(n)
+        launch(K.positions_kernel, (cdiv(k, t["positions"]),), out, n, k, m, (1 << m) - 1,
+               *keys, BLOCK=t["positions"], num_warps=t["positions_warps"])
     return out
 
 
 def randomk_encode(x: torch.Tensor, k: int, keys) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, indices) of random-k on x (flattened): indices = ``randomk_positions(n, k,
     keys)``, values = ``x[indices]`` in x's dtype, every value NaN if x holds a NaN or +-Inf."""
-    flat = _check_input(x)
+    flat = check_input(x)
     n = flat.numel()
     k = _check_k(k, n)
-    keys = _check_keys(keys)
+    keys = check_keys(keys)
     indices = torch.empty(k, dtype=torch.int64, device=flat.device)
     values = torch.empty(k, dtype=flat.dtype, device=flat.device)
     if k:
         t = _tiles()
-        m = _half_bits(n)
-        nflags = _cdiv(n, t["finite"])
-        ntiles = _cdiv(k, t["encode_positions"])
+        m = half_bits(n)
+        nflags = cdiv(n, t["finite"])
+        ntiles = cdiv(k, t["encode_positions"])
         flags = torch.empty(nflags, dtype=torch.int8, device=flat.device)
-        _launch(K._finite_positions_kernel, (nflags,), flat, flags, indices, n, k, m,
-                (1 << m) - 1, *keys, max(1, nflags // ntiles), ntiles, BLOCK=t["finite"],
-                PBLOCK=t["encode_positions"], num_warps=t["finite_warps"])
-        _launch(K._gather_kernel, (_cdiv(k, t["gather"]),), flat, indices, flags, values, n,
-                k, nflags, BLOCK=t["gather"], FBLOCK=t["flags"], num_warps=t["gather_warps"])
+        launch(K.finite_positions_kernel, (nflags,), flat, flags, indices, n, k, m,
+               (1 << m) - 1, *keys, max(1, nflags // ntiles), ntiles, BLOCK=t["finite"],
+               PBLOCK=t["encode_positions"], num_warps=t["finite_warps"])
+        launch(K.gather_kernel, (cdiv(k, t["gather"]),), flat, indices, flags, values, n,
+               k, nflags, BLOCK=t["gather"], FBLOCK=t["flags"], num_warps=t["gather_warps"])
     return values, indices
 
 
 def randomk_gather(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """``x.reshape(-1)[indices.reshape(-1)]`` in x's dtype; every value NaN if x holds a NaN or
     +-Inf (and NaN at an index outside [0, x.numel()), which is never read)."""
-    flat = _check_input(x)
+    flat = check_input(x)
     idx = _check_indices(indices, flat.device)
     n, k = flat.numel(), idx.numel()
     out = torch.empty(k, dtype=flat.dtype, device=flat.device)
     if k:
         t = _tiles()
-        nflags = _cdiv(n, t["finite"])
+        nflags = cdiv(n, t["finite"])
         flags = torch.empty(nflags, dtype=torch.int8, device=flat.device)
-        _launch(K._finite_kernel, (nflags,), flat, flags, n, BLOCK=t["finite"],
-                num_warps=t["finite_warps"])
-        _launch(K._gather_kernel, (_cdiv(k, t["gather"]),), flat, idx, flags, out, n, k,
-                nflags, BLOCK=t["gather"], FBLOCK=t["flags"], num_warps=t["gather_warps"])
+        launch(K.finite_kernel, (nflags,), flat, flags, n, BLOCK=t["finite"],
+               num_warps=t["finite_warps"])
+        launch(K.gather_kernel, (cdiv(k, t["gather"]),), flat, idx, flags, out, n, k,
+               nflags, BLOCK=t["gather"], FBLOCK=t["flags"], num_warps=t["gather_warps"])
     return out
 
 
@@ -150,6 +150,6 @@ def randomk_scatter(values: torch.Tensor, indices: torch.Tensor, n: int) -> torc
     t = _tiles()
     k = vals.numel()
     if k:
-        _launch(K._scatter_kernel, (_cdiv(k, t["scatter"]),), vals, idx, out, n, k,
-                BLOCK=t["scatter"], num_warps=t["scatter_warps"])
+        launch(K.scatter_kernel, (cdiv(k, t["scatter"]),), vals, idx, out, n, k,
+               BLOCK=t["scatter"], num_warps=t["scatter_warps"])
     return out

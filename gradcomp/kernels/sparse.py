@@ -15,7 +15,7 @@ on the input's size and k).
   |x| >= threshold, both in index order, capped at k slots; unfilled slots hold value 0 at
   index 0. Bit for bit the torch reference's wire tensors. Reads the input twice.
 
-Inputs as in `gradcomp.kernels.ops`: float32/float16/bfloat16 CUDA tensors (or CPU tensors
+Inputs as in `gradcomp.kernels.quantize`: float32/float16/bfloat16 CUDA tensors (or CPU tensors
 under TRITON_INTERPRET=1) of 1 to MAX_NUMEL elements, compared by the float32 bit pattern of
 |x| (exact: float16 and bfloat16 convert to float32 exactly).
 """
@@ -25,9 +25,9 @@ import functools
 
 import torch
 
-from . import _triton_sparse as K
 from . import interpreting
-from .ops import _cdiv, _check_input, _launch, _p2
+from .jit import sparse as K
+from .launch import cdiv, check_input, launch, p2
 
 __all__ = ["topk_select", "threshold_select"]
 
@@ -78,8 +78,8 @@ def _programs(device: torch.device, t: dict) -> tuple[int, int]:
 def _chunks(n: int, tile: int, programs: int) -> tuple[int, int]:
     """(chunk length, number of chunks): contiguous chunks of whole tiles (of `tile`, a
     multiple of every tile used on them), one per program."""
-    chunk = _cdiv(_cdiv(n, programs), tile) * tile
-    return chunk, _cdiv(n, chunk)
+    chunk = cdiv(cdiv(n, programs), tile) * tile
+    return chunk, cdiv(n, chunk)
 
 
 def _check_k(k, n: int) -> int:
@@ -93,7 +93,7 @@ def _check_k(k, n: int) -> int:
 def topk_select(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, int32 indices) of the k largest magnitudes of `x` (flattened); see the module
     docstring for ties and order."""
-    flat = _check_input(x)
+    flat = check_input(x)
     n = flat.numel()
     k = _check_k(k, n)
     dev = flat.device
@@ -111,16 +111,16 @@ def topk_select(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     ckey, cidx = cbuf[:n], cbuf[n:]
     vals = torch.empty(k, dtype=flat.dtype, device=dev)
     idx = torch.empty(k, dtype=_I32, device=dev)
-    _launch(K._topk_hist_kernel, (nchunks,), flat, ghist, ccum, n, chunk, nchunks,
-            TILE=t["hist"], num_warps=t["hist_warps"])
-    _launch(K._topk_split_kernel, (nchunks,), flat, vals, idx, ckey, cidx, state, lhist, ghist,
-            ccum, n, k, chunk, nchunks, TILE=t["split"], PB=max(2, _p2(nchunks)),
-            num_warps=t["split_warps"])
+    launch(K.topk_hist_kernel, (nchunks,), flat, ghist, ccum, n, chunk, nchunks,
+           TILE=t["hist"], num_warps=t["hist_warps"])
+    launch(K.topk_split_kernel, (nchunks,), flat, vals, idx, ckey, cidx, state, lhist, ghist,
+           ccum, n, k, chunk, nchunks, TILE=t["split"], PB=max(2, p2(nchunks)),
+           num_warps=t["split_warps"])
     for level in range(4):  # the write kernel's blocks are level 3's: same grid and TILE
-        _launch(K._cand_hist_kernel, (qprogs,), ckey, state, lhist, bcum, LEVEL=level,
-                TILE=t["cand"], num_warps=t["cand_warps"])
-    _launch(K._cand_write_kernel, (qprogs,), flat, ckey, cidx, vals, idx, state, lhist, bcum,
-            TILE=t["cand"], QB=max(2, _p2(qprogs)), num_warps=t["cand_warps"])
+        launch(K.cand_hist_kernel, (qprogs,), ckey, state, lhist, bcum, LEVEL=level,
+               TILE=t["cand"], num_warps=t["cand_warps"])
+    launch(K.cand_write_kernel, (qprogs,), flat, ckey, cidx, vals, idx, state, lhist, bcum,
+           TILE=t["cand"], QB=max(2, p2(qprogs)), num_warps=t["cand_warps"])
     return vals, idx
 
 
@@ -128,7 +128,7 @@ def topk_select(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 def threshold_select(x: torch.Tensor, threshold, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, int32 indices) of `Threshold`'s k-slot payload of `x` (flattened) for the
     float32 magnitude `threshold` (not NaN; a 0-d tensor stays on the device, no sync)."""
-    flat = _check_input(x)
+    flat = check_input(x)
     n = flat.numel()
     k = _check_k(k, n)
     dev = flat.device
@@ -139,8 +139,8 @@ def threshold_select(x: torch.Tensor, threshold, k: int) -> tuple[torch.Tensor, 
     cnt = torch.empty(2 * nchunks, dtype=_I32, device=dev)
     vals = torch.empty(k, dtype=flat.dtype, device=dev)
     idx = torch.empty(k, dtype=_I32, device=dev)
-    _launch(K._thr_count_kernel, (nchunks,), flat, thr, cnt, n, chunk, nchunks, TILE=tile,
-            num_warps=t["split_warps"])
-    _launch(K._thr_write_kernel, (nchunks,), flat, thr, cnt, vals, idx, n, k, chunk, nchunks,
-            TILE=tile, PB=max(2, _p2(nchunks)), num_warps=t["split_warps"])
+    launch(K.thr_count_kernel, (nchunks,), flat, thr, cnt, n, chunk, nchunks, TILE=tile,
+           num_warps=t["split_warps"])
+    launch(K.thr_write_kernel, (nchunks,), flat, thr, cnt, vals, idx, n, k, chunk, nchunks,
+           TILE=tile, PB=max(2, p2(nchunks)), num_warps=t["split_warps"])
     return vals, idx

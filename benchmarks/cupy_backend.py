@@ -1,12 +1,13 @@
 """Optional CuPy backend: bit packing and top-k index selection on CUDA tensors.
 
-An explicit alternative to the torch reference (`gradcomp.compressors.bitpack`, `torch.topk`)
-and to the Triton kernels (`gradcomp.kernels.pack` / `unpack`), for benchmarks and for callers
-who ask for it by name; the compressors never dispatch here. Install with
+A benchmark helper (not part of the `gradcomp` package; `bench_cupy.py` and
+`tests/test_cupy_backend.py` use it): an alternative to the torch reference
+(`gradcomp.compressors.bitpack`, `torch.topk`) and to the Triton kernels
+(`gradcomp.kernels.pack` / `unpack`); the compressors never dispatch here. Install CuPy with
 ``pip install gradcomp[cupy]`` (or the cupy-cudaXXx wheel matching your CUDA).
 
-Importing this module never imports CuPy: it loads on the first call that needs it, so
-``import gradcomp`` works without CuPy and without a GPU. Tensors cross between torch and CuPy
+Importing this module never imports CuPy: it loads on the first call that needs it, so the
+benchmarks and tests import it without CuPy and without a GPU. Tensors cross between torch and CuPy
 through DLPack without copies (``cupy.from_dlpack`` / ``torch.from_dlpack``), and the CuPy work
 runs on torch's current stream of the tensor's device, so no extra synchronisation is needed.
 

@@ -1,25 +1,25 @@
 """Random-k's Triton kernels (imported on demand by `gradcomp.kernels.randomk`).
 
-* `_positions_kernel`: ``pi(j)`` for j in [0, k), the cycle-walked Feistel permutation of
+* `positions_kernel`: ``pi(j)`` for j in [0, k), the cycle-walked Feistel permutation of
   `gradcomp.kernels.permutation`, bit for bit. The kernel computes in uint32, whose
   wrapping multiplies equal the reference's int64 products masked to 32 bits. Cycle walking
   repeats the network on the lanes still >= n until no lane of the tile is.
-* `_finite_kernel`: one read of x; each program writes one int8 flag, 1 if its tile holds a NaN
+* `finite_kernel`: one read of x; each program writes one int8 flag, 1 if its tile holds a NaN
   or +-Inf.
-* `_finite_positions_kernel`: both in one launch: each program reads its tile of x, computes
+* `finite_positions_kernel`: both in one launch: each program reads its tile of x, computes
   its share of the positions (no reads: pure compute, which runs while the loads are in flight
   and while other programs wait on memory), then reduces the tile to its flag.
-* `_gather_kernel`: values = x[indices]; every program reduces the (few) flags first, and
+* `gather_kernel`: values = x[indices]; every program reduces the (few) flags first, and
   writes NaN everywhere if one is set. Kernel order on the stream orders the two passes: no
   atomics, no host sync.
-* `_scatter_kernel`: out[indices] = values over k (out already zero-filled).
+* `scatter_kernel`: out[indices] = values over k (out already zero-filled).
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .permutation import HASH_C1 as _C1, HASH_C2 as _C2
+from ..permutation import HASH_C1 as _C1, HASH_C2 as _C2
 
 HASH_C1 = tl.constexpr(_C1)
 HASH_C2 = tl.constexpr(_C2)
@@ -68,7 +68,7 @@ def _positions_tile(pos_ptr, t, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constex
 
 
 @triton.jit
-def _positions_kernel(out_ptr, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constexpr):
+def positions_kernel(out_ptr, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constexpr):
     _positions_tile(out_ptr, tl.program_id(0), n, k, m, mask, k0, k1, k2, k3, BLOCK)
 
 
@@ -80,7 +80,7 @@ def _tile_flag(x):
 
 
 @triton.jit
-def _finite_kernel(x_ptr, flags_ptr, n, BLOCK: tl.constexpr):
+def finite_kernel(x_ptr, flags_ptr, n, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
@@ -88,9 +88,9 @@ def _finite_kernel(x_ptr, flags_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _finite_positions_kernel(x_ptr, flags_ptr, pos_ptr, n, k, m, mask, k0, k1, k2, k3, every,
-                             ntiles, BLOCK: tl.constexpr, PBLOCK: tl.constexpr):
-    """`_finite_kernel` plus the position tiles t = pid / every, + nprog / every, ... (< ntiles)
+def finite_positions_kernel(x_ptr, flags_ptr, pos_ptr, n, k, m, mask, k0, k1, k2, k3, every,
+                            ntiles, BLOCK: tl.constexpr, PBLOCK: tl.constexpr):
+    """`finite_kernel` plus the position tiles t = pid / every, + nprog / every, ... (< ntiles)
     when `every` divides pid: the tiles spread evenly over the grid (every = nprog // ntiles
     when there are fewer tiles than programs, else 1)."""
     pid = tl.program_id(0)
@@ -106,8 +106,8 @@ def _finite_positions_kernel(x_ptr, flags_ptr, pos_ptr, n, k, m, mask, k0, k1, k
 
 
 @triton.jit
-def _gather_kernel(x_ptr, idx_ptr, flags_ptr, out_ptr, n, k, nflags, BLOCK: tl.constexpr,
-                   FBLOCK: tl.constexpr):
+def gather_kernel(x_ptr, idx_ptr, flags_ptr, out_ptr, n, k, nflags, BLOCK: tl.constexpr,
+                  FBLOCK: tl.constexpr):
     seen = tl.zeros([FBLOCK], dtype=tl.int8)
     start = 0
     while start < nflags:  # not range(): the interpreter (numpy 2) rejects runtime bounds
@@ -124,7 +124,7 @@ def _gather_kernel(x_ptr, idx_ptr, flags_ptr, out_ptr, n, k, nflags, BLOCK: tl.c
 
 
 @triton.jit
-def _scatter_kernel(values_ptr, idx_ptr, out_ptr, n, k, BLOCK: tl.constexpr):
+def scatter_kernel(values_ptr, idx_ptr, out_ptr, n, k, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < k
     idx = tl.load(idx_ptr + offs, mask=live, other=0)

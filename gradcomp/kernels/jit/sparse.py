@@ -5,18 +5,18 @@ float32), NaN and +-Inf mapped to the key of +Inf. Non-negative floats order lik
 patterns, so selecting by magnitude is selecting by integer key.
 
 Top-k is a radix select that reads the input twice:
-1. `_topk_hist_kernel`: each chunk's 64-bin histogram of `_bin1` (bin 0: zero; bins 2..62:
+1. `topk_hist_kernel`: each chunk's 64-bin histogram of `_bin1` (bin 0: zero; bins 2..62:
    one octave each, 2**-39 .. 2**22; bins 1 and 63 catch the rest, NaN and Inf in 63), added
    atomically to the global histogram and stored as suffix counts (keys in bins >= b), bin
    major, so that a chunk's prefix of any bin's counts is one contiguous load.
-2. `_topk_split_kernel`: every program chooses the bin b1 of the k-th largest key from the
+2. `topk_split_kernel`: every program chooses the bin b1 of the k-th largest key from the
    global histogram; keys above b1 go straight to the output (slots in index order); keys
    in b1 ("candidates") are compacted in index order into a scratch buffer, or, when b1 is
    the zero bin, the first ones go straight to the output. Program 0 writes `state`.
-3. `_cand_hist_kernel` x 4: radix select over the candidates' keys, digits = key bits 30-23
+3. `cand_hist_kernel` x 4: radix select over the candidates' keys, digits = key bits 30-23
    (the exponent: known already unless b1 is 1 or 63), 22-15, 14-7, 6-0, each level's
    histogram added atomically; the last level also stores per-block suffix counts.
-4. `_cand_write_kernel`: the k-th largest key T; candidates > T and the first ones == T (by
+4. `cand_write_kernel`: the k-th largest key T; candidates > T and the first ones == T (by
    position) go to the output after the keys above b1.
 Kernels recompute earlier choices from the histograms in memory, so no host sync and no
 torch op but the zeroing of the atomic histograms sits between the launches. The passes over the input use the ballot-based
@@ -24,12 +24,12 @@ torch op but the zeroing of the atomic histograms sits between the launches. The
 rows of 4 consecutive elements (the scan then runs within threads and the scattered stores
 need no layout conversion).
 
-Threshold selection counts (`_thr_count_kernel`) and writes (`_thr_write_kernel`): two reads.
+Threshold selection counts (`thr_count_kernel`) and writes (`thr_write_kernel`): two reads.
 """
 import triton
 import triton.language as tl
 
-from . import interpreting
+from .. import interpreting
 
 NB1 = tl.constexpr(64)  # first-level bins
 NB = tl.constexpr(256)  # bins of a candidate level
@@ -113,7 +113,7 @@ def _ranks2(a, b):
 
 # -- top-k: first level over the whole input ---------------------------------------------------
 @triton.jit
-def _topk_hist_kernel(x_ptr, ghist_ptr, ccum_ptr, n, CHUNK, nchunks, TILE: tl.constexpr):
+def topk_hist_kernel(x_ptr, ghist_ptr, ccum_ptr, n, CHUNK, nchunks, TILE: tl.constexpr):
     """Chunk p's histogram of _bin1: added to ghist (zeroed beforehand); its suffix counts
     -> ccum[b, p] (keys of chunk p in bins >= b)."""
     p = tl.program_id(0)
@@ -131,9 +131,9 @@ def _topk_hist_kernel(x_ptr, ghist_ptr, ccum_ptr, n, CHUNK, nchunks, TILE: tl.co
 
 
 @triton.jit
-def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, lhist_ptr,
-                       ghist_ptr, ccum_ptr, n, k, CHUNK, nchunks, TILE: tl.constexpr,
-                       PB: tl.constexpr):
+def topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, lhist_ptr,
+                      ghist_ptr, ccum_ptr, n, k, CHUNK, nchunks, TILE: tl.constexpr,
+                      PB: tl.constexpr):
     """Chunk p: keys above b1 -> output slots (index order); keys in b1 -> the candidate
     buffer (index order), or straight to the output if b1 is the zero bin. Program 0 writes
     state = [b1, keys above b1, keys of b1 needed, candidates buffered (0 when b1 is the zero
@@ -189,8 +189,8 @@ def _topk_split_kernel(x_ptr, vals_ptr, idx_ptr, ckey_ptr, cidx_ptr, state_ptr, 
 
 # -- top-k: radix select over the candidates -------------------------------------------------
 @triton.jit
-def _cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bcum_ptr, LEVEL: tl.constexpr,
-                      TILE: tl.constexpr):
+def cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bcum_ptr, LEVEL: tl.constexpr,
+                     TILE: tl.constexpr):
     """Candidate level LEVEL (0..3: key bits 30-23, 22-15, 14-7, 6-0) over the candidates
     whose higher digits match the earlier choices, added to lhist[LEVEL] (level 0 only when
     the exponent is unknown). Level 3 also stores, for its block q, bcum[b, q] = the keys
@@ -223,8 +223,8 @@ def _cand_hist_kernel(ckey_ptr, state_ptr, lhist_ptr, bcum_ptr, LEVEL: tl.conste
 
 
 @triton.jit
-def _cand_write_kernel(x_ptr, ckey_ptr, cidx_ptr, vals_ptr, idx_ptr, state_ptr, lhist_ptr,
-                       bcum_ptr, TILE: tl.constexpr, QB: tl.constexpr):
+def cand_write_kernel(x_ptr, ckey_ptr, cidx_ptr, vals_ptr, idx_ptr, state_ptr, lhist_ptr,
+                      bcum_ptr, TILE: tl.constexpr, QB: tl.constexpr):
     """The k-th largest key T; candidates > T and the first ones == T (by position) -> the
     output slots after the keys above b1, in index order."""
     gt1 = tl.load(state_ptr + 1)
@@ -270,7 +270,7 @@ def _thr_classes(x_ptr, tkey, i, m):
 
 
 @triton.jit
-def _thr_count_kernel(x_ptr, thr_ptr, cnt_ptr, n, CHUNK, nchunks, TILE: tl.constexpr):
+def thr_count_kernel(x_ptr, thr_ptr, cnt_ptr, n, CHUNK, nchunks, TILE: tl.constexpr):
     """Chunk p: non-finite count -> cnt[p], passing finite count -> cnt[nchunks + p]."""
     p = tl.program_id(0)
     tkey = tl.load(thr_ptr).to(tl.int32, bitcast=True)
@@ -290,8 +290,8 @@ def _thr_count_kernel(x_ptr, thr_ptr, cnt_ptr, n, CHUNK, nchunks, TILE: tl.const
 
 
 @triton.jit
-def _thr_write_kernel(x_ptr, thr_ptr, cnt_ptr, vals_ptr, idx_ptr, n, k, CHUNK, nchunks,
-                      TILE: tl.constexpr, PB: tl.constexpr):
+def thr_write_kernel(x_ptr, thr_ptr, cnt_ptr, vals_ptr, idx_ptr, n, k, CHUNK, nchunks,
+                     TILE: tl.constexpr, PB: tl.constexpr):
     """Chunk p: non-finite elements -> slots from 0, passing finite ones -> slots after all
     non-finite ones, both in index order, slots >= k dropped; this program's share of the
     unfilled slots -> value 0 at index 0."""

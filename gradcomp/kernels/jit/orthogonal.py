@@ -1,6 +1,6 @@
 """Triton kernel of `gradcomp.kernels.orthogonal`: orthonormal columns for a batch of tall-skinny
-float32 matrices, one program per matrix (imported only on demand; see `_triton` for
-TRITON_INTERPRET).
+float32 matrices, one program per matrix (imported only on demand; see `gradcomp.kernels.jit`
+for TRITON_INTERPRET).
 
 A matrix is n x r, row-major at `base` (element (i, j) at base + i * r + j). A program holds
 row tiles of shape (CHUNK, RP), RP >= r a power of two (columns past r are masked). When n <=
@@ -246,8 +246,8 @@ def _chunk_orthogonalize(base, n, r, eps, FIX: tl.constexpr, CHUNK: tl.constexpr
 
 
 @triton.jit
-def _orthogonalize_kernel(x_ptr, table_ptr, n_all, r_all, eps, UNIFORM: tl.constexpr,
-                          FIX: tl.constexpr, CHUNK: tl.constexpr, RP: tl.constexpr):
+def orthogonalize_kernel(x_ptr, table_ptr, n_all, r_all, eps, UNIFORM: tl.constexpr,
+                         FIX: tl.constexpr, CHUNK: tl.constexpr, RP: tl.constexpr):
     """Program p orthonormalises matrix p: with UNIFORM, the p-th n_all x r_all matrix of a
     contiguous batch; else the matrix at element offset table[p, 0] with table[p, 1] rows and
     table[p, 2] columns (int64 table)."""

@@ -1,6 +1,7 @@
-"""Compile every kernel configuration the wrappers launch for a GPU target, without a GPU.
+"""Compile every configuration of the quantizer, sign, statistics and packing kernels that
+their wrappers launch for a GPU target, without a GPU (a test tool).
 
-    python -m gradcomp.kernels.compile_check [--arch 90] [--quick | --smoke]
+    python tests/compile_check.py [--arch 90] [--quick | --smoke]
 
 Triton compiles ahead of time down to PTX and a cubin (its bundled ptxas) with no device, so
 this catches what Triton's interpreter cannot: type errors of the compiler, unsupported ops,
@@ -16,27 +17,27 @@ import time
 
 def configs(quick: bool = False):
     """(name, kernel, signature, constexprs) of the configurations to compile."""
-    from . import _triton as K
-    from .ops import FUSED_MAX, _inv
+    from gradcomp.kernels.jit import packing as KP, quantize as K, sign as KS, stats as KT
+    from gradcomp.kernels.launch import FUSED_MAX, inv
 
     out = []
     dtypes = ["fp32"] if quick else ["fp32", "fp16", "bf16"]
-    quant = [  # (method, bits, levels, inv, stochastic options)
-        ("int8-absmax", K.ABSMAX, 8, 127, _inv(127)),
-        ("int4-absmax", K.ABSMAX, 4, 7, _inv(7)),
-        ("int8-minmax", K.MINMAX, 8, 255, _inv(127.5)),
-        ("int4-minmax", K.MINMAX, 4, 15, _inv(7.5)),
-        ("qsgd", K.QSGD, 5, 15, _inv(15)),
-        ("qsgd-l127", K.QSGD, 8, 127, _inv(127)),
+    quant = [  # (label, method, bits, levels, INV)
+        ("int8-absmax", K.ABSMAX, 8, 127, inv(127)),
+        ("int4-absmax", K.ABSMAX, 4, 7, inv(7)),
+        ("int8-minmax", K.MINMAX, 8, 255, inv(127.5)),
+        ("int4-minmax", K.MINMAX, 4, 15, inv(7.5)),
+        ("qsgd", K.QSGD, 5, 15, inv(15)),
+        ("qsgd-l127", K.QSGD, 8, 127, inv(127)),
         ("terngrad", K.TERN, 2, 1, 1.0),
     ]
     for dt in dtypes:
-        for label, method, bits, levels, inv in quant:
+        for label, method, bits, levels, rcp in quant:
             stochs = [True] if method == K.TERN else [False, True]
             for stoch in stochs:
                 for recip in ([True] if quick else [True, False]):
                     bp2 = max(2, 1 << (bits - 1).bit_length())
-                    common = dict(METHOD=method, BITS=bits, BP2=bp2, LEVELS=levels, INV=inv,
+                    common = dict(METHOD=method, BITS=bits, BP2=bp2, LEVELS=levels, INV=rcp,
                                   RECIP=recip, STOCH=stoch)
                     sig = {"x_ptr": f"*{dt}", "packed_ptr": "*u8", "stats_ptr": "*fp32",
                            "seed_ptr": "*i64" if stoch else "*u8", "n": "i32",
@@ -48,56 +49,56 @@ def configs(quick: bool = False):
                         bsp2 = max(8, 1 << (bs - 1).bit_length())
                         rows = max(1, 4096 // bsp2)
                         out.append((f"rows {label} bs={bs} {dt} stoch={stoch} recip={recip}",
-                                    K._quant_rows_kernel, sig,
+                                    K.quant_rows_kernel, sig,
                                     dict(common, BS=bs, ROWS=rows, G=bsp2 // 8)))
                     for bs in ([0] if quick else [0, 100, 1 << 20]):
                         out.append((f"elem {label} bs={bs} {dt} stoch={stoch} recip={recip}",
-                                    K._quant_elem_kernel, sig,
+                                    K.quant_elem_kernel, sig,
                                     dict(common, BS=bs, ROWS=1, G=512)))
-        for label, method, bits, levels, inv in quant:
+        for label, method, bits, levels, rcp in quant:
             for bs in ([256, 0] if not quick else [256]):
                 for recip in ([True] if quick else [True, False]):
                     sig = {"packed_ptr": "*u8", "stats_ptr": "*fp32", "out_ptr": f"*{dt}",
                            "n": "i32", "nblocks": "i32", "nbytes": "i32"}
                     out.append((f"decode {label} bs={bs} {dt} recip={recip}",
-                                K._quant_decode_kernel, sig,
+                                K.quant_decode_kernel, sig,
                                 dict(METHOD=method, BS=bs, BLOCK=2048, BITS=bits, LEVELS=levels,
-                                     INV=inv, RECIP=recip, MANUAL_BF16=False)))
-        for mode in (K.P_ABSMAX, K.P_MINMAX, K.P_ABSSUM, K.P_ONEBIT, K.P_SUMSQ):
+                                     INV=rcp, RECIP=recip, MANUAL_BF16=False)))
+        for mode in (KT.P_ABSMAX, KT.P_MINMAX, KT.P_ABSSUM, KT.P_ONEBIT, KT.P_SUMSQ):
             sig = {"x_ptr": f"*{dt}", "part_ptr": "*fp32", "aux_ptr": "*fp32", "n": "i32",
                    "BS": "i32", "nblocks": "i32", "CPB": "i32"}
             for rows, chunk in ((1, 4096), (32, 128)):
-                out.append((f"partial mode={mode} rows={rows} {dt}", K._partial_kernel, sig,
+                out.append((f"partial mode={mode} rows={rows} {dt}", KT.partial_kernel, sig,
                             dict(MODE=mode, ROWS=rows, CHUNK=chunk)))
-        for m in (K.EFSIGN, K.ONEBIT):
+        for m in (KS.EFSIGN, KS.ONEBIT):
             sig = {"x_ptr": f"*{dt}", "packed_ptr": "*u8", "stats_ptr": "*fp32", "n": "i32",
                    "nblocks": "i32", "nbytes": "i32"}
-            out.append((f"sign rows method={m} {dt}", K._sign_rows_kernel, sig,
+            out.append((f"sign rows method={m} {dt}", KS.sign_rows_kernel, sig,
                         dict(METHOD=m, BS=256, ROWS=16, G=32)))
-        for stats in (K.P_NONE, K.P_ABSMAX, K.P_ABSSUM, K.P_ONEBIT):
+        for stats in (KT.P_NONE, KT.P_ABSMAX, KT.P_ABSSUM, KT.P_ONEBIT):
             sig = {"x_ptr": f"*{dt}", "packed_ptr": "*u8", "part_ptr": "*fp32", "n": "i32",
                    "nbytes": "i32"}
-            out.append((f"sign elem stats={stats} {dt}", K._sign_elem_kernel, sig,
+            out.append((f"sign elem stats={stats} {dt}", KS.sign_elem_kernel, sig,
                         dict(STATS=stats, ROWS=1, G=512)))
-        for m in (K.SIGN, K.EFSIGN, K.ONEBIT):
+        for m in (KS.SIGN, KS.EFSIGN, KS.ONEBIT):
             sig = {"packed_ptr": "*u8", "stats_ptr": "*fp32", "out_ptr": f"*{dt}", "n": "i32",
                    "nbytes": "i32"}
             for bs in (0, 256):
-                out.append((f"sign decode method={m} bs={bs} {dt}", K._sign_decode_kernel, sig,
+                out.append((f"sign decode method={m} bs={bs} {dt}", KS.sign_decode_kernel, sig,
                             dict(METHOD=m, BS=bs, BLOCK=2048, MANUAL_BF16=False)))
         sig = {"x_ptr": f"*{dt}", "packed_ptr": "*u8", "exp_ptr": "*u8", "seed_ptr": "*i64",
                "n": "i32", "nbytes": "i32"}
-        out.append((f"natural encode {dt}", K._natural_encode_kernel, sig,
+        out.append((f"natural encode {dt}", K.natural_encode_kernel, sig,
                     dict(CAP=142 if dt == "fp16" else 254, ROWS=1, G=512)))
         sig = {"packed_ptr": "*u8", "exp_ptr": "*u8", "out_ptr": f"*{dt}", "n": "i32",
                "nbytes": "i32"}
-        out.append((f"natural decode {dt}", K._natural_decode_kernel, sig,
+        out.append((f"natural decode {dt}", K.natural_decode_kernel, sig,
                     dict(BLOCK=2048, MANUAL_BF16=False)))
     for bits in (1, 2, 4, 5, 7):
-        out.append((f"pack bits={bits}", K._pack_kernel,
+        out.append((f"pack bits={bits}", KP.pack_kernel,
                     {"codes_ptr": "*u8", "packed_ptr": "*u8", "n": "i32", "nbytes": "i32"},
                     dict(BITS=bits, BP2=max(2, 1 << (bits - 1).bit_length()), ROWS=1, G=512)))
-        out.append((f"unpack bits={bits}", K._unpack_kernel,
+        out.append((f"unpack bits={bits}", KP.unpack_kernel,
                     {"packed_ptr": "*u8", "codes_ptr": "*u8", "n": "i32", "nbytes": "i32"},
                     dict(BITS=bits, BLOCK=2048)))
     return out
@@ -166,4 +167,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     sys.exit(main())
