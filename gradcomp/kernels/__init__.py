@@ -65,6 +65,8 @@ import os
 
 import torch
 
+from .launch import MAX_NUMEL, SUPPORTED_DTYPES, interpreting
+
 #: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
 _OPS = {name: "quantize" for name in (
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
@@ -75,19 +77,11 @@ _OPS.update({name: "sign" for name in (
     "sign_encode", "sign_decode", "sign_encode_ef", "signsgd_encode", "signsgd_decode",
     "efsignsgd_encode", "efsignsgd_decode", "onebit_encode", "onebit_decode")})
 _OPS.update({name: "packing" for name in ("pack", "unpack")})
-_OPS.update({name: "launch" for name in ("fused_block_size", "SUPPORTED_DTYPES", "FUSED_MAX",
-                                         "MAX_NUMEL")})
+_OPS.update({name: "launch" for name in ("fused_block_size", "FUSED_MAX")})
 _OPS.update({name: "sparse" for name in ("topk_select", "threshold_select")})
 _OPS.update({name: "randomk" for name in ("randomk_encode", "randomk_positions",
                                            "randomk_gather", "randomk_scatter")})
 _OPS.update({name: "orthogonal" for name in ("orthogonalize_",)})
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_MAX_NUMEL = (1 << 28) - 1
-
-
-def interpreting() -> bool:
-    """True when Triton's interpreter is on (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,7 +112,7 @@ def supports(x: torch.Tensor) -> bool:
     bfloat16 CUDA tensor of at most 2**28 - 1 elements, with kernels available. CPU tensors
     always stay on the torch reference (the tests call the kernels directly under the
     interpreter)."""
-    if not (0 < x.numel() <= _MAX_NUMEL and x.dtype in _DTYPES):
+    if not (0 < x.numel() <= MAX_NUMEL and x.dtype in SUPPORTED_DTYPES):
         return False
     if x.is_cuda:
         return available()
@@ -144,7 +138,7 @@ def supports_decode(wire: torch.Tensor, dtype: torch.dtype, numel: int) -> bool:
     """Whether the compressors should decode a payload with a kernel: its wire tensor `wire`
     is on a CUDA device, it decodes to `numel` values of a supported `dtype`, and kernels are
     available."""
-    return (wire.is_cuda and dtype in _DTYPES and 0 < numel <= _MAX_NUMEL and available())
+    return (wire.is_cuda and dtype in SUPPORTED_DTYPES and 0 < numel <= MAX_NUMEL and available())
 
 
 def __getattr__(name):

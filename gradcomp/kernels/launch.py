@@ -4,10 +4,9 @@ arguments, and the launch itself. No Triton import here."""
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
-
-from . import interpreting
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Largest block size encoded by the fused one-pass ("rows") kernels; larger blocks, block
@@ -17,6 +16,11 @@ FUSED_MAX = 8192
 MAX_NUMEL = (1 << 28) - 1  # bit offsets (numel * 8) must fit in int32
 
 _F32 = torch.float32
+
+
+def interpreting() -> bool:
+    """True when Triton's interpreter is on (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 # -- launch configuration --------------------------------------------------------------------

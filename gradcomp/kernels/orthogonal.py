@@ -14,9 +14,8 @@ import functools
 
 import torch
 
-from . import interpreting
 from .jit.orthogonal import orthogonalize_kernel
-from .launch import launch, p2
+from .launch import interpreting, launch, p2
 
 __all__ = ["orthogonalize_", "MAX_RANK"]
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from . import interpreting
 from .jit import randomk as K
-from .launch import MAX_NUMEL, SUPPORTED_DTYPES, cdiv, check_input, launch
+from .launch import MAX_NUMEL, SUPPORTED_DTYPES, cdiv, check_input, interpreting, launch
 from .permutation import check_keys, half_bits
 
 __all__ = ["randomk_encode", "randomk_positions",

@@ -25,9 +25,8 @@ import functools
 
 import torch
 
-from . import interpreting
 from .jit import sparse as K
-from .launch import cdiv, check_input, launch, p2
+from .launch import cdiv, check_input, interpreting, launch, p2
 
 __all__ = ["topk_select", "threshold_select"]
 

@@ -29,7 +29,7 @@ Threshold selection counts (`thr_count_kernel`) and writes (`thr_write_kernel`):
 import triton
 import triton.language as tl
 
-from .. import interpreting
+from ..launch import interpreting
 
 NB1 = tl.constexpr(64)  # first-level bins
 NB = tl.constexpr(256)  # bins of a candidate level
