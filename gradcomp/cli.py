@@ -135,13 +135,11 @@ def _profile(args) -> None:
 def _run(args) -> None:
     from .evaluation.run import run
 
-    out = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
-              bandwidth=args.bandwidth, progress=not args.json)
-    report = out / "report.md"
-    verdicts = [line for line in report.read_text().splitlines()
-                if line.startswith(("- **Encode/decode costs", "- **Time to accuracy"))]
-    _emit(args, {"results": str(out), "report": str(report), "verdicts": verdicts},
-          f"results in {out}\nreport: {report}\n\n" + "\n".join(verdicts))
+    report = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
+                 bandwidth=args.bandwidth, progress=not args.json)
+    out, verdicts = report.folder, list(report.verdicts)
+    _emit(args, {"results": str(out), "report": str(report.path), "verdicts": verdicts},
+          f"results in {out}\nreport: {report.path}\n\n" + "\n".join(verdicts))
 
 
 def _bench(args) -> None:
@@ -223,7 +221,7 @@ def _report(args) -> None:
     from .evaluation.report import write_report
 
     path = write_report(args.results, profile=args.profile, workers=args.workers,
-                        bandwidth=args.bandwidth, bucketing=args.bucketing)
+                        bandwidth=args.bandwidth, bucketing=args.bucketing).path
     _emit(args, {"report": str(path)}, f"wrote {path}")
 
 
