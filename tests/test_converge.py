@@ -215,9 +215,11 @@ def test_tasks_are_fixed_by_their_seed_and_digits_needs_scikit_learn(monkeypatch
 
 def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep):
     out, frame = sweep
-    text = "\n".join(convergence_section(out.parent, "resnet50", 8, "10gbit"))
+    lines, verdict_line = convergence_section(out.parent, "resnet50", 8, "10gbit")
+    text = "\n".join(lines)
     tta = pd.read_csv(out.parent / TTA)
     assert "## Convergence" in text and tta_verdict(tta) in text
+    assert verdict_line == f"- **Time to accuracy:** {tta_verdict(tta)}" and verdict_line in lines
     missed = unreached(tta)
     assert f"{len(tta) - len(missed)} of {len(tta)} variants" in text
     assert "| topk(ratio=0.001) " in text and "final accuracy" in text

@@ -14,7 +14,7 @@ from gradcomp.evaluation.env import environment
 from gradcomp.evaluation.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.network import Network
 from gradcomp.evaluation.profiles import save_profile
-from gradcomp.evaluation.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
+from gradcomp.evaluation.report import (ASSUMED, COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
                                         write_report)
 from gradcomp.evaluation.run import run
 from gradcomp.evaluation.store import ResultTable
@@ -82,11 +82,18 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
 
 def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     folder = make_results(tmp_path)
-    path = write_report(folder, "resnet50", 8, "10gbit")
+    report = write_report(folder, "resnet50", 8, "10gbit")
+    path = report.path
+    assert report.folder == folder and path == folder / "report.md"
     text = path.read_text()
     compress = ResultTable(folder / COMPRESS).frame()
-    assert verdict(advise("resnet50", 8, "10gbit", list(METHODS), compress)) in text
-    assert verdict(advise("resnet50", 8, "10gbit", list(METHODS))) in text
+    measured = verdict(advise("resnet50", 8, "10gbit", list(METHODS), compress))
+    assumed = verdict(advise("resnet50", 8, "10gbit", list(METHODS)))
+    assert measured in text and assumed in text
+    device = compress["device_name"].iloc[0]
+    assert report.verdicts == (f"- **Encode/decode costs measured on {device}:** {measured}",
+                               f"- **Encode/decode costs {ASSUMED}:** {assumed}")
+    assert all(line in text.splitlines() for line in report.verdicts)
     for heading in ("## Verdict", "### Ranking", "## Encode/decode costs", "## Collectives",
                     "## Training: measured vs predicted", "## Environment"):
         assert heading in text
@@ -111,8 +118,11 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
 
 
 def test_report_without_measurements_uses_the_assumed_costs(tmp_path):
-    text = write_report(tmp_path, "resnet50", 8, "100gbit").read_text()
+    report = write_report(tmp_path, "resnet50", 8, "100gbit")
+    text = report.path.read_text()
     assert verdict(advise("resnet50", 8, "100gbit")) in text
+    assert report.verdicts == (
+        f"- **Encode/decode costs {ASSUMED}:** {verdict(advise('resnet50', 8, '100gbit'))}",)
     assert "Not measured in this run" in text and "Not available" in text
 
 
@@ -146,7 +156,8 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     calls.clear()
     monkeypatch.setattr(bench_compress, "measure_codec", lambda *a, **k: calls.append(a[:3])
                         or real(*a, **k))
-    out = run(tmp_path / "r", **small)
+    report = run(tmp_path / "r", **small)
+    out = report.folder
     assert out == tmp_path / "r" and len(calls) == 1  # only the missing row
     after = ResultTable(out / COMPRESS).frame()
     assert len(after) == 4
@@ -154,6 +165,8 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
     assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16"]
     text = (out / "report.md").read_text()
+    assert report.path == out / "report.md"
+    assert report.verdicts and all(line in text.splitlines() for line in report.verdicts)
     assert "## Verdict" in text and "## Training: measured vs predicted" in text
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
         assert png_size(out / link)[0] > 0

@@ -62,17 +62,18 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 
 def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
-                        costs=None) -> list[str]:
-    """The section's markdown lines for results folder `out`."""
+                        costs=None) -> tuple[list[str], str | None]:
+    """The section's markdown lines for results folder `out`, and its time-to-accuracy
+    verdict line (None when the folder gives none)."""
     out = Path(out)
     lines = ["## Convergence", ""]
     if not (out / CONVERGE).exists():
-        return lines + ["Not measured in this run (no `converge.csv`).", ""]
+        return lines + ["Not measured in this run (no `converge.csv`).", ""], None
     summary = ResultTable(out / CONVERGE).frame()
     try:
         tta = time_to_accuracy(summary, profile, workers, bandwidth, costs, bucketing)
     except ValueError as e:
-        return lines + [f"Not available: {e}.", ""]
+        return lines + [f"Not available: {e}.", ""], None
     write_atomic(out / TTA, tta.to_csv(index=False))
     chosen = select(summary)
     curve = load_curves(out / CONVERGE).merge(chosen[["task", "metric", "target"]]
@@ -84,6 +85,7 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
     first, row = tta.iloc[0], chosen.iloc[0]
     seeds = sorted(chosen["seed"].unique())
     missed = unreached(tta)
+    verdict = f"- **Time to accuracy:** {tta_verdict(tta)}"
     lines += [
         f"Task `{row['task']}` trained with DDP on {int(row['world_size'])} {row['backend']} "
         f"workers (batch {int(row['batch_size'])} per worker, SGD lr {row['lr']:g}, momentum "
@@ -93,7 +95,7 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
         f"for `{first['profile']}` on {workers} workers (costs {first['costs']}), so the "
         f"time to target is iterations x predicted iteration time (`{TTA}`).", "",
-        f"- **Time to accuracy:** {tta_verdict(tta)}", "",
+        verdict, "",
         f"Reached the target on every seed: {len(tta) - len(missed)} of {len(tta)} variants"
         + (f"; not: {', '.join(missed)}." if missed else "."), "",
         _table(pd.DataFrame({
@@ -114,4 +116,4 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         "![loss and accuracy vs iteration](convergence_iterations.png)", "",
         "![loss and accuracy vs predicted wall time](convergence_time.png)", "",
         "![iterations to target](iterations_to_target.png)", ""]
-    return lines
+    return lines, verdict

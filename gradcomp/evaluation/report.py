@@ -12,6 +12,7 @@ Inputs (any may be missing; its sections then say so): ``compress.csv`` (`bench_
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +39,17 @@ HEAT_BANDWIDTHS = tuple(g * 1e9 for g in (1, 2.5, 5, 10, 25, 40, 100, 200, 400))
 ASSUMED = "assumed (memory-bound floors)"
 ENV_COLUMNS = ("device_name", "cpu", "torch_version", "gradcomp_version", "python_version",
                "hostname")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `write_report` wrote: the results `folder`, the `path` of its ``report.md`` and
+    the `verdicts` the report computed, as they stand there (markdown list items): one per
+    source of encode/decode costs, then time to accuracy when the folder's convergence runs
+    give one."""
+    folder: Path
+    path: Path
+    verdicts: tuple[str, ...]
 
 
 def load_tables(results_dir) -> dict[str, pd.DataFrame]:
@@ -95,14 +107,15 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _advice(out: Path, profile, workers, bandwidth, bucketing, methods,
-            sources) -> tuple[list[str], str | None]:
-    """The verdict and ranking sections, and the best method other than none (first
-    source; None when there is none)."""
-    lines, tables = ["## Verdict", ""], []
+            sources) -> tuple[list[str], list[str], str | None]:
+    """The verdict and ranking sections, their verdict lines, and the best method other
+    than none (first source; None when there is none)."""
+    verdicts, tables = [], []
     for label, costs in sources.items():
         table = advise(profile, workers, bandwidth, methods, costs, bucketing)
         tables.append(table.assign(cost_source=label))
-        lines.append(f"- **Encode/decode costs {label}:** {verdict(table)}")
+        verdicts.append(f"- **Encode/decode costs {label}:** {verdict(table)}")
+    lines = ["## Verdict", "", *verdicts]
     _save_csv(pd.concat(tables, ignore_index=True), out / "advise.csv")
     p = load_profile(profile)
     lines += ["", f"Question: profile `{p.name}` on {workers} workers at "
@@ -123,7 +136,7 @@ def _advice(out: Path, profile, workers, bandwidth, bucketing, methods,
             "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)), "costs": ("costs", _text)}),
             ""]
     others = tables[0][tables[0]["method"] != "none"]["method"]
-    return lines, others.iloc[0] if len(others) else None
+    return lines, verdicts, others.iloc[0] if len(others) else None
 
 
 def _whatif(out: Path, profile, workers, bandwidth, bucketing, methods, sources,
@@ -238,10 +251,10 @@ def _environment(tables: dict) -> list[str]:
 
 
 def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="10gbit",
-                 bucketing: str = "ddp") -> Path:
-    """Analyse the tables in `results_dir` and write ``report.md`` there (returned): the
-    verdict and ranking for `profile` on `workers` at `bandwidth`, what-if curves, the fits,
-    the training validation, the figures and the environment."""
+                 bucketing: str = "ddp") -> Report:
+    """Analyse the tables in `results_dir` and write ``report.md`` there: the verdict and
+    ranking for `profile` on `workers` at `bandwidth`, what-if curves, the fits, the training
+    validation, the figures and the environment. Returns its path and verdicts (`Report`)."""
     out = Path(results_dir)
     tables = load_tables(out)
     compress, collective, train = tables[COMPRESS], tables[COLLECTIVE], tables[TRAIN]
@@ -254,12 +267,15 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         sources = {f"measured on {compress['device_name'].iloc[0]}": costs, **sources}
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", ""]
-    advice, best = _advice(out, profile, workers, bandwidth, bucketing, methods, sources)
+    advice, verdicts, best = _advice(out, profile, workers, bandwidth, bucketing, methods,
+                                     sources)
     lines += advice
     lines += _whatif(out, profile, workers, bandwidth, bucketing, methods, sources, best)
     lines += _codec(out, compress, codec_fits)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, costs)
-    lines += convergence_section(out, profile, workers, bandwidth, bucketing, costs)
+    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing, costs)
+    lines += convergence
     lines += _environment(tables)
-    return write_atomic(out / "report.md", "\n".join(lines))
+    path = write_atomic(out / "report.md", "\n".join(lines))
+    return Report(out, path, (*verdicts, *([tta] if tta else [])))

@@ -18,7 +18,8 @@ from .bench_train import bench_train
 from .converge import CONVERGE, FULL, QUICK, bench_converge
 from .network import Network
 from .profiles import load_profile
-from .report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, write_report
+from .report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
+from .whatif import BANDWIDTH, PROFILE, WORKERS
 
 LOCAL_WORKERS = 2
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
@@ -37,13 +38,14 @@ def _say(progress: bool, text: str) -> None:
         print(f"gradcomp run: {text}", file=sys.stderr, flush=True)
 
 
-def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
-        bandwidth="10gbit", progress: bool = True, methods=None, model: str = "mlp",
+def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKERS,
+        bandwidth=BANDWIDTH, progress: bool = True, methods=None, model: str = "mlp",
         sizes=None, collective_sizes=None, iterations: int | None = None,
-        converge_iters: int | None = None) -> Path:
+        converge_iters: int | None = None) -> Report:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
-    tables); return the folder. The question: `profile` on `workers` at `bandwidth`.
-    `quick`: a few sizes and iterations (minutes on 2 CPU cores) instead of the full sweeps.
+    tables); return the `Report`: the folder, its ``report.md`` and the verdicts computed
+    there. The question: `profile` on `workers` at `bandwidth`. `quick`: a few sizes and
+    iterations (minutes on 2 CPU cores) instead of the full sweeps.
     Smaller runs: `methods` (names; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
@@ -81,5 +83,5 @@ def run(out_dir=None, quick: bool = True, profile="resnet50", workers: int = 8,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
     report = write_report(out, profile, workers, bandwidth)
-    _say(progress, f"report: {report}")
-    return out
+    _say(progress, f"report: {report.path}")
+    return report

@@ -21,6 +21,10 @@ from .profiles import load_profile
 from .timeline import Prediction, predict
 from .topology import network_on
 
+# The question asked when none is given (`gradcomp whatif`, `advise`, `run`, `report`):
+# ResNet-50 trained data-parallel on 8 workers at 10 Gbit/s each.
+PROFILE, WORKERS, BANDWIDTH = "resnet50", 8, "10gbit"
+
 
 def default_bandwidths(points: int = 25) -> np.ndarray:
     """Log-spaced bandwidths from 1 to 400 Gbit/s, bit/s."""

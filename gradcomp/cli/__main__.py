@@ -1,0 +1,6 @@
+"""`python -m gradcomp.cli`."""
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
+network and method (or every method)."""
+from ..evaluation.advise import advise, verdict
+from ..evaluation.tasks import TASKS
+from ..evaluation.time_to_accuracy import TTA_COLUMNS
+from ..evaluation.topology import ALGORITHMS, network_on
+from ..evaluation.units import format_rate
+from ..evaluation.whatif import break_even_bandwidth, required_compression, scenario, sweep
+from .common import (default_of, emit, fraction, network_defaults, network_options, split,
+                     table, topology_options)
+
+ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
+
+
+def add_whatif(sub) -> None:
+    wi = sub.add_parser("whatif", help="scaling factor and iteration time for a profile, "
+                        "network and method; the compression needed and the break-even bandwidth")
+    network_options(wi)
+    wi.add_argument("--method", default=default_of(scenario, "method"),
+                    help="a gradcomp method name")
+    wi.add_argument("--compression", type=float,
+                    help="a bare compression ratio instead of a method")
+    wi.add_argument("--target-sf", type=fraction,
+                    default=default_of(required_compression, "target_sf"),
+                    help="scaling factor to reach, in (0, 1]")
+    wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
+    topology_options(wi)
+    wi.add_argument("--algorithm", choices=ALGORITHMS, default=ALGORITHM,
+                    help=f"with --topology: the all-reduce algorithm (default: {ALGORITHM})")
+    wi.set_defaults(run=_whatif, workers=None, latency=None)  # None: see network_defaults
+
+
+def add_advise(sub) -> None:
+    ad = sub.add_parser("advise", help="rank methods by predicted iteration time and say "
+                        "whether compression is worth it")
+    network_options(ad)
+    ad.add_argument("--costs", help="a `bench compress` CSV with measured encode/decode costs")
+    ad.add_argument("--methods", help="comma-separated methods (default: all)")
+    ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
+                    "its target (measured iterations x predicted iteration time)")
+    ad.add_argument("--task", choices=TASKS, help="with --convergence: the task, when the "
+                    "table holds several")
+    ad.add_argument("--target", type=float, help="with --convergence: the target, when the "
+                    "table holds several")
+    topology_options(ad)
+    ad.add_argument("--algorithms", help="with --topology: comma-separated all-reduce "
+                    f"algorithms of {', '.join(ALGORITHMS)} (default: all)")
+    ad.set_defaults(run=_advise, workers=None, latency=None)  # None: see network_defaults
+
+
+def _whatif(args) -> None:
+    on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
+    workers, latency = network_defaults(args)
+    common = dict(bucketing=args.bucketing, latency_s=latency)
+    if args.sweep and on:
+        raise ValueError("--sweep is not allowed with --topology: the sweep varies one "
+                         "bandwidth for all links; scale the topology file instead")
+    if args.sweep:
+        frame = sweep(args.profile, workers=workers, methods=[args.method],
+                      ratios=[args.compression] if args.compression else (), **common)
+        emit(args, frame.to_dict("records"),
+             table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
+                           "speedup"]))
+        return
+    pred = scenario(args.profile, workers, args.bandwidth, args.method,
+                    ratio=args.compression, **common, **on)
+    need = required_compression(args.profile, workers, args.bandwidth,
+                                target_sf=args.target_sf, **common, **on)
+    row = {**pred.as_row(), "required_compression": need.ratio,
+           "required_compression_reason": need.reason, "target_sf": args.target_sf}
+    lines = [f"{args.profile} on {pred.workers} workers at {format_rate(args.bandwidth)} "
+             f"({args.bucketing} bucketing), method {pred.method}"
+             + (f", topology {args.topology}, {args.algorithm} all-reduce" if on else "") + ":",
+             f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
+             f"speedup vs none {pred.speedup:.2f}x",
+             f"  compression needed for SF {args.target_sf}: "
+             + (f"{need.ratio:.3g}x" if need.ratio != float("inf")
+                else f"unreachable ({need.reason})")]
+    if args.method != "none" and not on:
+        even = break_even_bandwidth(args.profile, workers, args.method, **common)
+        row["break_even_bandwidth_bps"] = even
+        lines.append(f"  {args.method} beats none below {format_rate(even)}"
+                     if 0 < even < float("inf") else
+                     f"  {args.method} {'always' if even else 'never'} beats none")
+    emit(args, row, "\n".join(lines))
+
+
+def _advise(args) -> None:
+    import pandas as pd
+
+    costs = pd.read_csv(args.costs) if args.costs else None
+    convergence = pd.read_csv(args.convergence) if args.convergence else None
+    workers, latency = network_defaults(args)
+    ranking = advise(args.profile, workers, args.bandwidth, methods=split(args.methods),
+                     costs=costs, bucketing=args.bucketing, latency_s=latency,
+                     convergence=convergence, task=args.task, target=args.target,
+                     topology=args.topology, algorithms=split(args.algorithms))
+    answer = verdict(ranking)
+    columns = TTA_COLUMNS if convergence is not None else [
+        "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
+        "speedup", "compression", "codec_s", "costs"]
+    emit(args, {"verdict": answer, "ranking": ranking.to_dict("records")},
+         table(ranking, columns) + "\n\n" + answer)

@@ -1,0 +1,120 @@
+"""What the command groups share: output (JSON or a table), option types, the network
+options of whatif / advise / run / report, and turning the library's errors into messages."""
+import argparse
+import inspect
+import json
+from contextlib import contextmanager
+
+import torch
+
+from ..evaluation.bucketing import POLICIES
+from ..evaluation.units import parse_rate
+from ..evaluation.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # --device of compressors, bench, profile
+
+
+def default_of(function, name: str):
+    """The default of `function`'s parameter `name`: the library owns its defaults."""
+    return inspect.signature(function).parameters[name].default
+
+
+def given(**options) -> dict:
+    """The options that were given (not None); the others keep the called function's own
+    defaults."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def emit(args, payload, text: str) -> None:
+    """Print `payload` as JSON with --json, else the human-readable `text`."""
+    if args.json:
+        print(json.dumps(payload, indent=1, default=float))
+    else:
+        print(text)
+
+
+def table(frame, columns) -> str:
+    from tabulate import tabulate
+
+    return tabulate(frame[list(columns)], headers="keys", showindex=False, floatfmt=".4g")
+
+
+def split(text):
+    """A comma-separated option as a list; None when not given."""
+    return text.split(",") if text else None
+
+
+def rate(text: str) -> float:
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in (0, 1]")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
+    return value
+
+
+def network_options(p) -> None:
+    """The question's options (profile, workers, bandwidth, latency, bucketing) and --json."""
+    p.add_argument("--profile", default=PROFILE, help="built-in profile (resnet50, "
+                   "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
+    p.add_argument("--workers", type=positive_int, default=WORKERS, help="data-parallel workers")
+    p.add_argument("--bandwidth", type=rate, default=rate(BANDWIDTH),
+                   help="per-worker bandwidth with units: 10gbit, 100mbit, 25G (Gbit/s), "
+                   "3GB (bytes/s)")
+    p.add_argument("--latency", type=float, default=default_of(sweep, "latency_s"),
+                   help="per-hop latency alpha, s")
+    p.add_argument("--bucketing", choices=tuple(POLICIES),
+                   default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
+                   "small first bucket) or Horovod tensor fusion (5 ms cycle, 64 MB buffer)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def topology_options(p) -> None:
+    p.add_argument("--topology", help="a network topology instead of one bandwidth: "
+                   "two-racks, random, random:SEED (links only), homogeneous (a switched "
+                   "cluster: one NIC of --bandwidth per worker), built for --workers "
+                   f"(default {WORKERS}) and --bandwidth, or a .json/.csv matrix of bit/s "
+                   "(entry i,j: a dedicated link i->j; JSON: {\"bandwidth_bps\": matrix, "
+                   "\"latency_s\": s, \"egress_bps\"/\"ingress_bps\": per-worker NICs}); a "
+                   "file sets the workers (--workers must match) and the latency unless "
+                   "--latency is given")
+
+
+def network_defaults(args) -> tuple:
+    """whatif / advise: (workers, latency); unset, they are the library's (WORKERS and no
+    latency), or with --topology None, so that a topology file's own values apply."""
+    if args.topology:
+        return args.workers, args.latency
+    return (WORKERS if args.workers is None else args.workers,
+            default_of(sweep, "latency_s") if args.latency is None else args.latency)
+
+
+@contextmanager
+def exits_on(command: str, *errors):
+    """Inside, `errors` end the command with "gradcomp COMMAND: message", no traceback."""
+    try:
+        yield
+    except errors as exc:
+        raise SystemExit(f"gradcomp {command}: {exc}") from None
+
+
+def dispatch(top: argparse.ArgumentParser, args) -> int:
+    """Run the chosen command; bad input found by the library (ValueError) becomes a parser
+    error that names the command, no traceback."""
+    try:
+        args.run(args)
+    except ValueError as exc:
+        top.error(f"{args.command}: {exc}")
+    return 0

@@ -1,0 +1,39 @@
+"""`gradcomp run` (the main job: measure, fit, report) and `gradcomp report` (rewrite the
+report of a results folder)."""
+from .common import emit, network_options
+
+
+def add_run(sub) -> None:
+    rn = sub.add_parser("run", help="the main job: measure compression, collectives and DDP "
+                        "training here, fit the model, and write plots and a report")
+    network_options(rn)
+    rn.add_argument("--out", help="results folder (default: results/<timestamp>); an "
+                    "existing one is resumed, finished rows are skipped")
+    rn.add_argument("--full", action="store_true", help="full sweeps instead of the quick "
+                    "default (minutes on 2 CPU cores)")
+    rn.set_defaults(run=_run)
+
+
+def add_report(sub) -> None:
+    re_ = sub.add_parser("report", help="(re)write plots and report.md for a results folder")
+    network_options(re_)
+    re_.add_argument("results", help="a folder written by `gradcomp run`")
+    re_.set_defaults(run=_report)
+
+
+def _run(args) -> None:
+    from ..evaluation.run import run
+
+    report = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
+                 bandwidth=args.bandwidth, progress=not args.json)
+    emit(args, {"results": str(report.folder), "report": str(report.path),
+                "verdicts": list(report.verdicts)},
+         f"results in {report.folder}\nreport: {report.path}\n\n" + "\n".join(report.verdicts))
+
+
+def _report(args) -> None:
+    from ..evaluation.report import write_report
+
+    report = write_report(args.results, profile=args.profile, workers=args.workers,
+                          bandwidth=args.bandwidth, bucketing=args.bucketing)
+    emit(args, {"report": str(report.path)}, f"wrote {report.path}")

@@ -1,0 +1,87 @@
+"""`gradcomp testbed` (run a command in a bandwidth-limited local testbed) and `gradcomp
+validate` (the performance model against DDP runs in it)."""
+import argparse
+
+from ..evaluation import testbed
+from ..evaluation.validate import (DEFAULT_METHODS, DEFAULT_RATES, MODELS, summarize,
+                                   validate_sweep)
+from .common import default_of, emit, exits_on, positive_int, rate, split, table
+
+FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
+
+
+def add_testbed(sub) -> None:
+    tb = sub.add_parser("testbed", help="run a command in every namespace of a bandwidth-"
+                        "limited local testbed (one network namespace per worker; needs root)")
+    tb.add_argument("--workers", type=positive_int,
+                    default=default_of(testbed.run_command, "workers"), help="namespaces (ranks)")
+    tb.add_argument("--rate", type=rate, default=rate(default_of(testbed.run_command, "rate")),
+                    help="every link's rate: 100mbit, 1gbit, 2.5gbit, ...")
+    tb.add_argument("--rates", help="comma-separated rate per worker's link (heterogeneous)")
+    tb.add_argument("--topology", choices=testbed.TOPOLOGIES,
+                    default=default_of(testbed.run_command, "topology"),
+                    help="a bridge joining every namespace, or one link between 2")
+    tb.add_argument("--threads", type=positive_int,
+                    default=default_of(testbed.run_command, "threads"),
+                    help="OMP_NUM_THREADS of each worker")
+    tb.add_argument("--timeout", type=float, help="seconds before the job is stopped")
+    tb.add_argument("--cleanup", action="store_true", help="remove what killed runs left")
+    tb.add_argument("--check", action="store_true", help="time an all-reduce of 4 MiB at "
+                    "--rate against what the rate implies")
+    tb.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    tb.add_argument("command", nargs=argparse.REMAINDER,
+                    help="-- COMMAND... run in each namespace with RANK, WORLD_SIZE, "
+                    "MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME set")
+    tb.set_defaults(run=_testbed)
+
+
+def add_validate(sub) -> None:
+    va = sub.add_parser("validate", help="measure DDP iterations in the testbed at several "
+                        "rates and hold the performance model's predictions against them")
+    va.add_argument("--rates", default=",".join(DEFAULT_RATES), help="comma-separated rates")
+    va.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                    help="comma-separated methods ('ddp': DDP's own all-reduce)")
+    va.add_argument("--model", choices=tuple(MODELS), default=default_of(validate_sweep, "model"),
+                    help="built-in model")
+    va.add_argument("--iterations", type=positive_int,
+                    default=default_of(validate_sweep, "iterations"),
+                    help="timed iterations per method and rate")
+    va.add_argument("--out", help="results folder (default: results/validate-<timestamp>); "
+                    "an existing one is resumed")
+    va.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    va.set_defaults(run=_validate)
+
+
+def _testbed(args) -> None:
+    with exits_on("testbed", *FAILURES):
+        if args.cleanup:
+            removed = testbed.cleanup_stale()
+            emit(args, {"removed": removed}, f"removed {len(removed)} stale testbed run(s)"
+                 + "".join(f"\n  {run}" for run in removed))
+            return
+        if args.check:
+            row = testbed.rate_check(args.rate)
+            emit(args, row, f"all-reduce of {row['nbytes']:,} bytes at {args.rate:g} bit/s: "
+                 f"{row['measured_s'] * 1e3:.1f} ms measured, {row['expected_s'] * 1e3:.1f} ms "
+                 f"expected from the rate ({row['rel_error']:+.1%})")
+            return
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        results = testbed.run_command(command, args.workers, args.rate, split(args.rates),
+                                      args.topology, args.threads, args.timeout)
+        emit(args, [r.__dict__ for r in results],
+             "\n".join(f"[rank {r.rank}] {line}" for r in results
+                       for line in (r.stdout + r.stderr).splitlines()))
+
+
+def _validate(args) -> None:
+    import time
+
+    out = args.out or f"results/validate-{time.strftime('%Y%m%d-%H%M%S')}"
+    with exits_on("validate", *FAILURES):
+        rows = validate_sweep(out, args.rates.split(","), args.methods.split(","), args.model,
+                              iterations=args.iterations, progress=not args.json)
+    summary = summarize(rows)
+    emit(args, {"results": out, "rows": rows.to_dict("records"),
+                "summary": summary.to_dict("records")},
+         table(rows, ["rate", "method", "measured", "predicted", "rel_error"]) + "\n\n"
+         + table(summary, summary.columns) + f"\n\nresults in {out}")
