@@ -1,7 +1,15 @@
-"""The ranks a hook averages over: its process group, with size, rank and backend."""
+"""The ranks a hook averages over: its process group, with size, rank and backend, and the
+per-bucket gloo groups on which multi-round exchanges chain their rounds."""
 from __future__ import annotations
 
 import torch.distributed as dist
+
+#: (default group, bucket index) -> (default group, that bucket's own gloo group), shared by
+#: every hook in this process and kept until it exits. A gloo group freed by one of its own
+#: worker threads aborts the process ("Resource deadlock avoided": its destructor joins the
+#: thread it runs on), and a group owned by a hook could be freed that way when the last
+#: reference to the hook sat in a future callback at teardown; here no callback holds one.
+_ROUND_GROUPS: dict[tuple[int, int], tuple] = {}
 
 
 class Ranks:
@@ -39,3 +47,15 @@ class Ranks:
         CUDA tensors on gloo, a custom process group) they wait for each round instead."""
         return (self.process_group is None and self.world_size > 1
                 and self.backend == "gloo" and device.type == "cpu")
+
+    def round_group(self, bucket_index: int, device):
+        """A gloo group of all ranks for one bucket's multi-round exchange, created on first
+        use (in bucket order, the same on every rank); None where the rounds must wait
+        instead (see `can_chain`)."""
+        if not self.can_chain(device):
+            return None
+        world = dist.group.WORLD
+        key = (id(world), bucket_index)
+        if key not in _ROUND_GROUPS:
+            _ROUND_GROUPS[key] = (world, dist.new_group(backend="gloo"))
+        return _ROUND_GROUPS[key][1]

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import torch
-import torch.distributed as dist
 
 from ...compressors import Compressor
 from ..ranks import Ranks
@@ -43,7 +42,8 @@ class Sent:
 
 
 class Communicator(ABC):
-    """Moves one bucket between ranks; built once per hook state, owns its groups and buffers.
+    """Moves one bucket between ranks; built once per hook state, owns its buffers (the
+    per-bucket gloo groups of chained rounds come from `Ranks.round_group`).
 
     `label` names it in telemetry (the method's name, or "allreduce" for the uncompressed
     path)."""
@@ -54,7 +54,6 @@ class Communicator(ABC):
         self.compressor = compressor
         self.ranks = ranks
         self._pays: dict[tuple[int, int, torch.dtype], bool] = {}
-        self._round_groups: dict[int, Any] = {}
 
     @property
     def name(self) -> str:
@@ -81,16 +80,6 @@ class Communicator(ABC):
     @abstractmethod
     def decode(self, sent: Sent, received) -> torch.Tensor:
         """Write the average into `sent.bucket.buffer` and return it."""
-
-    def round_group(self, bucket_index: int, device: torch.device):
-        """A gloo group of all ranks for one bucket's multi-round exchange, created on first
-        use (in bucket order, the same on every rank); None where the rounds must wait
-        instead (see `Ranks.can_chain`)."""
-        if not self.ranks.can_chain(device):
-            return None
-        if bucket_index not in self._round_groups:
-            self._round_groups[bucket_index] = dist.new_group(backend="gloo")
-        return self._round_groups[bucket_index]
 
 
 def write_back(buf: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

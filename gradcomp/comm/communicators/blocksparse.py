@@ -11,7 +11,7 @@ from .base import Bucket, Communicator, Sent, write_back
 class BlockSparse(Communicator):
     """Each rank decodes its own payload to a dense, mostly zero bucket (divided by the world
     size) and sums it with `block_sparse_all_reduce`: its three rounds chain on the bucket's
-    own gloo group where `round_group` gives one, else they run in `exchange`, each waiting
+    own gloo group where `Ranks.round_group` gives one, else they run in `exchange`, each waiting
     for the last. The result is the all-gather path's average up to the order of the
     additions; `nbytes` counts this rank's bitmap, the blocks it sent to other owners and its
     shard."""
@@ -28,7 +28,7 @@ class BlockSparse(Communicator):
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
         dense = sent.wire[0]
-        own_group = self.round_group(sent.bucket.index, dense.device)
+        own_group = self.ranks.round_group(sent.bucket.index, dense.device)
         if own_group is not None:
             return block_sparse_all_reduce(dense, self.block_size, own_group, async_op=True)
         done = torch.futures.Future()

@@ -2,7 +2,7 @@
 Q = M^T P from the summed P), on each parameter's own matrix.
 
 Collectives must be issued in the same order on every rank, and a round issued from a
-callback could interleave with another bucket's collectives. Where `round_group` gives the
+callback could interleave with another bucket's collectives. Where `Ranks.round_group` gives the
 bucket its own gloo group (gloo, default group, CPU tensors), round 2 is chained on round 1
 there without waiting, while the plain pieces travel on the hook's group. Elsewhere (NCCL,
 CUDA tensors on gloo, a custom process group) `exchange` waits for round 1 before computing
@@ -35,12 +35,12 @@ class TwoRounds(Communicator):
     def exchange(self, sent: Sent) -> torch.futures.Future:
         plain, first = sent.wire
         step, group = sent.context, self.ranks.group
-        own_group = self.round_group(sent.bucket.index, first.device)
-        if own_group is None:
+        index = sent.bucket.index
+        if self.ranks.round_group(index, first.device) is None:
             wire.all_reduce_sum([first], group).wait()
             return wire.all_reduce_sum([plain, self.compressor.next_round(step, first)], group)
         both = torch.futures.collect_all([wire.all_reduce_sum([plain], group),
-                                          self._second_round(step, first, own_group)])
+                                          self._second_round(step, first, index)])
         return both.then(lambda f: [t for part in f.value() for t in part.value()])
 
     def decode(self, sent: Sent, received) -> torch.Tensor:
@@ -50,22 +50,24 @@ class TwoRounds(Communicator):
                                second_sum.div_(self.ranks.world_size), out=buf)
         return buf
 
-    def _second_round(self, step, first: torch.Tensor, group) -> torch.futures.Future:
-        """Sum round 1, compute round 2 from it and sum that, all on the bucket's own group;
-        the future's value is [summed round 2]."""
+    def _second_round(self, step, first: torch.Tensor, index: int) -> torch.futures.Future:
+        """Sum round 1, compute round 2 from it and sum that, all on bucket `index`'s own
+        group (looked up, never held by the callback: see `ranks`); the future's value is
+        [summed round 2]."""
         device = first.device
         done = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
 
         def after_first(fut):
             try:
                 fut.value()
-                second = wire.all_reduce_sum([self.compressor.next_round(step, first)], group)
+                second = wire.all_reduce_sum([self.compressor.next_round(step, first)],
+                                             self.ranks.round_group(index, device))
             except Exception as exc:  # noqa: BLE001 - handed on through the future
                 done.set_exception(exc)
                 return
             second.then(lambda f: _settle(done, f))
 
-        wire.all_reduce_sum([first], group).then(after_first)
+        wire.all_reduce_sum([first], self.ranks.round_group(index, device)).then(after_first)
         return done
 
 
