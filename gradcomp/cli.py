@@ -10,7 +10,7 @@ def _compressors(args) -> None:
     from tabulate import tabulate
     from tqdm import tqdm
 
-    from .evaluation.codec_bench import default_methods, measure_codec
+    from .evaluation.benches.compress import default_methods, measure_codec
 
     rows = []
     for name, options in tqdm(default_methods(), desc="compressing", disable=args.json,
@@ -43,8 +43,8 @@ def _table(frame, columns) -> str:
 
 
 def _whatif(args) -> None:
-    from .evaluation import whatif
-    from .evaluation.units import format_rate
+    from .evaluation.analyses import whatif
+    from .evaluation.common.units import format_rate
 
     on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
     workers, latency = _network_defaults(args)
@@ -84,8 +84,8 @@ def _whatif(args) -> None:
 def _advise(args) -> None:
     import pandas as pd
 
-    from .evaluation.advise import advise, verdict
-    from .evaluation.time_to_accuracy import TTA_COLUMNS
+    from .evaluation.analyses.advise import advise, verdict
+    from .evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 
     costs = pd.read_csv(args.costs) if args.costs else None
     methods = args.methods.split(",") if args.methods else None
@@ -145,7 +145,10 @@ def _run(args) -> None:
 
 
 def _bench(args) -> None:
-    from .evaluation import bench_collective, bench_compress, bench_train, converge
+    from .evaluation.benches import collective as bench_collective
+    from .evaluation.benches import compress as bench_compress
+    from .evaluation.benches import converge
+    from .evaluation.benches import train as bench_train
 
     progress = not args.json
     if args.what == "compress":
@@ -157,14 +160,16 @@ def _bench(args) -> None:
     elif args.what == "collective" and args.blocksparse:
         from pathlib import Path
 
-        from .evaluation import bench_blocksparse as bbs
+        from .evaluation.benches import blocksparse as bbs
+        from .evaluation.report import plots
 
         frame = bbs.bench_block_sparse(
             args.workers, numel=args.numel or (1 << 20 if args.quick else 1 << 24),
             densities=args.densities.split(",") if args.densities else
             bbs.quick_densities() if args.quick else None, block_size=args.block_size,
-            repeats=args.repeats or 5, out=args.out,
-            plot=args.out and Path(args.out).with_suffix(".png"), progress=progress)
+            repeats=args.repeats or 5, out=args.out, progress=progress)
+        if args.out:
+            plots.block_sparse_sweep(frame, Path(args.out).with_suffix(".png"))
         columns = ["mode", "density", "union_density", "bytes_sent", "time_s", "predicted_s"]
     elif args.what == "collective":
         frame = bench_collective.bench_collective(
@@ -193,7 +198,7 @@ def _bench(args) -> None:
 
 
 def _topology(args) -> None:
-    from .evaluation.topology import compare, default_suite, load_topology
+    from .evaluation.model.topology import compare, default_suite, load_topology
 
     specs = args.topology or default_suite()
     table = compare([load_topology(t, args.workers, args.bandwidth) for t in specs],
@@ -202,7 +207,7 @@ def _topology(args) -> None:
                           "bound", "forest_vs_cut", "ring_s", "tree_s", "ps_s", "forest_s",
                           "forest_speedup_vs_ring"])
     if args.plot:
-        from .evaluation import plots
+        from .evaluation.report import plots
 
         text += f"\n\nwrote {plots.allreduce_times(table, args.plot)}"
     _emit(args, table.to_dict("records"), text)
@@ -211,7 +216,7 @@ def _topology(args) -> None:
 def _fit(args) -> None:
     import pandas as pd
 
-    from .evaluation.fit import fit_codec, fit_collectives, summary
+    from .evaluation.model.fit import fit_codec, fit_collectives, summary
 
     frame = pd.read_csv(args.table)
     fits = fit_collectives(frame) if "collective" in frame.columns else fit_codec(frame)
@@ -220,7 +225,7 @@ def _fit(args) -> None:
 
 
 def _report(args) -> None:
-    from .evaluation.report import write_report
+    from .evaluation.report.report import write_report
 
     path = write_report(args.results, profile=args.profile, workers=args.workers,
                         bandwidth=args.bandwidth, bucketing=args.bucketing)
@@ -228,7 +233,7 @@ def _report(args) -> None:
 
 
 def _testbed(args) -> None:
-    from .evaluation import testbed
+    from .evaluation.testbed import testbed
 
     try:
         _testbed_action(args, testbed)
@@ -260,8 +265,8 @@ def _testbed_action(args, testbed) -> None:
 def _validate(args) -> None:
     import time
 
-    from .evaluation.testbed import JobFailed, TestbedUnavailable
-    from .evaluation.validate import summarize, validate_sweep
+    from .evaluation.testbed.testbed import JobFailed, TestbedUnavailable
+    from .evaluation.testbed.validate import summarize, validate_sweep
 
     out = args.out or f"results/validate-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
@@ -281,9 +286,9 @@ def _short(options: dict) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    from .evaluation.codec_bench import RESNET50_NUMEL
-    from .evaluation.tasks import TASKS
-    from .evaluation.topology import ALGORITHMS
+    from .evaluation.benches.compress import RESNET50_NUMEL
+    from .evaluation.benches.tasks import TASKS
+    from .evaluation.model.topology import ALGORITHMS
 
     top = argparse.ArgumentParser(prog="gradcomp", description=(
         "Gradient compression for data-parallel training, and whether it speeds you up."))
@@ -445,7 +450,7 @@ def parser() -> argparse.ArgumentParser:
                     "MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME set")
     tb.set_defaults(run=_testbed)
 
-    from .evaluation.validate import DEFAULT_METHODS, DEFAULT_RATES, MODELS
+    from .evaluation.testbed.validate import DEFAULT_METHODS, DEFAULT_RATES, MODELS
 
     va = sub.add_parser("validate", help="measure DDP iterations in the testbed at several "
                         "rates and hold the performance model's predictions against them")
@@ -463,7 +468,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _rate(text: str) -> float:
-    from .evaluation.units import parse_rate
+    from .evaluation.common.units import parse_rate
 
     try:
         return parse_rate(text)
