@@ -20,7 +20,8 @@ import seaborn as sns
 from matplotlib.ticker import NullFormatter
 
 from ..model.network import Network
-from .style import DPI, figure, line_styles, save, styled
+from .style import DPI  # noqa: F401 - the figures' resolution, part of this module's face
+from .style import figure, line_styles, save, styled
 
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
 
