@@ -41,8 +41,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ...checks import check_int
-from ...comm.forest import forest_all_reduce
-from ...comm.forest_packing import pack_forest
+from ...comm import forest_all_reduce, pack_forest
 from ..common.env import check_backend, environment, init_from_env, local_device, spawn
 from ..common.store import ResultTable, as_table
 from ..common.timing import slowest_rank_seconds

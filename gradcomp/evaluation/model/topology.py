@@ -46,7 +46,7 @@ import pandas as pd
 
 from ...checks import check_int
 from ...comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
-                                   check_connected, check_nics, pack_forest, two_way_cut)
+                                    check_connected, check_nics, pack_forest, two_way_cut)
 from ..common.units import parse_rate
 from .network import ALGORITHMS, Network
 
