@@ -151,7 +151,8 @@ def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
         device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
-        keys = {collective_key(table, c, n, world_size, backend, device_name): (c, n) for c, n in cases}
+        keys = {collective_key(table, c, n, world_size, backend, device_name): (c, n)
+                for c, n in cases}
         done = table.done_keys()
         todo = [case for key, case in keys.items() if key not in done]
         if todo:
