@@ -7,10 +7,10 @@ import math
 import pytest
 
 import gradcomp
-from gradcomp.evaluation import bench_collective as bc, bench_compress as bz, bench_train as bt
-from gradcomp.evaluation.fit import fit_runs
-from gradcomp.evaluation.profiles import load_profile
-from gradcomp.evaluation.store import ResultTable
+from gradcomp.evaluation.benches import collective as bc, compress as bz, train as bt
+from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.fit import fit_runs
+from gradcomp.evaluation.profiles.profiles import load_profile
 
 ENV = ("device_name", "cpu", "torch_version", "gradcomp_version", "world_size", "backend",
        "hostname", "python_version", "date")

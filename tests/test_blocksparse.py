@@ -10,10 +10,9 @@ import gradcomp
 from blocksparse_workers import HOOK_OPTIONS, exact_cases, hook_cases
 from ddp_workers import spawn
 from gradcomp.comm import HookState
-from gradcomp.comm.blocksparse import (Traffic, _pack_bits, _unpack_bits,
-                                       block_sparse_all_reduce, dense_seconds,
-                                       expected_traffic, local_bytes, sparse_seconds,
-                                       union_density)
+from gradcomp.comm.blocksparse import (Traffic, _pack_bits, _unpack_bits, block_sparse_all_reduce,
+                                       dense_seconds, sparse_seconds)
+from gradcomp.evaluation.model.blocksparse import expected_traffic, local_bytes, union_density
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +142,9 @@ def test_state_dict_without_communicator_loads_as_default():
 
 
 # -- the performance model ---------------------------------------------------------------------
-from gradcomp.evaluation.methods import BlockSparsity, MethodCost, resolve  # noqa: E402
-from gradcomp.evaluation.network import Network  # noqa: E402
-from gradcomp.evaluation.timeline import predict  # noqa: E402
+from gradcomp.evaluation.model.methods import BlockSparsity, MethodCost, resolve  # noqa: E402
+from gradcomp.evaluation.model.network import Network  # noqa: E402
+from gradcomp.evaluation.model.timeline import predict  # noqa: E402
 
 
 def test_block_density_of_a_sparsifier_and_its_union():

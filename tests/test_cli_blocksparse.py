@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gradcomp.evaluation.bench_blocksparse import bench_block_sparse
+from gradcomp.evaluation.benches.blocksparse import bench_block_sparse
 from test_cli import run_here as run
 
 

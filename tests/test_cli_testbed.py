@@ -4,7 +4,7 @@ import json
 import pytest
 
 from gradcomp import cli
-from gradcomp.evaluation import testbed
+from gradcomp.evaluation.testbed import testbed
 
 REASON = testbed.unavailable_reason()
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")

@@ -12,17 +12,17 @@ import pytest
 import gradcomp
 from gradcomp import cli
 from gradcomp.compressors import option_names
-from gradcomp.evaluation import converge
-from gradcomp.evaluation.advise import advise, verdict
-from gradcomp.evaluation.converge import (AGGRESSIVE, CONVERGE, KEY_COLUMNS, QUICK,
-                                          bench_converge, curve_path, load_curves)
-from gradcomp.evaluation.converge_report import TTA, convergence_section
-from gradcomp.evaluation.methods import resolve
-from gradcomp.evaluation.network import Network
-from gradcomp.evaluation.store import ResultTable
-from gradcomp.evaluation.tasks import load_task
-from gradcomp.evaluation.time_to_accuracy import time_to_accuracy, tta_verdict, unreached
-from gradcomp.evaluation.timeline import predict
+from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy, tta_verdict, unreached
+from gradcomp.evaluation.benches import converge
+from gradcomp.evaluation.benches.converge import (AGGRESSIVE, CONVERGE, KEY_COLUMNS, QUICK,
+                                                  bench_converge, curve_path, load_curves)
+from gradcomp.evaluation.benches.tasks import load_task
+from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.methods import resolve
+from gradcomp.evaluation.model.network import Network
+from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.report.converge_report import TTA, convergence_section
 
 QUICK_ARGS = dict(seeds=QUICK["seeds"], max_iters=QUICK["max_iters"],
                   eval_every=QUICK["eval_every"])

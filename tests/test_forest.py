@@ -11,7 +11,7 @@ from ddp_workers import spawn
 from gradcomp.comm.forest import forest_all_reduce
 from gradcomp.comm.forest_packing import (pack_forest, partition_bound, partitions, split,
                                           two_way_cut)
-from gradcomp.evaluation.topology import homogeneous, random_mesh, two_racks
+from gradcomp.evaluation.model.topology import homogeneous, random_mesh, two_racks
 
 
 def random_matrix(n, seed, sparse=0.0):
@@ -160,7 +160,7 @@ def test_bad_inputs_name_the_option():
 
 
 def test_bench_collective_knows_the_forest_collective():
-    from gradcomp.evaluation.bench_collective import _cases
+    from gradcomp.evaluation.benches.collective import _cases
 
     assert _cases(["allreduce", "forest"], [4]) == [("allreduce", 4), ("forest", 4)]
     with pytest.raises(ValueError, match="collective 'scatter' is not allowed.*'forest'"):

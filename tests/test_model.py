@@ -6,11 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.model import (DDP, Horovod, MethodCost, Network, bucketing_policy,
-                                       codec_costs, fit_codec, fit_collectives, fit_runs,
-                                       network_from_fit, predict, resolve, summary, validate)
-from gradcomp.evaluation.profiles import Profile, load_profile
-from gradcomp.evaluation.units import format_rate, parse_rate
+from gradcomp.evaluation.common.units import format_rate, parse_rate
+from gradcomp.evaluation.model.bucketing import DDP, Horovod, bucketing_policy
+from gradcomp.evaluation.model.fit import (codec_costs, fit_codec, fit_collectives, fit_runs,
+                                           network_from_fit, summary, validate)
+from gradcomp.evaluation.model.methods import MethodCost, resolve
+from gradcomp.evaluation.model.network import Network
+from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.profiles.profiles import Profile, load_profile
 
 MIB = 2**20
 
@@ -315,7 +318,7 @@ def test_fitted_costs_are_never_negative():
     import numpy as np
     import pandas as pd
 
-    from gradcomp.evaluation.fit import fit_codec
+    from gradcomp.evaluation.model.fit import fit_codec
 
     n = np.array([1e3, 1e4, 1e5, 1e6] * 3)
     noise = np.random.default_rng(0).normal(0, 3e-4, len(n))

@@ -4,10 +4,10 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from gradcomp.evaluation.fit import validate
-from gradcomp.evaluation.report import ASSUMED, SWEEP, VALIDATION
-from gradcomp.evaluation.store import write_atomic
-from gradcomp.evaluation.whatif import sweep
+from gradcomp.evaluation.analyses.whatif import sweep
+from gradcomp.evaluation.common.store import write_atomic
+from gradcomp.evaluation.model.fit import validate
+from gradcomp.evaluation.report.report import ASSUMED, SWEEP, VALIDATION
 from test_report import make_results
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "speedup_curves.ipynb"

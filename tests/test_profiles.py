@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from gradcomp.evaluation import measure_profile
-from gradcomp.evaluation.architectures import resnet_shapes, vgg16_bn_shapes
-from gradcomp.evaluation.netai import T_ITER, netai_profile
-from gradcomp.evaluation.profiles import (Profile, builtin_profiles, load_profile,
-                                          save_profile)
+from gradcomp.evaluation.profiles.architectures import resnet_shapes, vgg16_bn_shapes
+from gradcomp.evaluation.profiles.netai import T_ITER, netai_profile
+from gradcomp.evaluation.profiles.profiles import (Profile, builtin_profiles, load_profile,
+                                                   save_profile)
 
 LOGS = Path("/work/shared/profiles/netai20")
 

@@ -8,17 +8,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation import bench_collective, bench_compress, bench_train, plots
-from gradcomp.evaluation.advise import advise, verdict
-from gradcomp.evaluation.env import environment
-from gradcomp.evaluation.fit import fit_codec, fit_collectives, validate
-from gradcomp.evaluation.network import Network
-from gradcomp.evaluation.profiles import save_profile
-from gradcomp.evaluation.report import (ASSUMED, COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
-                                        write_report)
+from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.whatif import sweep
+from gradcomp.evaluation.benches import collective as bench_collective
+from gradcomp.evaluation.benches import compress as bench_compress
+from gradcomp.evaluation.benches import train as bench_train
+from gradcomp.evaluation.common.env import environment
+from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
+from gradcomp.evaluation.model.network import Network
+from gradcomp.evaluation.profiles.profiles import save_profile
+from gradcomp.evaluation.report import plots
+from gradcomp.evaluation.report.report import (ASSUMED, COLLECTIVE, COMPRESS, TRAIN,
+                                               TRAIN_PROFILE, write_report)
 from gradcomp.evaluation.run import run
-from gradcomp.evaluation.store import ResultTable
-from gradcomp.evaluation.whatif import sweep
 
 METHODS = ("none", "fp16", "topk")
 ALPHA_S, BANDWIDTH = 50e-6, 10e9

@@ -7,7 +7,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.store import ResultTable, as_table, write_atomic
+from gradcomp.evaluation.common.store import ResultTable, as_table, write_atomic
 
 
 def rows():

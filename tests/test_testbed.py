@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from gradcomp.evaluation import testbed
-from gradcomp.evaluation.testbed import (JobFailed, Testbed, cleanup_stale,
-                                         expected_allreduce_s, leftovers)
+from gradcomp.evaluation.testbed import testbed
+from gradcomp.evaluation.testbed.testbed import (JobFailed, Testbed, cleanup_stale,
+                                                 expected_allreduce_s, leftovers)
 
 REASON = testbed.unavailable_reason()
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -19,7 +19,7 @@ EMPTY = {"namespaces": [], "links": [], "qdiscs": []}
 def _holder(body: str) -> subprocess.Popen:
     """A real process that sets up a testbed, prints its run id and runs `body` inside."""
     script = ("import sys, time\n"
-              "from gradcomp.evaluation.testbed import Testbed\n"
+              "from gradcomp.evaluation.testbed.testbed import Testbed\n"
               "with Testbed(2, '100mbit') as tb:\n"
               "    print(tb.run_id, flush=True)\n"
               f"    {body}\n")

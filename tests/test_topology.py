@@ -5,13 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from gradcomp.evaluation import plots
-from gradcomp.evaluation.advise import advise, verdict
-from gradcomp.evaluation.network import Network
-from gradcomp.evaluation.timeline import predict
-from gradcomp.evaluation.topology import (Topology, compare, default_suite, homogeneous,
-                                          load_topology, network_on, random_mesh, two_racks)
-from gradcomp.evaluation.whatif import required_compression, scenario
+from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.whatif import required_compression, scenario
+from gradcomp.evaluation.model.network import Network
+from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.model.topology import (Topology, compare, default_suite, homogeneous,
+                                                load_topology, network_on, random_mesh, two_racks)
+from gradcomp.evaluation.report import plots
 
 D = 100e6  # bytes per worker
 BIG_CHUNK = D  # one chunk: no pipeline

@@ -7,8 +7,8 @@ import sys
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation import testbed
-from gradcomp.evaluation.validate import rate_tag, summarize, validate_sweep
+from gradcomp.evaluation.testbed import testbed
+from gradcomp.evaluation.testbed.validate import rate_tag, summarize, validate_sweep
 
 REASON = testbed.unavailable_reason()
 
@@ -92,8 +92,8 @@ def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path)
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from gradcomp.evaluation.bench_train import build_model, model_profile
-    from gradcomp.evaluation.bucketing import DDP
+    from gradcomp.evaluation.benches.train import build_model, model_profile
+    from gradcomp.evaluation.model.bucketing import DDP
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
                             world_size=1)

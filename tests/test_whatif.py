@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.advise import advise, verdict
-from gradcomp.evaluation.model import MethodCost
-from gradcomp.evaluation.whatif import (break_even_bandwidth, default_bandwidths,
-                                        required_compression, scenario, sweep)
+from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.whatif import (break_even_bandwidth, default_bandwidths,
+                                                 required_compression, scenario, sweep)
+from gradcomp.evaluation.model.methods import MethodCost
 
 WORKERS = 8
 

@@ -1,11 +1,12 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
-from ..evaluation.advise import advise, verdict
-from ..evaluation.tasks import TASKS
-from ..evaluation.time_to_accuracy import TTA_COLUMNS
-from ..evaluation.topology import ALGORITHMS, network_on
-from ..evaluation.units import format_rate
-from ..evaluation.whatif import break_even_bandwidth, required_compression, scenario, sweep
+from ..evaluation.analyses.advise import advise, verdict
+from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
+from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
+                                          sweep)
+from ..evaluation.benches.tasks import TASKS
+from ..evaluation.common.units import format_rate
+from ..evaluation.model.topology import ALGORITHMS, network_on
 from .common import (default_of, emit, fraction, network_defaults, network_options, split,
                      table, topology_options)
 

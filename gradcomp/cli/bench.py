@@ -1,12 +1,12 @@
 """`gradcomp bench compress|collective|train|converge`: the measurements, as tidy tables."""
 from pathlib import Path
 
-from ..evaluation import bench_blocksparse
-from ..evaluation import bench_collective
-from ..evaluation import bench_compress
-from ..evaluation import bench_train
-from ..evaluation import converge
-from ..evaluation.tasks import TASKS
+from ..evaluation.benches import blocksparse as bench_blocksparse
+from ..evaluation.benches import collective as bench_collective
+from ..evaluation.benches import compress as bench_compress
+from ..evaluation.benches import converge
+from ..evaluation.benches import train as bench_train
+from ..evaluation.benches.tasks import TASKS
 from .common import DEVICE, default_of, emit, given, positive_int, split, table
 
 QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per worker
@@ -68,10 +68,13 @@ def _bench(args) -> None:
         frame = bench_blocksparse.bench_block_sparse(
             args.workers, densities=split(args.densities) or
             (bench_blocksparse.quick_densities() if args.quick else None),
-            block_size=args.block_size, out=args.out,
-            plot=args.out and Path(args.out).with_suffix(".png"), progress=progress,
+            block_size=args.block_size, out=args.out, progress=progress,
             **given(numel=args.numel or (QUICK_BLOCKSPARSE_NUMEL if args.quick else None),
                     repeats=args.repeats))
+        if args.out:
+            from ..evaluation.report import plots  # matplotlib: only when drawing
+
+            plots.block_sparse_sweep(frame, Path(args.out).with_suffix(".png"))
         columns = ["mode", "density", "union_density", "bytes_sent", "time_s", "predicted_s"]
     elif args.what == "collective":
         frame = bench_collective.bench_collective(

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 import torch
 
-from ..evaluation.bucketing import POLICIES
-from ..evaluation.units import parse_rate
-from ..evaluation.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
+from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
+from ..evaluation.common.units import parse_rate
+from ..evaluation.model.bucketing import POLICIES
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # --device of compressors, bench, profile
 

@@ -2,7 +2,7 @@
 import json
 import sys
 
-from ..evaluation.codec_bench import RESNET50_NUMEL, default_methods, measure_codec
+from ..evaluation.benches.compress import RESNET50_NUMEL, default_methods, measure_codec
 from .common import DEVICE, default_of
 
 

@@ -1,5 +1,5 @@
 """`gradcomp fit`: the model's cost parameters from a measurement table."""
-from ..evaluation.fit import fit_codec, fit_collectives, summary
+from ..evaluation.model.fit import fit_codec, fit_collectives, summary
 from .common import emit, table
 
 

@@ -3,8 +3,8 @@ import importlib
 
 import torch
 
-from ..evaluation.measure import measure_profile
-from ..evaluation.profiles import save_profile
+from ..evaluation.profiles.measure import measure_profile
+from ..evaluation.profiles.profiles import save_profile
 from .common import DEVICE, default_of, emit, positive_int
 
 

@@ -32,7 +32,7 @@ def _run(args) -> None:
 
 
 def _report(args) -> None:
-    from ..evaluation.report import write_report
+    from ..evaluation.report.report import write_report
 
     report = write_report(args.results, profile=args.profile, workers=args.workers,
                           bandwidth=args.bandwidth, bucketing=args.bucketing)

@@ -2,8 +2,8 @@
 validate` (the performance model against DDP runs in it)."""
 import argparse
 
-from ..evaluation import testbed
-from ..evaluation.validate import (DEFAULT_METHODS, DEFAULT_RATES, MODELS, summarize,
+from ..evaluation.testbed import testbed
+from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, MODELS, summarize,
                                    validate_sweep)
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
 

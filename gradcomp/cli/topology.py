@@ -1,5 +1,5 @@
 """`gradcomp topology`: all-reduce algorithms on network topologies."""
-from ..evaluation.topology import compare, default_suite, load_topology
+from ..evaluation.model.topology import compare, default_suite, load_topology
 from .common import default_of, emit, positive_int, rate, table
 
 
@@ -33,7 +33,7 @@ def _topology(args) -> None:
                          "bound", "forest_vs_cut", "ring_s", "tree_s", "ps_s", "forest_s",
                          "forest_speedup_vs_ring"])
     if args.plot:
-        from ..evaluation.plots import allreduce_times
+        from ..evaluation.report.plots import allreduce_times
 
         text += f"\n\nwrote {allreduce_times(times, args.plot)}"
     emit(args, times.to_dict("records"), text)

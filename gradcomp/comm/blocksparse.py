@@ -34,11 +34,8 @@ Cost model (p ranks, latency alpha, bandwidth B bytes/s): round 1 costs
 most bytes one rank sends or receives (upstream: its own non-zero blocks outside its shard;
 downstream at the owner: the other ranks' blocks of its shard); round 3 ``(p-1) alpha + (p-1)
 U / B``, U the largest owner's shard of the union. Dense ring all-reduce of S bytes: ``2(p-1)
-alpha + 2(p-1)/p S / B``. With per-rank block density d and union density u, upstream is
-``d (p-1)/p S`` and U is ``u S / p``, so at d = u = 1 both cost the same bytes. For
-independent random sparsity u = 1 - (1-d)^p (`union_density`). Local work (the bitmap scan,
-gathering, adding and writing back blocks) is apart: `local_bytes` counts the bytes it moves in
-memory, to be priced at the host's (or device's) memory rate where it matters (CPU workers).
+alpha + 2(p-1)/p S / B``. The traffic expected at given densities, and the local work, are in
+the performance model (`gradcomp.evaluation.model.blocksparse`).
 """
 from __future__ import annotations
 
@@ -89,33 +86,6 @@ def sparse_seconds(workers: int, traffic: Traffic, latency_s: float, bytes_per_s
         t += 2 * (p - 1) * latency_s + traffic.exchange_bytes / bytes_per_s
         t += (p - 1) * traffic.shard_bytes / bytes_per_s
     return t
-
-
-def union_density(density: float, workers: int) -> float:
-    """Fraction of blocks non-zero on some rank when each rank's blocks are non-zero
-    independently with probability `density`."""
-    return 1.0 - (1.0 - density) ** workers
-
-
-def local_bytes(workers: int, numel: int, element_bytes: int, density: float,
-                union: float) -> float:
-    """Bytes the sparse path reads and writes in memory on one rank, counted from
-    `_rounds` for a tensor of S bytes: the bitmap scan reads it twice (2S); selecting, adding
-    and sending the non-zero blocks moves about 5dS; writing the union back about 2uS, plus
-    copying the own shard once per further peer, 2(p-2)/p uS."""
-    size = numel * element_bytes
-    return size * (2 + 5 * density + 2 * union + 2 * max(workers - 2, 0) / workers * union)
-
-
-def expected_traffic(workers: int, numel: int, element_bytes: int, block_size: int,
-                     density: float, union: float) -> Traffic:
-    """Traffic for per-rank block density `density` and union density `union` (fractions of
-    blocks), blocks spread evenly over the owners."""
-    blocks = math.ceil(numel / block_size)
-    block_bytes = numel * element_bytes / blocks if blocks else 0.0
-    p = workers
-    return Traffic(math.ceil(blocks / 8), density * blocks * (p - 1) / p * block_bytes,
-                   union * blocks / p * block_bytes)
 
 
 @dataclass

@@ -12,14 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from .bench_collective import bench_collective
-from .bench_compress import bench_compress
-from .bench_train import bench_train
-from .converge import CONVERGE, FULL, QUICK, bench_converge
-from .network import Network
-from .profiles import load_profile
-from .report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
-from .whatif import BANDWIDTH, PROFILE, WORKERS
+from .analyses.whatif import BANDWIDTH, PROFILE, WORKERS
+from .benches.collective import bench_collective
+from .benches.compress import bench_compress
+from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
+from .benches.train import bench_train
+from .model.network import Network
+from .profiles.profiles import load_profile
+from .report.report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
 
 LOCAL_WORKERS = 2
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,

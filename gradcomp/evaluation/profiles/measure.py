@@ -14,8 +14,8 @@ from __future__ import annotations
 import statistics
 import torch
 
+from ..common.timing import Clock
 from .profiles import Profile
-from .timing import Clock
 
 
 def _default_loss(output) -> torch.Tensor:

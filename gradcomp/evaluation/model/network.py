@@ -10,7 +10,7 @@ With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 byte
 * pipelined (ring) broadcast: ``(p-1) alpha + S/B``;
 * block-sparse all-reduce (`block_sparse_cost`): bitmaps, then upstream non-zero blocks per
   worker and the downstream union, with the all-gather's alpha and B
-  (`gradcomp.comm.blocksparse`).
+  (`gradcomp.comm.blocksparse`, `model.blocksparse`).
 
 With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
 optionally per-worker NICs; see its module), all-reduce costs what
@@ -29,9 +29,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ..checks import check_choice
-from ..comm import blocksparse
-from .units import parse_rate
+from ...checks import check_choice
+from ...comm import blocksparse
+from ..common.units import parse_rate
+from .blocksparse import expected_traffic
 
 #: All-reduce algorithms a `Network` on a topology can run (see `topology.Topology`).
 ALGORITHMS = ("ring", "tree", "ps", "forest")
@@ -131,8 +132,8 @@ class Network:
             return 0.0, 0.0
         alpha, bw = self.alpha("allgather"), self.bytes_per_s("allgather")
         nbytes = numel * element_bytes
-        traffic = blocksparse.expected_traffic(p, numel, element_bytes, block_size, density,
-                                               union_density)
+        traffic = expected_traffic(p, numel, element_bytes, block_size, density,
+                                   union_density)
         first = blocksparse.sparse_seconds(p, blocksparse.Traffic(traffic.bitmap_bytes, 0, 0),
                                            alpha, bw)
         sparse = blocksparse.sparse_seconds(p, traffic, alpha, bw, bitmaps=False)

@@ -50,14 +50,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from .. import comm
-from ..compressors import compressor, names, option_names
-from ..checks import check_int
-from .bench_compress import method_cases
-from .bench_train import HOOK_OPTIONS
-from .env import check_backend, environment, spawn
-from .store import ResultTable, as_table
+from ... import comm
+from ...checks import check_int
+from ...compressors import compressor, names, option_names
+from ..common.env import check_backend, environment, spawn
+from ..common.store import ResultTable, as_table
+from .compress import method_cases
 from .tasks import DEFAULT_TARGETS, check_task, load_task
+from .train import HOOK_OPTIONS
 
 CONVERGE, CURVE = "converge.csv", "converge_curve.csv"
 METRICS = ("accuracy", "loss")

@@ -30,21 +30,21 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .bench_collective import KEY_COLUMNS as COLLECTIVE_KEYS
-from .bench_collective import _key as collective_key
-from .bench_compress import KEY_COLUMNS as CODEC_KEYS
-from .bench_compress import bench_compress, case_keys
-from .bench_train import KEY_COLUMNS as TRAIN_KEYS
-from .bench_train import MODELS, _plan, _spec
-from .bucketing import DDP
-from .env import environment
-from .fit import codec_costs, fit_codec, fit_collectives, network_from_fit
-from .methods import resolve
-from .profiles import load_profile
-from .store import ResultTable, write_atomic
+from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
+from ..benches.collective import collective_key
+from ..benches.compress import KEY_COLUMNS as CODEC_KEYS
+from ..benches.compress import bench_compress, case_keys
+from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
+from ..benches.train import MODELS, make_spec, plan_runs
+from ..common.env import environment
+from ..common.store import ResultTable, write_atomic
+from ..common.units import format_rate, parse_rate
+from ..model.bucketing import DDP
+from ..model.fit import codec_costs, fit_codec, fit_collectives, network_from_fit
+from ..model.methods import resolve
+from ..model.timeline import predict
+from ..profiles.profiles import load_profile
 from .testbed import Testbed
-from .timeline import predict
-from .units import format_rate, parse_rate
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
@@ -63,7 +63,7 @@ def rate_tag(rate_bps: float) -> str:
 
 def model_collective_sizes(model: str) -> list[int]:
     """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least two)."""
-    from .bench_train import build_model
+    from ..benches.train import build_model
 
     grad_bytes = 4 * sum(p.numel() for p in build_model(model, 1)[0].parameters())
     return [n for n in COLLECTIVE_SIZES if n <= max(grad_bytes, COLLECTIVE_SIZES[1])]
@@ -81,14 +81,14 @@ def _check_methods(methods) -> list[str]:
 
 def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[str, set]:
     """The table keys (as stored) a rate's measurements of `methods` need, per table:
-    "collective", "train" and "compress" (`spec` from bench_train's `_spec`). The testbed's
-    workers are CPU processes on gloo, as the sub-jobs key them."""
+    "collective", "train" and "compress" (`spec` from `benches.train.make_spec`). The
+    testbed's workers are CPU processes on gloo, as the sub-jobs key them."""
     coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
     codec = ResultTable("compress.csv", CODEC_KEYS)
     return {"collective": {collective_key(coll, c, n, workers, "gloo", "cpu")
                            for c in ("allreduce", "allgather") for n in collective_sizes},
-            "train": set(_plan(methods, spec, workers, "gloo", "cpu",
-                               ResultTable("train.csv", TRAIN_KEYS))),
+            "train": set(plan_runs(methods, spec, workers, "gloo", "cpu",
+                                   ResultTable("train.csv", TRAIN_KEYS))),
             "compress": {codec.key(k) for m in methods if m not in ("ddp", "none")
                          for k in case_keys(m, {}, COMPRESS_SIZES, "cpu", torch.float32,
                                             "cpu")}}
@@ -125,13 +125,13 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
     with Testbed(workers, rate_bps, threads=threads) as testbed:
         if need_coll:
             _say(progress, f"{format_rate(rate_bps)}: all-reduce and all-gather sweep")
-            _job(testbed, "gradcomp.evaluation.bench_collective",
+            _job(testbed, "gradcomp.evaluation.benches.collective",
                  ["--out", str(coll), "--backend", "gloo", "--collectives",
                   "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
                   "--repeats", "5", "--warmup", "2"], timeout=900)
         if need_train:
             _say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
-            _job(testbed, "gradcomp.evaluation.bench_train",
+            _job(testbed, "gradcomp.evaluation.benches.train",
                  ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
                   "--model", model, "--batch-size", str(batch_size), "--warmup", str(warmup),
                   "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
@@ -141,7 +141,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                  + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
                                                         ("encode/decode costs", need_codec))
                                 if need) + " on every worker at once")
-            _job(testbed, "gradcomp.evaluation.validate",
+            _job(testbed, "gradcomp.evaluation.testbed.validate",
                  ["--model", model, "--batch-size", str(batch_size), "--methods",
                   ",".join(methods), *(["--profile-out", str(prof)] if need_prof else []),
                   *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
@@ -152,7 +152,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
 
 
 def concurrent_job(argv=None) -> int:
-    """In every rank of a testbed (``python -m gradcomp.evaluation.validate``): measure
+    """In every rank of a testbed (``python -m gradcomp.evaluation.testbed.validate``): measure
     the model's profile (``--profile-out``) and the codecs' costs (``--codec-out``) on all
     ranks at once, as they compute during training (each its own process and threads, the
     others busy too); rank 0 writes the results."""
@@ -160,9 +160,9 @@ def concurrent_job(argv=None) -> int:
 
     import torch.distributed as dist
 
-    from .bench_train import model_profile
-    from .env import init_from_env
-    from .profiles import save_profile
+    from ..benches.train import model_profile
+    from ..common.env import init_from_env
+    from ..profiles.profiles import save_profile
 
     args = argparse.ArgumentParser(description=concurrent_job.__doc__.splitlines()[0])
     args.add_argument("--profile-out")
@@ -272,7 +272,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = _check_methods(methods)
-    spec = _spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
     planned = planned_keys(methods, spec, workers, collective_sizes)
@@ -287,7 +287,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     table = pd.concat(tables, ignore_index=True)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_atomic(out / "validation.md", markdown(table))
-    from .plots import validation_sweep
+    from ..report.plots import validation_sweep
 
     validation_sweep(table, out / "validation.png",
                      title=f"{model} on {workers} workers (gloo, {threads} thread each): "

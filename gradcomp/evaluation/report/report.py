@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import names
+from ... import names
+from ..analyses.advise import advise, verdict
+from ..analyses.whatif import sweep
+from ..common.env import environment
+from ..common.store import ResultTable, write_atomic
+from ..common.units import format_rate, parse_rate
+from ..model.bucketing import DDP
+from ..model.fit import codec_costs, fit_codec, fit_collectives, network_from_fit, summary, validate
+from ..model.methods import resolve
+from ..model.timeline import predict
+from ..profiles.profiles import load_profile
 from . import plots
-from .advise import advise, verdict
-from .bucketing import DDP
 from .converge_report import convergence_section
-from .env import environment
-from .fit import codec_costs, fit_codec, fit_collectives, network_from_fit, summary, validate
-from .methods import resolve
-from .profiles import load_profile
-from .store import ResultTable, write_atomic
-from .timeline import predict
-from .units import format_rate, parse_rate
-from .whatif import sweep
 
 COMPRESS, COLLECTIVE, TRAIN = "compress.csv", "collective.csv", "train.csv"
 TRAIN_PROFILE = "train_profile.json"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .profiles import Profile
+from ..profiles.profiles import Profile
 
 MIB = 1024 * 1024
 

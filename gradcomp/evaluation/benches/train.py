@@ -24,7 +24,7 @@ device synchronised around it; its time is the slowest rank's. After `warmup` it
 * the environment columns (world_size, backend, device_name, ...).
 
 Spawned: `bench_train(world_size=2)`. Under torchrun:
-``torchrun --nproc-per-node 2 -m gradcomp.evaluation.bench_train --out runs.csv``.
+``torchrun --nproc-per-node 2 -m gradcomp.evaluation.benches.train --out runs.csv``.
 """
 from __future__ import annotations
 
@@ -45,16 +45,16 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from .. import comm
-from ..compressors import compressor
-from ..checks import check_int
-from .bench_compress import method_cases
-from .env import barrier, check_backend, environment, init_from_env, local_device, spawn
-from .measure import measure_profile
-from .profiles import Profile, save_profile
-from .store import ResultTable, as_table
-from .timing import Clock
-from .units import parse_rate
+from ... import comm
+from ...checks import check_int
+from ...compressors import compressor
+from ..common.env import barrier, check_backend, environment, init_from_env, local_device, spawn
+from ..common.store import ResultTable, as_table
+from ..common.timing import Clock
+from ..common.units import parse_rate
+from ..profiles.measure import measure_profile
+from ..profiles.profiles import Profile, save_profile
+from .compress import method_cases
 
 MODELS = {"mlp": dict(inputs=1024, width=1024, depth=4, classes=10),
           "tiny": dict(inputs=32, width=64, depth=2, classes=10)}
@@ -176,8 +176,9 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
 
 
-def _plan(methods, spec: dict, world_size: int, backend: str, device_name: str, table):
-    """{key: (name, options)} for every requested run."""
+def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: str, table):
+    """{key in `table`: (name, options)} for every requested run of `methods` (as
+    `bench_train` takes them) with `spec` (`make_spec`)."""
     cases = [("ddp", {}), *method_cases(None)] if methods is None else method_cases(methods)
     plan = {}
     for name, options in cases:
@@ -189,7 +190,8 @@ def _plan(methods, spec: dict, world_size: int, backend: str, device_name: str, 
     return plan
 
 
-def _spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps) -> dict:
+def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps) -> dict:
+    """The checked settings of a training sweep (ValueError naming a bad option)."""
     if model not in MODELS:
         raise ValueError(f"model={model!r} is not allowed: choose one of "
                          f"{', '.join(map(repr, MODELS))}")
@@ -215,12 +217,12 @@ def bench_train(methods=None, world_size: int = 2, backend: str | None = None,
     spawns once for all methods. Rows already in `out` (a path or ResultTable) are skipped;
     `profile_out`: save the model's measured profile there. Returns this sweep's rows."""
     backend = check_backend(backend, world_size)
-    spec = _spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps)
     with tempfile.TemporaryDirectory() as tmp:
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
         device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
-        plan = _plan(methods, spec, world_size, backend, device_name, table)
+        plan = plan_runs(methods, spec, world_size, backend, device_name, table)
         done = table.done_keys()
         todo = [case for key, case in plan.items() if key not in done]
         if todo or (profile_out is not None and not Path(profile_out).exists()):
@@ -246,12 +248,12 @@ def main(argv=None) -> int:
     a = args.parse_args(argv)
     backend = init_from_env(a.backend)
     try:
-        spec = _spec(a.model, a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb,
+        spec = make_spec(a.model, a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb,
                      a.bandwidth)
         table = ResultTable(a.out, KEY_COLUMNS)
         device_name = environment(device=local_device(backend))["device_name"]
         methods = None if a.methods is None else a.methods.split(",")
-        plan = _plan(methods, spec, dist.get_world_size(), backend, device_name, table)
+        plan = plan_runs(methods, spec, dist.get_world_size(), backend, device_name, table)
         todo = [None]
         if dist.get_rank() == 0:
             done = table.done_keys()

@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .store import write_atomic
-from .units import format_rate, parse_rate
+from ..common.store import write_atomic
+from ..common.units import format_rate, parse_rate
 
 PREFIX = "gctb"
 REGISTRY = Path("/run/gradcomp-testbed")
@@ -406,7 +406,7 @@ def allreduce_time(testbed: Testbed, nbytes: int = 4 * 2**20, repeats: int = 3) 
 
     with tempfile.TemporaryDirectory() as tmp:
         table = os.path.join(tmp, "allreduce.csv")
-        testbed.run([sys.executable, "-m", "gradcomp.evaluation.bench_collective", "--out",
+        testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.collective", "--out",
                      table, "--backend", "gloo", "--collectives", "allreduce", "--sizes",
                      str(nbytes), "--repeats", str(repeats), "--warmup", "1"], timeout=300)
         return float(pd.read_csv(table)["time_s"].iloc[0])

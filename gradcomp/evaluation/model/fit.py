@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..profiles.profiles import load_profile
 from .methods import resolve
 from .network import COLLECTIVES, Network
-from .profiles import load_profile
 from .timeline import predict
 
 

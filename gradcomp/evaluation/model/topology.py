@@ -44,11 +44,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
-                                   check_connected, check_nics, pack_forest, two_way_cut)
-from ..checks import check_int
+from ...checks import check_int
+from ...comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
+                                    check_connected, check_nics, pack_forest, two_way_cut)
+from ..common.units import parse_rate
 from .network import ALGORITHMS, Network
-from .units import parse_rate
 
 BUILTINS = ("two-racks", "random", "homogeneous")
 DEFAULT_CHUNK_BYTES = 1 << 16

@@ -10,14 +10,15 @@ a call's time is the slowest rank's; the row holds the median and the spread (ma
 dense all-reduce (`dist.all_reduce`) of the same tensor is timed the same way (mode "dense",
 density 1).
 
-The prediction (`predicted_s`) is the model of `gradcomp.comm.blocksparse` at the asked
-density and the independent union 1 - (1-d)^p, with latency and bandwidth calibrated in the
-same processes on the data moves of the sparse rounds: alpha from an all-to-all of 4 bytes
-per peer, ``(p-1) alpha``; bandwidth from an all-to-all of S/p bytes per peer, ``(p-1) alpha +
-(p-1) (S/p) / B``. Dense rows are predicted by the ring formula with the same alpha
-and B. Local work is added to the sparse prediction: `blocksparse.local_bytes` priced at the
-memory rate of this process, calibrated as the tensor's size over the time of one read pass
-(`amax` over its blocks); the dense all-reduce's own reductions are not modelled.
+The prediction (`predicted_s`) is the cost model of `gradcomp.comm.blocksparse` for the
+traffic `model.blocksparse` expects at the asked density and the independent union
+1 - (1-d)^p, with latency and bandwidth calibrated in the same processes on the data moves of
+the sparse rounds: alpha from an all-to-all of 4 bytes per peer, ``(p-1) alpha``; bandwidth
+from an all-to-all of S/p bytes per peer, ``(p-1) alpha + (p-1) (S/p) / B``. Dense rows are
+predicted by the ring formula with the same alpha and B. Local work is added to the sparse
+prediction: `model.blocksparse.local_bytes` priced at the memory rate of this process,
+calibrated as the tensor's size over the time of one read pass (`amax` over its blocks); the
+dense all-reduce's own reductions are not modelled.
 
 Rows: mode, density, block_density and union_density (measured: mean over ranks of the
 non-zero block fraction, and the union's), numel, nbytes, block_size, bytes_sent (rank 0, one
@@ -35,12 +36,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..comm import blocksparse
-from ..comm.blocksparse import block_sparse_all_reduce
-from ..checks import check_int
-from .env import check_backend, environment, local_device, spawn
-from .store import ResultTable, as_table
-from .timing import slowest_rank_seconds
+from ...checks import check_int
+from ...comm import block_sparse_all_reduce, blocksparse
+from ..common.env import check_backend, environment, local_device, spawn
+from ..common.store import ResultTable, as_table
+from ..common.timing import slowest_rank_seconds
+from ..model.blocksparse import expected_traffic, local_bytes, union_density
 
 KEY_COLUMNS = ("mode", "density", "numel", "block_size", "world_size", "backend",
                "device_name")
@@ -105,13 +106,13 @@ def run_sweep(cases, numel: int, block_size: int, repeats: int, warmup: int,
         flags[:numel] = source != 0
         own = flags.view(blocks, block_size).any(1).sum().to(torch.float64)
         dist.all_reduce(own)
-        union = blocksparse.union_density(density, p)
+        union = union_density(density, p)
         if mode == "dense":
             predicted = blocksparse.dense_seconds(p, nbytes, alpha, bw)
         else:
-            traffic = blocksparse.expected_traffic(p, numel, 4, block_size, density, union)
+            traffic = expected_traffic(p, numel, 4, block_size, density, union)
             predicted = blocksparse.sparse_seconds(p, traffic, alpha, bw) + \
-                blocksparse.local_bytes(p, numel, 4, density, union) / memory
+                local_bytes(p, numel, 4, density, union) / memory
         if rank == 0:
             table.append({"mode": mode, "density": density,
                           "block_density": own.item() / p / blocks,
@@ -140,13 +141,13 @@ def _fractions(values) -> list[float]:
 def bench_block_sparse(world_size: int = 2, backend: str | None = None,
                        numel: int = 1 << 24, densities=None,
                        block_size: int = blocksparse.DEFAULT_BLOCK_SIZE,
-                       repeats: int = 5, warmup: int = 1, out=None, plot=None,
+                       repeats: int = 5, warmup: int = 1, out=None,
                        progress: bool = False) -> pd.DataFrame:
     """Sweep the block-sparse all-reduce over `densities` (fractions of non-zero blocks, as
     numbers or text; default `default_densities()`) and time the dense all-reduce, across
     `world_size` local processes that it spawns. Rows already in `out` (a path or
-    ResultTable) are skipped; `plot`: a PNG path for `plots.block_sparse_sweep`. Returns the
-    rows of this sweep."""
+    ResultTable) are skipped (`report.plots.block_sparse_sweep` draws them). Returns the rows
+    of this sweep."""
     backend = check_backend(backend, world_size)
     if world_size < 2:
         raise ValueError(f"world_size={world_size!r} is not allowed: the sweep needs >= 2 "
@@ -169,9 +170,4 @@ def bench_block_sparse(world_size: int = 2, backend: str | None = None,
         if todo:
             spawn(run_sweep, world_size, backend, todo, numel, block_size, repeats, warmup,
                   table, backend, progress)
-        frame = table.frame(keys=set(keys))
-    if plot is not None:
-        from .plots import block_sparse_sweep
-
-        block_sparse_sweep(frame, plot)
-    return frame
+        return table.frame(keys=set(keys))

@@ -1,5 +1,5 @@
-"""Figures of the convergence benchmark, in the style of `plots` (fixed pixel size, written
-atomically, returning the path):
+"""Figures of the convergence benchmark, in the style of `plots` (`style`: fixed pixel size,
+written atomically, returning the path):
 
 * `convergence_curves`: test loss and test accuracy per method (median over seeds) against the
   iteration, or against the predicted wall time (iteration x the model's t_iter), without and
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from .plots import DPI, _figure, _save, _styled, _styles
-from .time_to_accuracy import variant_label
+from ..analyses.time_to_accuracy import variant_label
+from .style import figure, line_styles, save, styled
 
 EF_PANELS = ((False, "without error feedback"), (True, "with error feedback"))
 
@@ -27,18 +25,16 @@ def _with_labels(frame: pd.DataFrame) -> pd.DataFrame:
                                              in zip(cases, frame["error_feedback"])])
 
 
-@_styled
+@styled
 def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = None,
                        size=(13, 8), title=None):
     """Curves from `converge.load_curves` rows of one target: against the iteration, or,
     given a `time_to_accuracy` table `tta`, against predicted wall time (its t_iter_s)."""
     curve = _with_labels(curve)
     cases = list(dict.fromkeys(curve["case"]))
-    styles = _styles(cases)
+    styles = line_styles(cases)
     t_iter = None if tta is None else dict(zip(tta["variant"], tta["t_iter_s"]))
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 2, sharex="col", sharey="row", squeeze=False)
+    fig, axes = figure(size, 2, nrows=2, sharex="col", sharey="row")
     first = curve.iloc[0]
     for col, (ef, panel) in enumerate(EF_PANELS):
         rows = curve[curve["error_feedback"].astype(bool) == ef]
@@ -73,17 +69,17 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
     against = "iteration" if t_iter is None else "predicted wall time"
     fig.suptitle(title or f"Convergence on task '{first['task']}' vs {against} "
                           f"(median over seeds; dashed: target)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None):
     """Bars: iterations to target per method (median over seeds, whiskers min-max), without
     and with error feedback; a variant that did not reach the target on every seed is drawn
     as a hatched bar at the budget, labelled "not reached"."""
     table = _with_labels(tta)
     cases = list(dict.fromkeys(table.sort_values(["method", "options"], kind="stable")["case"]))
-    fig, axes = _figure(size)
+    fig, axes = figure(size)
     ax = axes[0, 0]
     y = np.arange(len(cases))
     budget = float(table["max_iters"].max())
@@ -112,4 +108,4 @@ def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None):
             else f"test loss <= {first['target']:g}")
     ax.set_title(title or f"Iterations to {goal} on task '{first['task']}' "
                           f"(budget {budget:.0f})", fontsize="medium")
-    return _save(fig, path)
+    return save(fig, path)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .fit import as_costs
-from .methods import MethodCost, resolve
-from .network import Network
-from .profiles import load_profile
-from .timeline import Prediction, predict
-from .topology import network_on
+from ..model.fit import as_costs
+from ..model.methods import MethodCost, resolve
+from ..model.network import Network
+from ..model.timeline import Prediction, predict
+from ..model.topology import network_on
+from ..profiles.profiles import load_profile
 
 # The question asked when none is given (`gradcomp whatif`, `advise`, `run`, `report`):
 # ResNet-50 trained data-parallel on 8 workers at 10 Gbit/s each.

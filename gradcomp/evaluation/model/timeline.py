@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..compressors.powersgd import square_view
+from ...compressors.powersgd import square_view
+from ..profiles.profiles import Profile, load_profile
 from .bucketing import bucketing_policy
 from .methods import MethodCost, resolve
 from .network import Network
-from .profiles import Profile, load_profile
 
 _EPS = 1e-15
 

@@ -20,14 +20,14 @@ import math
 
 import pandas as pd
 
-from ..compressors import compressor
-from .converge import compressor_options
-from .fit import as_costs
-from .methods import resolve
-from .network import Network
-from .profiles import load_profile
-from .timeline import predict
-from .units import format_rate
+from ...compressors import compressor
+from ..benches.converge import compressor_options
+from ..common.units import format_rate
+from ..model.fit import as_costs
+from ..model.methods import resolve
+from ..model.network import Network
+from ..model.timeline import predict
+from ..profiles.profiles import load_profile
 
 VARIANT = ["method", "options", "error_feedback"]
 SELECT = ("task", "metric", "target")

@@ -15,14 +15,14 @@ import math
 
 import pandas as pd
 
-from ..compressors import names
-from .fit import as_costs
-from .methods import MethodCost, resolve
-from .network import Network
-from .profiles import load_profile
+from ...compressors import names
+from ..model.fit import as_costs
+from ..model.methods import MethodCost, resolve
+from ..model.network import Network
+from ..model.timeline import predict
+from ..model.topology import ALGORITHMS, network_on
+from ..profiles.profiles import load_profile
 from .time_to_accuracy import time_to_accuracy, tta_verdict
-from .timeline import predict
-from .topology import ALGORITHMS, network_on
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
 

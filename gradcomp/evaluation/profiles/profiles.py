@@ -7,8 +7,8 @@ Built-ins (`builtin_profiles()`):
 * ``resnet50``, ``resnet101``, ``vgg16`` (VGG-16 with batch norm): measured on one NVIDIA V100,
   PyTorch, batch 32 of 224x224 images, converted from the backward logs of NetAI 2020 (Zhang,
   Chang, Lin, Wang, Arora, Jin, "Is Network the Bottleneck of Distributed Training?", data in
-  its repository's folder ``simulation/``, Apache-2.0) by `gradcomp.evaluation.netai`; shipped
-  in ``profiles_data/``.
+  its repository's folder ``simulation/``, Apache-2.0) by `gradcomp.evaluation.profiles.netai`;
+  shipped in ``profiles_data/``.
 * ``bert-base`` (32 sequences of 128 tokens) and ``gpt2`` (GPT-2 small, 4 sequences of 1024
   tokens), generated from the architectures' shapes (`architectures`) with these assumptions:
   4096 tokens per iteration; forward time = forward FLOPs / 12 TFLOP/s (a V100-like sustained
@@ -209,5 +209,5 @@ def transformer_profile(name: str, layers: list[Layer], tokens: int, what: str,
                    f"{SGD_BYTES_PER_PARAM} B/parameter at {ASSUMED_MEMORY_BPS / 1e9:g} GB/s, "
                    f"reduction adds as the V100 vec-add measurements of NetAI 2020")
     return Profile(name, sizes, ready, forward, t, optimizer, 4, shapes,
-                   _builtin("resnet50").vec_add, "gradcomp.evaluation.architectures",
+                   _builtin("resnet50").vec_add, "gradcomp.evaluation.profiles.architectures",
                    assumptions)

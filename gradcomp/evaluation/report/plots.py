@@ -1,6 +1,7 @@
 """Figures of a gradcomp evaluation, each drawn from tidy DataFrames and written atomically to a
 PNG of a fixed pixel size (`size` inches x `DPI`); every function returns the path it wrote.
-Drawn on Agg canvases in seaborn's style, without pyplot or changing global matplotlib state.
+Drawn on Agg canvases in seaborn's style (`style`), without pyplot or changing global
+matplotlib state.
 
 * `speedup_vs_bandwidth`: modelled speedup of each method over uncompressed, vs bandwidth;
 * `codec_costs`: measured encode and decode time vs tensor size, with the fitted a + b*n;
@@ -13,63 +14,26 @@ Drawn on Agg canvases in seaborn's style, without pyplot or changing global matp
 """
 from __future__ import annotations
 
-import functools
-import io
-
-import matplotlib
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .network import Network
-from .store import write_atomic
+from ..model.network import Network
+from .style import DPI  # noqa: F401 - the figures' resolution, part of this module's face
+from .style import figure, line_styles, save, styled
 
-DPI = 100
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
 
 
-def _styles(methods) -> dict:
-    """{method: line style keywords}: ten colours, then the same colours with other dashes
-    and markers."""
-    colors = sns.color_palette("tab10", 10)
-    return {m: {"color": colors[i % 10], "linestyle": ("-", "--", ":")[i // 10 % 3],
-                "marker": ("o", "s", "^")[i // 10 % 3]} for i, m in enumerate(methods)}
-
-
-def _styled(draw):
-    """Run `draw` under seaborn's whitegrid style, for this figure only."""
-    @functools.wraps(draw)
-    def wrapper(*args, **kwargs):
-        style = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook")}
-        with matplotlib.rc_context(style):
-            return draw(*args, **kwargs)
-
-    return wrapper
-
-
-def _figure(size, ncols: int = 1, **kw):
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(1, ncols, squeeze=False, **kw)
-
-
-def _save(fig, path):
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return write_atomic(path, buf.getvalue())
-
-
-@_styled
+@styled
 def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
     """Speedup vs bandwidth (log x, 1-400 Gbit/s) per method from `whatif.sweep` rows (one
     workers value); a panel per value of the optional column `costs`."""
     panels = list(dict.fromkeys(sweep["costs"])) if "costs" in sweep else [None]
     methods = list(dict.fromkeys(sweep["method"]))
-    styles = _styles(methods)
-    fig, axes = _figure(size, len(panels), sharey=True)
+    styles = line_styles(methods)
+    fig, axes = figure(size, len(panels), sharey=True)
     for ax, panel in zip(axes[0], panels):
         rows = sweep if panel is None else sweep[sweep["costs"] == panel]
         for method in methods:
@@ -91,17 +55,17 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled speedup of each method vs bandwidth: {row['profile']}, "
                           f"{row['workers']} workers ({row['bucketing']} bucketing)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(12, 5.5),
                 title=None):
     """Measured encode and decode seconds vs elements (log-log) per method, from a
     compress-bench table; dashed lines: the fits `fit.fit_codec` when given."""
     methods = list(dict.fromkeys(table["method"]))
-    styles = _styles(methods)
-    fig, axes = _figure(size, 2, sharey=True)
+    styles = line_styles(methods)
+    fig, axes = figure(size, 2, sharey=True)
     grid = np.geomspace(table["numel"].min(), table["numel"].max(), 50)
     for ax, phase in zip(axes[0], ("encode", "decode")):
         for method in methods:
@@ -124,15 +88,15 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(12, 5
     device = table["device_name"].iloc[0] if "device_name" in table else table["device"].iloc[0]
     fig.suptitle(title or f"Measured encode and decode time vs tensor size on {device}"
                  + (" (markers; lines: fitted a + b*n)" if fits else ""))
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(8, 5),
                      title=None):
     """Measured collective seconds vs per-worker payload (log-log) from a collective-bench
     table; dashed lines: the alpha-beta fits `fit.fit_collectives` when given."""
-    fig, axes = _figure(size)
+    fig, axes = figure(size)
     ax = axes[0, 0]
     colors = dict(zip(UNITS, sns.color_palette("deep", len(UNITS))))
     grid = np.geomspace(table["nbytes"].min(), table["nbytes"].max(), 50)
@@ -155,15 +119,15 @@ def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(
     backend = table["backend"].iloc[0] if "backend" in table else ""
     ax.set_title(title or f"Measured collective time vs payload ({backend})"
                  + (" and alpha-beta fit (dashed)" if fits else ""), fontsize="medium")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
     """Scaling factor t_single / t_iter over bandwidth x workers, one panel per method (e.g.
     `none` and one other), from `whatif.sweep` rows."""
     methods = list(dict.fromkeys(sweep["method"]))
-    fig, axes = _figure(size or (6.5 * len(methods), 5), len(methods))
+    fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
@@ -177,14 +141,14 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
     """Measured and predicted iteration time per method (columns method, measured,
     predicted, rel_error; seconds), as bars with the relative error written beside."""
-    fig, axes = _figure(size)
+    fig, axes = figure(size)
     ax = axes[0, 0]
     y = np.arange(len(table))
     ax.barh(y - 0.2, table["measured"] * 1e3, height=0.4, label="measured")
@@ -201,17 +165,17 @@ def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
     ax.legend(loc="lower right")
     ax.set_title(title or "Training iteration time: measured vs predicted by the model "
                           "(label: relative error)", fontsize="medium")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def validation_sweep(table: pd.DataFrame, path, size=(12, 5.5), title=None):
     """`validate` rows (rate_bps, method, measured, predicted; seconds): iteration time vs
     link rate per method, measured as points, predicted as lines (left); predicted against
     measured with the +-10% band (right)."""
     methods = list(dict.fromkeys(table["method"]))
-    styles = _styles(methods)
-    fig, axes = _figure(size, 2)
+    styles = line_styles(methods)
+    fig, axes = figure(size, 2)
     left, right = axes[0]
     for method in methods:
         rows = table[table["method"] == method].sort_values("rate_bps")
@@ -248,15 +212,15 @@ def validation_sweep(table: pd.DataFrame, path, size=(12, 5.5), title=None):
     handles, labels = left.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
     fig.suptitle(title or "Measured (points) and predicted (lines) iteration time vs rate")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def block_sparse_sweep(table: pd.DataFrame, path, size=(9, 5.5), title=None):
-    """A `bench_blocksparse` table: block-sparse all-reduce time vs the fraction of non-zero
+    """A `benches.blocksparse` table: block-sparse all-reduce time vs the fraction of non-zero
     blocks per worker (log-log), measured (points, bars: spread) and predicted (line), with
     the dense all-reduce's measured (dashed) and predicted (dotted) time."""
-    fig, axes = _figure(size)
+    fig, axes = figure(size)
     ax = axes[0, 0]
     colors = sns.color_palette("deep", 2)
     sparse = table[table["mode"] == "sparse"].sort_values("density")
@@ -279,16 +243,16 @@ def block_sparse_sweep(table: pd.DataFrame, path, size=(9, 5.5), title=None):
     ax.set_title(title or f"Block-sparse all-reduce of {first['nbytes'] / 2**20:.0f} MiB, "
                  f"{first['world_size']} workers ({first['backend']}), blocks of "
                  f"{first['block_size']}", fontsize="medium")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-@_styled
+@styled
 def allreduce_times(table: pd.DataFrame, path, size=(11, 5.5), title=None):
     """Grouped bars: all-reduce time (log) by ring, tree, parameter server and forest on each
     topology, from `topology.compare` rows; the forest's rate / cut bound written above."""
     algorithms = [c[:-2] for c in table.columns
                   if c.endswith("_s") and c[:-2] in ("ring", "tree", "ps", "forest")]
-    fig, axes = _figure(size)
+    fig, axes = figure(size)
     ax = axes[0, 0]
     x = np.arange(len(table))
     width = 0.8 / len(algorithms)
@@ -309,4 +273,4 @@ def allreduce_times(table: pd.DataFrame, path, size=(11, 5.5), title=None):
     first = table.iloc[0]
     ax.set_title(title or f"Simulated all-reduce of {first['nbytes'] / 1e6:g} MB per worker, "
                           f"{first['workers']} workers", fontsize="medium")
-    return _save(fig, path)
+    return save(fig, path)

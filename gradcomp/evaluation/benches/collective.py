@@ -21,10 +21,10 @@ with the payload the performance model uses:
   environment columns (world_size, backend, ...).
 
 The block-sparse all-reduce's density sweep (`gradcomp bench collective --blocksparse`) is in
-`bench_blocksparse`.
+`benches.blocksparse`.
 
 Spawned: `bench_collective(world_size=2)`. Under torchrun:
-``torchrun --nproc-per-node 2 -m gradcomp.evaluation.bench_collective --out coll.csv``.
+``torchrun --nproc-per-node 2 -m gradcomp.evaluation.benches.collective --out coll.csv``.
 """
 from __future__ import annotations
 
@@ -40,14 +40,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..comm.forest import forest_all_reduce
-from ..comm.forest_packing import pack_forest
-from ..checks import check_int
-from .env import check_backend, environment, init_from_env, local_device, spawn
-from .fit import fit_collectives, summary
-from .network import COLLECTIVES
-from .store import ResultTable, as_table
-from .timing import slowest_rank_seconds
+from ...checks import check_int
+from ...comm import forest_all_reduce, pack_forest
+from ..common.env import check_backend, environment, init_from_env, local_device, spawn
+from ..common.store import ResultTable, as_table
+from ..common.timing import slowest_rank_seconds
+from ..model.fit import fit_collectives, summary
+from ..model.network import COLLECTIVES
 
 KEY_COLUMNS = ("collective", "nbytes", "world_size", "backend", "device_name")
 BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p,
@@ -131,7 +130,8 @@ def _cases(collectives, sizes) -> list[tuple[str, int]]:
     return [(c, n) for c in collectives for n in sizes]
 
 
-def _key(table, collective, nbytes, world_size, backend, device_name):
+def collective_key(table, collective, nbytes, world_size, backend, device_name):
+    """The key in `table` of one measurement."""
     return table.key({"collective": collective, "nbytes": nbytes, "world_size": world_size,
                       "backend": backend, "device_name": device_name})
 
@@ -151,7 +151,8 @@ def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
         device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
-        keys = {_key(table, c, n, world_size, backend, device_name): (c, n) for c, n in cases}
+        keys = {collective_key(table, c, n, world_size, backend, device_name): (c, n)
+                for c, n in cases}
         done = table.done_keys()
         todo = [case for key, case in keys.items() if key not in done]
         if todo:
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
         cases = _cases(a.collectives.split(","), sizes)
         device_name = environment(device=local_device(backend))["device_name"]
         p = dist.get_world_size()
-        keys = {_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}
+        keys = {collective_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}
         todo = [None]
         if dist.get_rank() == 0:
             done = table.done_keys()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..analyses.time_to_accuracy import select, time_to_accuracy, tta_verdict, unreached
+from ..benches.converge import CONVERGE, load_curves
+from ..common.store import ResultTable, write_atomic
 from . import converge_plots
-from .converge import CONVERGE, load_curves
-from .store import ResultTable, write_atomic
-from .time_to_accuracy import select, time_to_accuracy, tta_verdict, unreached
 
 TTA = "time_to_accuracy.csv"
 

@@ -37,7 +37,7 @@ def environment(backend: str | None = None, world_size: int | None = None,
                 device=None) -> dict:
     """The environment columns; `backend` and `world_size` default to the current process
     group's (no group: "none" and 1), `device` to the CPU."""
-    from .. import __version__
+    from ... import __version__
 
     initialized = dist.is_available() and dist.is_initialized()
     if backend is None:

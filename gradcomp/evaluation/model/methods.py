@@ -29,10 +29,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..comm import blocksparse
-from ..comm import BLOCK_SPARSE_METHODS
-from ..compressors import compressor
-from .architectures import Shape
+from ...comm import BLOCK_SPARSE_METHODS, blocksparse
+from ...compressors import compressor
+from ..profiles.architectures import Shape
+from .blocksparse import union_density
 
 AGGREGATIONS = ("allreduce", "allgather", "powersgd", "blocksparse")
 BLOCK_SPARSE_SUFFIX = "+blocksparse"
@@ -85,7 +85,7 @@ class BlockSparsity:
         if self.union_density is not None:
             return float(self.union_density)
         d = self.worker_density()
-        return d if self.shared_positions else blocksparse.union_density(d, workers)
+        return d if self.shared_positions else union_density(d, workers)
 
 
 @dataclass(frozen=True)

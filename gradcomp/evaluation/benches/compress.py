@@ -2,7 +2,7 @@
 over a range of gradient sizes, one tidy row per (method, options, size), appended to a
 `ResultTable` as measured so that an interrupted sweep resumes where it stopped.
 
-Columns: those of `codec_bench.measure_codec` (method, options, aggregation, numel, dtype,
+Columns: those of `measure_codec` (method, options, aggregation, numel, dtype,
 bytes_original, bytes_sent, ratio, rel_error, encode_s, decode_s, encode_spread_s,
 decode_spread_s, repeats, device) and the environment columns of `env.environment`.
 """
@@ -15,13 +15,47 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ..compressors import compressor, names
-from ..checks import check_int
-from .codec_bench import measure_codec
-from .env import environment
-from .store import as_table
+from ...checks import check_int
+from ...compressors import compressor, names
+from ..common.env import environment
+from ..common.store import as_table
+from ..common.timing import median_seconds
 
+RESNET50_NUMEL = 25_600_000  # `gradcomp compressors`: a ResNet-50-sized gradient
 KEY_COLUMNS = ("method", "options", "numel", "dtype", "device", "device_name")
+
+
+def default_methods() -> list[tuple[str, dict]]:
+    """Every registered method with its default options."""
+    return [(name, {}) for name in names()]
+
+
+def measure_codec(name: str, options: dict, numel: int, device="cpu", dtype=torch.float32,
+                  repeats: int = 3, warmup: int = 1, seed: int = 0) -> dict:
+    """Time compress and decompress of a Gaussian gradient of `numel` values; report bytes on
+    the wire, the compression ratio and the relative error ||g - D(C(g))|| / ||g||."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    comp = compressor(name, **options)
+    payload = comp.compress(grad, key="bench")
+    encode_s, encode_spread = median_seconds(lambda: comp.compress(grad, key="bench"), device,
+                                             repeats, warmup)
+    decode_s, decode_spread = median_seconds(lambda: comp.decompress(payload), device,
+                                             repeats, warmup)
+    out = comp.decompress(payload).double()
+    ref = grad.double()
+    rel_error = ((ref - out).norm() / ref.norm()).item() if numel else 0.0
+    original = numel * grad.element_size()
+    return {
+        "method": name, "options": json.dumps(comp.options(), sort_keys=True),
+        "aggregation": comp.aggregation, "numel": numel,
+        "dtype": _dtype_name(dtype), "bytes_original": original,
+        "bytes_sent": payload.nbytes, "ratio": original / payload.nbytes if payload.nbytes else float("inf"),
+        "rel_error": rel_error, "encode_s": encode_s, "decode_s": decode_s,
+        "encode_spread_s": encode_spread, "decode_spread_s": decode_spread,
+        "repeats": repeats, "device": str(device),
+    }
 
 
 def default_sizes() -> list[int]:
@@ -38,7 +72,7 @@ def method_cases(methods) -> list[tuple[str, dict]]:
     """(name, options) pairs from None (every registered method with its defaults), or a
     list of names and (name, options) pairs."""
     if methods is None:
-        return [(name, {}) for name in names()]
+        return default_methods()
     if isinstance(methods, str):
         methods = [methods]
     cases = []

@@ -1,0 +1,1 @@
+"""Questions asked of the model: what-if sweeps, advice, time to accuracy."""

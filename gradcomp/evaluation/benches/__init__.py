@@ -1,0 +1,1 @@
+"""Benchmarks that measure and append rows: compress, collective, block-sparse, train, converge."""

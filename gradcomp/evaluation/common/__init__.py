@@ -1,0 +1,1 @@
+"""Helpers every layer uses: environment and spawning, timing, result tables, rate units."""

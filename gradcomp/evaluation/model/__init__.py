@@ -1,0 +1,1 @@
+"""The performance model: network, topology, method and block-sparse costs, timeline, fits."""

@@ -1,0 +1,1 @@
+"""Model profiles: the Profile type and built-ins, architectures, measuring, the NetAI data."""

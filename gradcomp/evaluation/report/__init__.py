@@ -1,0 +1,1 @@
+"""The report layer: report.md, its convergence section, and every figure."""

@@ -1,0 +1,1 @@
+"""Local network namespaces with shaped links, and the validation of the model on them."""

@@ -1,0 +1,132 @@
+"""The package's shape, as DESIGN.md states it: small folders and modules, no module using
+another's private names, imports pointing down the layers (cli -> evaluation -> comm ->
+compressors -> kernels, `checks` for all; inside evaluation run -> testbed -> report ->
+analyses -> benches -> model -> profiles -> common) and no import circles."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "gradcomp"
+LAYERS = ["kernels", "compressors", "comm", "evaluation", "cli"]  # bottom to top
+EVALUATION_LAYERS = ["common", "profiles", "model", "benches", "analyses", "report", "testbed",
+                     "run"]
+MAX_MODULES_PER_FOLDER = 12
+MAX_LINES = 450
+
+
+def module_name(path: Path) -> str:
+    parts = ("gradcomp",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def imports(name: str, top_level_only: bool = False):
+    """(imported module, imported names) for each import statement of module `name`."""
+    tree = ast.parse(MODULES[name].read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    package = name if is_package(name) else name.rpartition(".")[0]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [a.name for a in node.names]
+            submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in MODULES]
+            for sub in submodules:
+                yield sub, []
+            rest = [n for n in names if f"{base}.{n}" not in MODULES]
+            if rest or not submodules:
+                yield base, rest
+
+
+def layer(name: str) -> tuple[int, int] | None:
+    """(layer, layer inside evaluation) of a gradcomp module; None for the package's face and
+    `checks`, which every layer may use."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[1] not in LAYERS:
+        return None
+    if parts[1] != "evaluation":
+        return LAYERS.index(parts[1]), 0
+    if len(parts) == 2:  # the face re-exports from every layer
+        return LAYERS.index(parts[1]), len(EVALUATION_LAYERS)
+    return LAYERS.index(parts[1]), EVALUATION_LAYERS.index(parts[2])
+
+
+@pytest.mark.parametrize("folder", sorted({p.parent for p in MODULES.values()}),
+                         ids=lambda p: str(p.relative_to(ROOT.parent)))
+def test_no_folder_holds_more_than_a_dozen_modules(folder):
+    assert len(list(folder.glob("*.py"))) <= MAX_MODULES_PER_FOLDER
+
+
+def test_no_module_is_over_450_lines():
+    long = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()}
+    assert {n: k for n, k in long.items() if k > MAX_LINES} == {}
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = [(name, target, n) for name in MODULES for target, names in imports(name)
+               if target.startswith("gradcomp") for n in names
+               if n.startswith("_") and not n.startswith("__")]
+    private += [(name, target, "") for name in MODULES for target, _ in imports(name)
+                if target.startswith("gradcomp") and target.split(".")[-1].startswith("_")
+                and not target.endswith("__")]
+    assert private == []
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for name in MODULES:
+        mine = layer(name)
+        for target, _ in imports(name):
+            theirs = layer(target) if target.startswith("gradcomp.") else None
+            if mine is None or theirs is None:
+                continue
+            if theirs[0] > mine[0] or (theirs[0] == mine[0] == 3 and theirs[1] > mine[1]):
+                upward.append((name, target))
+            if name == "gradcomp.checks" and target.startswith("gradcomp."):
+                upward.append((name, target))
+    assert upward == []
+
+
+def test_module_level_imports_form_no_circle():
+    graph = {name: sorted({t for t, _ in imports(name, top_level_only=True)
+                           if t in MODULES and t != name}) for name in MODULES}
+    circles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert circles == []
