@@ -84,6 +84,33 @@ def test_jobs_get_rank_addresses_and_shaped_links_and_leave_nothing():
 
 
 @needs_root
+@pytest.mark.parametrize("topology", ["star", "p2p"])
+def test_set_rate_changes_every_shaped_end_while_a_job_runs(topology):
+    import threading
+
+    with Testbed(2, "1gbit", topology=topology) as tb:
+        show = ["sh", "-c", "tc qdisc show dev $GLOO_SOCKET_IFNAME; sleep 1.5; "
+                "tc qdisc show dev $GLOO_SOCKET_IFNAME"]
+        timer = threading.Timer(0.5, tb.set_rate, ["100mbit"])
+        timer.start()
+        results = tb.run(show)
+        timer.join()
+        tb.set_rate("300mbit", rank=1)
+        bridge_side = leftovers(tb.run_id)["qdiscs"]
+        with pytest.raises(ValueError, match="rank=2 is not allowed"):
+            tb.set_rate("1gbit", rank=2)
+        with pytest.raises(ValueError, match="rate"):
+            tb.set_rate("fast")
+        rates = [link.rate_bps for link in tb.links]
+    for r in results:  # each namespace's sending side, before and during the job
+        before, during = r.stdout.split("qdisc tbf")[1:]
+        assert "rate 1Gbit" in before and "rate 100Mbit" in during, r.stdout
+    assert rates == [100e6, 300e6]
+    if topology == "star":  # the bridge's sending side follows
+        assert sorted("300Mbit" in q for q in bridge_side) == [False, True], bridge_side
+
+
+@needs_root
 def test_p2p_link_carries_a_job_and_a_failing_rank_raises():
     with Testbed(2, "1gbit", topology="p2p") as tb:
         ok = tb.run([sys.executable, "-c", "import socket, os; s = socket.socket(); "

@@ -9,7 +9,8 @@ Topologies:
 * ``p2p`` (2 workers): one veth pair straight between the two namespaces.
 
 Every link is shaped on its sending side in both directions (the namespace's end and the
-bridge's end), so a worker's link carries `rate` each way, like a full-duplex NIC. The kernel
+bridge's end), so a worker's link carries `rate` each way, like a full-duplex NIC;
+`Testbed.set_rate` changes it while jobs run (a network that degrades mid-run). The kernel
 here has no netem: latency cannot be added; it is what the machine gives (tens of us).
 
 Names are unique to the run: ``gctb<6 hex>`` starts every namespace (``gctb<id>-<rank>``),
@@ -37,7 +38,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..common.store import write_atomic
@@ -210,11 +211,28 @@ class Testbed:
             _sh("ip", "-n", link.namespace, "link", "set", link.interface, "up")
             self._shape(link.namespace, link.interface, link.rate_bps)
 
-    def _shape(self, namespace: str | None, device: str, rate_bps: float) -> None:
+    def _shape(self, namespace: str | None, device: str, rate_bps: float,
+               action: str = "add") -> None:
         where = ("-n", namespace) if namespace else ()
-        _sh("tc", *where, "qdisc", "add", "dev", device, "root", "tbf", "rate",
+        _sh("tc", *where, "qdisc", action, "dev", device, "root", "tbf", "rate",
             f"{int(rate_bps)}bit", "burst", str(tbf_burst_bytes(rate_bps, self.mtu)),
             "latency", "100ms")
+
+    def set_rate(self, rate, rank: int | None = None) -> None:
+        """Change the rate of `rank`'s link (None: every link) to `rate` (bit/s or "100mbit"),
+        in both directions, while jobs may be running (e.g. from a `threading.Timer` during
+        `run`), so that a job sees its network change under it."""
+        rate_bps = parse_rate(rate, "rate")
+        if rank is not None and (isinstance(rank, bool) or rank not in range(self.workers)):
+            raise ValueError(f"rank={rank!r} is not allowed: choose None (every link) or a "
+                             f"worker in [0, {self.workers - 1}]")
+        if not self._up:
+            raise RuntimeError("set_rate needs a testbed that is up: use it inside `with`")
+        for r in range(self.workers) if rank is None else [rank]:
+            link = self.links[r] = replace(self.links[r], rate_bps=rate_bps)
+            if self.topology == "star":
+                self._shape(None, self._host_end(r), rate_bps, "change")
+            self._shape(link.namespace, link.interface, rate_bps, "change")
 
     def close(self) -> None:
         """Stop the jobs, delete the links, bridge and namespaces (qdiscs go with their
