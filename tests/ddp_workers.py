@@ -16,6 +16,7 @@ import gradcomp
 import gradcomp.comm
 
 METHODS = gradcomp.names()
+HOOKS = METHODS + ["auto"]  # what the training, checkpoint and resume cases run
 STEPS = 30
 RESUME_AT = 12
 # Per-method options and learning rates for the training test (sparse methods with error
@@ -27,6 +28,8 @@ OPTIONS = {
     "powersgd": dict(rank=2),
     "efsignsgd": dict(error_feedback=True),
     "onebit": dict(error_feedback=True),
+    # decided after 4 candidates x 2 iterations, before the checkpoint; no re-decision after
+    "auto": dict(explore_iters=2, check_every=10_000),
 }
 LR = {"signsgd": 0.002}
 LR_DEFAULT = 0.02
@@ -111,20 +114,22 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
                 loss.backward()
         opt.step()
         losses.append(loss.item())
+    chooser = getattr(state, "chooser", None)
     return {"losses": losses, "params": flat_params(model).cpu(), "before": before,
-            "after": full_loss(), "rows": state.telemetry_rows() if state else []}
+            "after": full_loss(), "rows": state.telemetry_rows() if state else [],
+            "decisions": dict(chooser.decisions) if chooser else None}
 
 
 def main_cases(rank, world_size, out_dir):
     """Every method trains; references from plain DDP and torch's hooks; DDP options."""
     res = {}
     res["ddp"] = train(rank)
-    for name in METHODS:
+    for name in HOOKS:
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
                           save_at=RESUME_AT, save_path=os.path.join(out_dir, f"{name}{rank}.ckpt"))
     # Plain DDP with the checkpoint kept for the resume test.
     ckpts = {name: torch.load(os.path.join(out_dir, f"{name}{rank}.ckpt"), weights_only=False)
-             for name in METHODS}
+             for name in HOOKS}
     res["checkpoints"] = ckpts
     # References from torch's own hooks (one bucket: torch's PowerSGD hangs on gloo otherwise).
     one_bucket = dict(bucket_cap_mb=25)

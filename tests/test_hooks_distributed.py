@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import gradcomp
-from ddp_workers import (METHODS, MISMATCHES, RESUME_AT, dead_rank_case, main_cases,
+from ddp_workers import (HOOKS, METHODS, MISMATCHES, RESUME_AT, dead_rank_case, main_cases,
                          mismatch_cases, resume_cases, spawn)
 
 pytestmark = pytest.mark.slow
@@ -31,6 +31,17 @@ def test_every_method_trains_and_ranks_agree(runs, name):
         assert sum(r["bytes_sent"] for r in compressed) < sum(r["bytes_original"] for r in compressed)
     for r in compressed:
         assert r["encode_s"] >= 0 and r["comm_s"] >= 0 and r["decode_s"] >= 0
+
+
+def test_auto_explores_every_candidate_then_every_rank_takes_the_same_decisions(runs):
+    run, other = runs[0]["auto"], runs[1]["auto"]
+    assert same(run["params"], other["params"]) and run["after"] < 0.5 * run["before"]
+    assert run["decisions"] and run["decisions"] == other["decisions"]
+    explored = {r["iteration"]: r["method"] for r in run["rows"] if 1 <= r["iteration"] < 9}
+    candidates = ["allreduce", "bf16", "powersgd", "topk"]  # "none" travels as the all-reduce
+    assert [explored[i] for i in range(1, 9)] == [c for c in candidates for _ in range(2)]
+    chosen = {r["method"] for r in run["rows"] if r["iteration"] >= 9}
+    assert chosen <= set(candidates) and len(chosen) >= 1
 
 
 def test_none_equals_ddp_without_hook_bit_for_bit(runs):
@@ -98,7 +109,7 @@ def test_checkpoint_resume_in_fresh_processes_is_bit_exact(runs):
     checkpoints = [runs[r]["checkpoints"] for r in (0, 1)]
     resumed = spawn(resume_cases, 2, checkpoints)
     for rank in (0, 1):
-        for name in METHODS:
+        for name in HOOKS:
             assert torch.equal(resumed[rank][name], runs[rank][name]["params"]), name
     # A checkpoint taken right after a resume resumes exactly too.
     again = [{n: resumed[r][f"{n}_again"] for n in ("topk", "powersgd", "qsgd", "int8")}

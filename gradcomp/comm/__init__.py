@@ -1,6 +1,7 @@
 """What training code uses: DDP communication hooks, the communicators behind them, and the
 collectives they run (block-sparse all-reduce, forest all-reduce)."""
 from .agreement import RankMismatch, SharedRandomnessMismatch
+from .auto import DEFAULT_CANDIDATES, AutoState
 from .blocksparse import block_sparse_all_reduce
 from .communicators import BLOCK_SPARSE_METHODS, COMMUNICATORS
 from .forest import forest_all_reduce
@@ -8,6 +9,6 @@ from .forest_packing import Forest, pack_forest
 from .hooks import hook, register
 from .state import HookState
 
-__all__ = ["BLOCK_SPARSE_METHODS", "COMMUNICATORS", "Forest", "HookState", "RankMismatch",
-           "SharedRandomnessMismatch", "block_sparse_all_reduce", "forest_all_reduce", "hook",
-           "pack_forest", "register"]
+__all__ = ["AutoState", "BLOCK_SPARSE_METHODS", "COMMUNICATORS", "DEFAULT_CANDIDATES", "Forest",
+           "HookState", "RankMismatch", "SharedRandomnessMismatch", "block_sparse_all_reduce",
+           "forest_all_reduce", "hook", "pack_forest", "register"]

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..compressors import Compressor, compressor as build_compressor, option_names
 from .agreement import check_agreement, settings
+from .auto import AUTO_OPTIONS, AutoState
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket
 from .state import HookState
@@ -56,11 +57,9 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
     result: encode, exchange, decode through the bucket's communicator."""
     communicator = state.communicator_for(bucket, iteration)
     buf = bucket.buffer
-    rec = None
-    if state.telemetry is not None:
-        rec = state.telemetry.start(BucketRecord(iteration, bucket.index, communicator.name,
-                                                 buf.numel(), buf.numel() * buf.element_size(),
-                                                 0), buf.device)
+    rec = state.start_record(BucketRecord(iteration, bucket.index, communicator.name,
+                                          buf.numel(), buf.numel() * buf.element_size(), 0),
+                             buf.device)
     sent = communicator.encode(bucket)
     _mark(rec, buf.device)
     reason = state.uncompressed_reason(communicator, sent, iteration)
@@ -74,6 +73,7 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
         _mark(rec, buf.device)
         if rec is not None:
             rec.bytes_sent = sent.nbytes
+            state.finished(rec, communicator, sent)
         return out
 
     return communicator.exchange(sent).then(decode)
@@ -89,7 +89,9 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
              error_feedback: bool | None = None, telemetry_limit: int = 100_000,
              communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE,
              **options) -> HookState:
-    """Register gradcomp's hook with `method` on a DistributedDataParallel model.
+    """Register gradcomp's hook with `method` on a DistributedDataParallel model ("auto":
+    the fastest of several methods per bucket, see `gradcomp.comm.auto`; its options are
+    `AUTO_OPTIONS`).
 
     `communicator` and `block_size` go to `HookState` ("blocksparse": the block-sparse
     all-reduce, for topk, threshold and randomk); `options` go to the compressor
@@ -100,6 +102,14 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
     if not isinstance(ddp_model, DistributedDataParallel):
         raise TypeError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
                         f"{type(ddp_model).__name__}: wrap the model in DDP first")
+    hook_options = dict(process_group=process_group, start_iter=start_iter,
+                        min_compression_rate=1.0 if min_compression_rate is None
+                        else min_compression_rate, telemetry_limit=telemetry_limit)
+    if method == "auto":
+        state = _auto_state(options, error_feedback, communicator, hook_options)
+        state.track_parameters(ddp_model.module)
+        ddp_model.register_comm_hook(state, hook)
+        return state
     if isinstance(method, Compressor):
         if options or error_feedback is not None:
             raise TypeError("pass options with a method name, not with a built compressor")
@@ -109,10 +119,19 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
             options["min_compression_rate"] = min_compression_rate
             min_compression_rate = None
         comp = build_compressor(method, error_feedback=error_feedback, **options)
-    state = HookState(comp, process_group=process_group, start_iter=start_iter,
-                      min_compression_rate=1.0 if min_compression_rate is None
-                      else min_compression_rate, telemetry_limit=telemetry_limit,
-                      communicator=communicator, block_size=block_size)
+    state = HookState(comp, communicator=communicator, block_size=block_size, **hook_options)
     state.track_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, hook)
     return state
+
+
+def _auto_state(options: dict, error_feedback, communicator: str, hook_options: dict):
+    if error_feedback is not None or communicator != "default":
+        raise TypeError("'auto' takes error_feedback and communicator per candidate, e.g. "
+                        "candidates=[('topk', {'ratio': 0.01, 'error_feedback': True})]")
+    unknown = sorted(set(options) - set(AUTO_OPTIONS))
+    if unknown:
+        raise TypeError(f"option {unknown[0]!r} is not accepted by 'auto'; its options are: "
+                        f"{', '.join(AUTO_OPTIONS)} (a candidate's options go with it in "
+                        "candidates)")
+    return AutoState(**options, **hook_options)

@@ -89,6 +89,13 @@ class HookState:
             return self.dense
         return self.compressed
 
+    def start_record(self, record, device):
+        """Start timing one bucket: its telemetry record, or None when telemetry is off."""
+        return self.telemetry.start(record, device) if self.telemetry is not None else None
+
+    def finished(self, record, communicator: Communicator, sent: Sent) -> None:
+        """A bucket's record is complete (`AutoState` learns from it)."""
+
     def uncompressed_reason(self, communicator: Communicator, sent: Sent, iteration: int) -> str:
         """Why `sent` travels uncompressed ("" when it is compressed): "start_iter", or
         "min_compression_rate" where the method does not make it small enough (e.g. fp16 on

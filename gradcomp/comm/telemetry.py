@@ -20,7 +20,8 @@ def mark(device: torch.device):
     return time.perf_counter()
 
 
-def _seconds(start, end) -> float:
+def seconds_between(start, end) -> float:
+    """Seconds from mark `start` to mark `end` (CUDA events: waits for `end`)."""
     if isinstance(start, float):
         return end - start
     end.synchronize()
@@ -42,7 +43,7 @@ class BucketRecord:
         names = ("encode_s", "comm_s", "decode_s")
         times = {n: float("nan") for n in names}
         for name, a, b in zip(names, self.marks, self.marks[1:]):
-            times[name] = _seconds(a, b)
+            times[name] = seconds_between(a, b)
         return {"iteration": self.iteration, "bucket": self.bucket, "method": self.method,
                 "numel": self.numel, "bytes_original": self.bytes_original,
                 "bytes_sent": self.bytes_sent, **times, "uncompressed": self.uncompressed}

@@ -120,6 +120,11 @@ class Compressor:
         """The options this compressor was built with."""
         return {}
 
+    def take_residual(self, key: Hashable) -> torch.Tensor | None:
+        """Remove and return what error feedback kept for `key` (None: nothing), so that a
+        hook that hands the tensor to another method can send it with the next gradient."""
+        return None
+
     def set_rank(self, rank: int) -> None:
         """Tell the compressor its rank, so that randomness that need not be shared differs
         between workers (stochastic rounding); shared randomness ignores it."""

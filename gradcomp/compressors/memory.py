@@ -61,6 +61,9 @@ class ErrorFeedback(Compressor):
     def set_rank(self, rank: int) -> None:
         self.inner.set_rank(rank)
 
+    def take_residual(self, key: Hashable) -> torch.Tensor | None:
+        return self.residuals.pop(key, None)
+
     def compress(self, tensor: torch.Tensor, key: Hashable = None) -> Payload:
         check_tensor(tensor)
         residual = self.residuals.get(key)

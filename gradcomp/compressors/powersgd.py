@@ -296,6 +296,9 @@ class PowerSGD(TwoRoundCompressor):
                                                 dtype=work.dtype) for _ in ids]).to(work.device)
                 for shape, ids in layout.groups.items()}
 
+    def take_residual(self, key: Hashable) -> torch.Tensor | None:
+        return self.residuals.pop(key, None)
+
     def shared_state(self) -> bytes:
         return repr(self._seed_stream.get_state()).encode()
 

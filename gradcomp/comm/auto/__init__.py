@@ -1,0 +1,15 @@
+"""The `auto` hook: each bucket goes the way that is fastest in this run, among candidate
+methods, decided from measurements reduced across ranks through a small performance model
+(`choice`).
+
+    state = gradcomp.comm.register(ddp_model, "auto")            # the default candidates
+    state = gradcomp.comm.register(ddp_model, "auto", candidates=["none", "fp16",
+                                   ("topk", {"ratio": 0.01, "error_feedback": True})])
+
+Switching is safe: when a bucket moves to another candidate, what the previous one kept for it
+(error feedback's residual, PowerSGD's) is added to the bucket's next gradient, so nothing
+dropped is lost; warm-start memories stay with their method.
+"""
+from .state import AUTO_OPTIONS, DEFAULT_CANDIDATES, AutoState, Candidates
+
+__all__ = ["AUTO_OPTIONS", "DEFAULT_CANDIDATES", "AutoState", "Candidates"]

@@ -1,0 +1,240 @@
+"""How the `auto` hook chooses a candidate per bucket: an exploration schedule, measurements,
+a small performance model fitted to them, and decisions every rank takes alike.
+
+Schedule: from `start` on, every candidate carries every bucket for `explore_iters`
+consecutive iterations (the first of each is a warm-up, not measured); then each bucket goes
+with the candidate of least predicted time until the next exploration, `redecide_every`
+iterations later.
+
+Model (DESIGN.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
+codec the measured encode + decode seconds and comm = rounds * k_alpha * alpha + k_bytes *
+bytes(b, c) * x for a ring all-reduce (k_alpha = 2(p-1), k_bytes = 2(p-1)/p) or an all-gather
+(p-1, p-1); alpha (latency) and x (seconds per byte, 1/bandwidth) are fitted by non-negative
+least squares to the communication times of buckets whose collective started on an idle link
+(the previous bucket's had finished), so queueing behind other buckets does not count.
+
+Agreement: every rank measures its own clock, so the samples are reduced across ranks before
+anything is decided (one all-reduce): codec times are the slowest rank's; communication times
+the least any rank saw (a rank that reached the collective early also waited for the others),
+idle links only where idle on every rank. Every decision is then the same function of the same
+numbers on every rank. Drift: every `check_every` iterations after a
+decision, the measured codec times of the chosen candidates and the bandwidth refitted from
+recent transfers are compared with the table (codec changes relative to the bucket's predicted
+time); when one moved by more than `drift` on any rank,
+the table takes the new values and every bucket is decided again (no new exploration needed:
+the model re-prices every candidate with the new network).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+#: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How a candidate's bytes travel: all-reduce or all-gather, in how many rounds."""
+
+    kind: str  # "allreduce" or "allgather"
+    rounds: int = 1
+
+    def factors(self, workers: int) -> tuple[float, float]:
+        """(latency steps, bytes factor) of one transfer of this route."""
+        p = workers
+        if self.kind == "allreduce":
+            return self.rounds * 2 * (p - 1), 2 * (p - 1) / p
+        return self.rounds * (p - 1), float(p - 1)
+
+
+@dataclass
+class Sample:
+    """One bucket carried by one candidate in one measured iteration."""
+
+    iteration: int
+    bucket: int
+    candidate: int
+    codec_s: float
+    comm_s: float
+    nbytes: int
+    idle_link: bool  # its collective started after the previous bucket's had finished
+
+
+def fit_network(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(alpha, x) >= 0 minimising sum (a alpha + b x - t)^2 over points (a, b, t)."""
+    if not points:
+        return 0.0, 0.0
+    saa = sum(a * a for a, _, _ in points)
+    sbb = sum(b * b for _, b, _ in points)
+    sab = sum(a * b for a, b, _ in points)
+    sat = sum(a * t for a, _, t in points)
+    sbt = sum(b * t for _, b, t in points)
+    det = saa * sbb - sab * sab
+    if det > 1e-12 * max(saa * sbb, 1e-300):
+        alpha, x = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
+        if alpha >= 0 and x >= 0:
+            return alpha, x
+    only_x = max(sbt / sbb, 0.0) if sbb else 0.0
+    only_alpha = max(sat / saa, 0.0) if saa else 0.0
+    err_x = sum((b * only_x - t) ** 2 for _, b, t in points)
+    err_alpha = sum((a * only_alpha - t) ** 2 for a, _, t in points)
+    return (0.0, only_x) if err_x <= err_alpha else (only_alpha, 0.0)
+
+
+@dataclass
+class Chooser:
+    """The per-bucket choice of `auto` (module docstring); `state_dict()` checkpoints it."""
+
+    transfers: list[Transfer]
+    workers: int
+    start: int = 1
+    explore_iters: int = 3
+    check_every: int = 10
+    redecide_every: int = 1000
+    drift: float = 0.2
+    explore_start: int | None = None  # None: explore from `start`
+    decisions: dict[int, int] = field(default_factory=dict)
+    codec: dict[tuple[int, int], float] = field(default_factory=dict)
+    nbytes: dict[tuple[int, int], float] = field(default_factory=dict)
+    alpha: float = 0.0
+    x: float = 0.0
+    decided_at: int | None = None
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def explore_end(self) -> int:
+        first = self.start if self.explore_start is None else self.explore_start
+        return first + len(self.transfers) * self.explore_iters
+
+    def exploring(self, iteration: int) -> bool:
+        first = self.start if self.explore_start is None else self.explore_start
+        return first <= iteration < self.explore_end
+
+    def choice(self, bucket: int, iteration: int) -> int:
+        """The candidate that carries `bucket` in `iteration`."""
+        if self.exploring(iteration):
+            first = self.start if self.explore_start is None else self.explore_start
+            return (iteration - first) // self.explore_iters
+        return self.decisions.get(bucket, 0)
+
+    def measured(self, iteration: int) -> bool:
+        """Whether samples of `iteration` are kept (the warm-up of each candidate is not)."""
+        if self.exploring(iteration):
+            first = self.start if self.explore_start is None else self.explore_start
+            return (iteration - first) % self.explore_iters != 0
+        return self.decided_at is not None
+
+    def step(self, iteration: int, reduce: Reduce) -> bool:
+        """At the start of `iteration` (every rank alike): decide after an exploration, check
+        for drift, start a periodic exploration. True when the decisions changed."""
+        if iteration == self.explore_end and self.decided_at is None:
+            self._decide_from_exploration(reduce)
+            self.decided_at = iteration
+            return True
+        if self.decided_at is None or self.exploring(iteration):
+            return False
+        if iteration - self.decided_at >= self.redecide_every:
+            self.explore_start, self.decided_at = iteration, None
+            self.samples.clear()
+            return False
+        if (iteration - self.decided_at) % self.check_every == 0:
+            return self._check_drift(reduce)
+        return False
+
+    # -- deciding ---------------------------------------------------------------------------
+    def _decide_from_exploration(self, reduce: Reduce) -> None:
+        samples = self._reduced(reduce)
+        self.alpha, self.x = fit_network(self._points(samples))
+        buckets = sorted({s.bucket for s in samples})
+        for b in buckets:
+            for c in range(len(self.transfers)):
+                mine = [s for s in samples if s.bucket == b and s.candidate == c]
+                self.codec[b, c] = statistics.median(s.codec_s for s in mine) if mine else 0.0
+                self.nbytes[b, c] = statistics.median(s.nbytes for s in mine) if mine else 0.0
+        self._decide(buckets)
+
+    def _reduced(self, reduce: Reduce) -> list[Sample]:
+        """This window's samples, reduced across ranks (module docstring), in the same order
+        on every rank; the window is emptied."""
+        samples = sorted(self.samples, key=lambda s: (s.iteration, s.bucket))
+        self.samples = []
+        n = len(samples)
+        values = [[s.codec_s, -s.comm_s, -float(s.idle_link), float(s.nbytes)] for s in samples]
+        table = reduce(torch.tensor([[float(n), -float(n), 0.0, 0.0]] + values,
+                                    dtype=torch.float64))
+        if table[0, 0] != -table[0, 1]:
+            raise RuntimeError("auto: ranks measured different numbers of buckets "
+                               f"({int(-table[0, 1])} to {int(table[0, 0])}); do all ranks "
+                               "train the same model?")
+        return [Sample(s.iteration, s.bucket, s.candidate, float(row[0]), float(-row[1]),
+                       float(row[3]), bool(-row[2] == 1))
+                for s, row in zip(samples, table[1:])]
+
+    def _decide(self, buckets) -> None:
+        self.decisions = {b: min(range(len(self.transfers)), key=lambda c: self.predict(b, c))
+                          for b in buckets}
+
+    def predict(self, bucket: int, candidate: int) -> float:
+        """Predicted seconds of `bucket` with `candidate`: codec + communication."""
+        steps, per_byte = self.transfers[candidate].factors(self.workers)
+        return (self.codec[bucket, candidate] + steps * self.alpha
+                + per_byte * self.nbytes[bucket, candidate] * self.x)
+
+    def _points(self, samples) -> list[tuple[float, float, float]]:
+        points = []
+        for s in samples:
+            if s.idle_link:
+                steps, per_byte = self.transfers[s.candidate].factors(self.workers)
+                points.append((steps, per_byte * s.nbytes, s.comm_s))
+        return points
+
+    def _check_drift(self, reduce: Reduce) -> bool:
+        samples = self._reduced(reduce)
+        buckets = sorted(self.decisions)
+        codec_now, drift = {}, 0.0
+        for b in buckets:
+            c = self.decisions[b]
+            mine = [s.codec_s for s in samples if s.bucket == b and s.candidate == c]
+            codec_now[b] = statistics.median(mine) if mine else self.codec[b, c]
+            # against the bucket's predicted time: a tiny codec time may double unnoticed
+            total = self.predict(b, c)
+            if total > 0:
+                drift = max(drift, abs(codec_now[b] - self.codec[b, c]) / total)
+        x_now = self._refit_bandwidth(samples)
+        drift = max(drift, _relative_change(x_now, self.x))
+        if drift <= self.drift:
+            return False
+        self.x = x_now
+        for b in buckets:
+            self.codec[b, self.decisions[b]] = codec_now[b]
+        before = dict(self.decisions)
+        self._decide(buckets)
+        return self.decisions != before
+
+    def _refit_bandwidth(self, samples) -> float:
+        """Seconds per byte from recent idle-link transfers, latency kept; the old value when
+        there is nothing to fit."""
+        points = [(a, b, t - a * self.alpha) for a, b, t in self._points(samples)]
+        sbb = sum(b * b for _, b, _ in points)
+        return max(sum(b * t for _, b, t in points) / sbb, 0.0) if sbb else self.x
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"explore_start": self.explore_start, "decisions": dict(self.decisions),
+                "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
+                "x": self.x, "decided_at": self.decided_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, dict(value) if isinstance(value, dict) else value)
+        self.samples = []
+
+
+def _relative_change(now: float, then: float) -> float:
+    if then <= 0:
+        return 0.0 if now <= 0 else float("inf")
+    return abs(now / then - 1)

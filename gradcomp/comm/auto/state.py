@@ -1,0 +1,209 @@
+"""`AutoState`: the hook state that carries each bucket with the candidate `choice` picks."""
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import torch
+import torch.distributed as dist
+
+from ...checks import check_int
+from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
+from .choice import Chooser, Sample, Transfer
+from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
+from ..ranks import Ranks
+from ..state import HookState
+from ..telemetry import BucketRecord, Telemetry, mark, seconds_between
+
+#: Methods that preserved convergence in gradcomp's measured runs (with error feedback where
+#: they need it): uncompressed, 16-bit, PowerSGD, top-k.
+DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
+                      ("topk", {"ratio": 0.01, "error_feedback": True}))
+#: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
+AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift")
+
+
+def build_candidates(candidates) -> list[Compressor]:
+    """Compressors from method names, (name, options) pairs or built compressors."""
+    if isinstance(candidates, (str, Compressor)) or not candidates:
+        raise ValueError(f"candidates={candidates!r} is not allowed: give a list of methods, "
+                         "each a name, a (name, options) pair or a gradcomp compressor")
+    built = []
+    for c in candidates:
+        if isinstance(c, Compressor):
+            built.append(c)
+        elif isinstance(c, str):
+            built.append(build_compressor(c))
+        elif isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[1], dict):
+            built.append(build_compressor(c[0], **c[1]))
+        else:
+            raise ValueError(f"candidates: {c!r} is not allowed: give a name, a (name, "
+                             "options) pair or a gradcomp compressor")
+        if built[-1].name == "auto":
+            raise ValueError("candidates: 'auto' cannot be its own candidate")
+    return built
+
+
+class Candidates(Compressor):
+    """The candidate methods as one compressor for the hook state's bookkeeping (name,
+    options, shared random state, checkpoints); it never compresses anything itself."""
+
+    name = "auto"
+
+    def __init__(self, members: list[Compressor]):
+        self.members = members
+
+    @property
+    def shared_randomness(self) -> bool:
+        return any(m.shared_randomness for m in self.members)
+
+    def options(self) -> dict[str, Any]:
+        return {"candidates": [(m.name, m.options()) for m in self.members]}
+
+    def set_rank(self, rank: int) -> None:
+        for m in self.members:
+            m.set_rank(rank)
+
+    def shared_state(self) -> bytes:
+        return b"".join(m.shared_state() for m in self.members)
+
+    def take_residual(self, key: Hashable):
+        raise TypeError("take a residual from one of the candidates (`members`)")
+
+    def compress(self, tensor, key=None):
+        raise TypeError("'auto' chooses a candidate per bucket; it does not compress itself")
+
+    def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
+        raise TypeError("'auto' sends what the candidate chosen for a bucket sends")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"members": [m.state_dict() for m in self.members]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for m, s in zip(self.members, state["members"]):
+            m.load_state_dict(s)
+
+
+class AutoState(HookState):
+    """The hook state of `auto` (see the module docstring and `choice`).
+
+    candidates: the methods to choose among (default `DEFAULT_CANDIDATES`).
+    explore_iters: iterations each candidate carries every bucket while exploring (the first
+        is a warm-up).
+    check_every: iterations between drift checks (one small all-reduce each).
+    redecide_every: iterations between explorations.
+    drift: relative change of a measured cost that triggers a new decision.
+    Other options as `HookState`'s (no communicator option: each candidate travels its way).
+    """
+
+    def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
+                 check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
+                 **hook_options):
+        members = build_candidates(candidates)
+        check_int(explore_iters, "explore_iters", 2)
+        check_int(check_every, "check_every", 1)
+        check_int(redecide_every, "redecide_every", 1)
+        if isinstance(drift, bool) or not isinstance(drift, (int, float)) or not drift > 0:
+            raise ValueError(f"drift={drift!r} is not allowed: it must be a number > 0")
+        self._explore = dict(explore_iters=explore_iters, check_every=check_every,
+                             redecide_every=redecide_every, drift=float(drift))
+        self.chooser: Chooser | None = None
+        super().__init__(Candidates(members), **hook_options)
+
+    def _connect(self, process_group) -> None:
+        self.ranks = Ranks(process_group)
+        self.communicators = [build(m, self.ranks) for m in self.compressor.members]
+        self.dense = DenseAllReduce(self.ranks)
+        self.compressed = None
+        self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
+        self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
+        self._pending: list[tuple[BucketRecord, int, int]] = []
+        self._stepped: int | None = None
+
+    def _chooser(self) -> Chooser:
+        if self.chooser is None:
+            transfers = [Transfer("allreduce" if m.aggregation == "allreduce" else "allgather",
+                                  2 if isinstance(m, TwoRoundCompressor) else 1)
+                         for m in self.compressor.members]
+            self.chooser = Chooser(transfers, self.ranks.world_size, self.start_iter,
+                                   **self._explore)
+        return self.chooser
+
+    # -- the hook's questions ---------------------------------------------------------------
+    def communicator_for(self, bucket: Bucket, iteration: int) -> Communicator:
+        if iteration < self.start_iter:
+            return self.dense
+        chooser = self._chooser()
+        if self._stepped != iteration:
+            self._stepped = iteration
+            self._collect(iteration)
+            chooser.step(iteration, self._reduce(bucket.buffer.device))
+        candidate = chooser.choice(bucket.index, iteration)
+        self._hand_over(bucket, candidate)
+        chosen = self.communicators[candidate]
+        return chosen if chosen.pays(bucket, self.min_compression_rate) else self.dense
+
+    def _hand_over(self, bucket: Bucket, candidate: int) -> None:
+        """Add what the bucket's previous candidate kept for it to the gradient now."""
+        before = self._carrier.get(bucket.index)
+        self._carrier[bucket.index] = candidate
+        if before is None or before == candidate:
+            return
+        residual = self.compressor.members[before].take_residual(bucket.index)
+        if residual is not None and residual.numel() == bucket.buffer.numel():
+            bucket.buffer.add_(residual.reshape(bucket.buffer.shape).to(bucket.buffer))
+
+    def start_record(self, record: BucketRecord, device) -> BucketRecord:
+        """Always a record: `auto` learns from them, telemetry or not."""
+        if self.telemetry is not None:
+            return self.telemetry.start(record, device)
+        record.marks.append(mark(device))
+        return record
+
+    def end_iteration(self, iteration: int) -> None:
+        """No warning: an uncompressed bucket is `auto`'s choice, not a silent no-op."""
+        self._iteration_reasons.clear()
+
+    def finished(self, record: BucketRecord, communicator: Communicator, sent: Sent) -> None:
+        if communicator in self.communicators and self._chooser().measured(record.iteration):
+            self._pending.append((record, self.communicators.index(communicator), sent.nbytes))
+
+    # -- measurements -----------------------------------------------------------------------
+    def _collect(self, iteration: int) -> None:
+        """Samples from the completed iterations before `iteration` (idle link: the bucket's
+        collective started after the previous bucket's had finished)."""
+        done = [p for p in self._pending if p[0].iteration < iteration]
+        self._pending = [p for p in self._pending if p[0].iteration >= iteration]
+        done.sort(key=lambda p: (p[0].iteration, p[0].bucket))
+        previous = None
+        for record, candidate, nbytes in done:
+            m = record.marks
+            idle = (previous is None or previous.iteration != record.iteration
+                    or seconds_between(previous.marks[2], m[1]) >= 0)
+            self.chooser.samples.append(Sample(
+                record.iteration, record.bucket, candidate, seconds_between(m[0], m[1])
+                + seconds_between(m[2], m[3]), seconds_between(m[1], m[2]), nbytes, idle))
+            previous = record
+
+    def _reduce(self, device):
+        def reduce(values: torch.Tensor) -> torch.Tensor:
+            if self.ranks.world_size == 1:
+                return values
+            moved = values.to(device)
+            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group)
+            return moved.cpu()
+        return reduce
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "auto": self._chooser().state_dict(),
+                "carrier": dict(self._carrier)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._chooser().load_state_dict(state["auto"])
+        self._carrier = dict(state["carrier"])
+
+    def __getstate__(self):
+        return {k: v for k, v in super().__getstate__().items()
+                if k not in ("communicators", "_carrier", "_pending", "_stepped")}
+

@@ -1,0 +1,146 @@
+"""The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) without
+processes, its residual hand-over in one process, and its options. Two real gloo ranks:
+tests/test_hooks_distributed.py."""
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp
+import gradcomp.comm
+from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
+
+ALLREDUCE, ALLGATHER = Transfer("allreduce"), Transfer("allgather")
+
+
+def same(values):  # the all-reduce of one rank
+    return values
+
+
+def chooser(**options):
+    return Chooser([ALLREDUCE, ALLGATHER], workers=4, start=1, explore_iters=3, **options)
+
+
+def feed(ch, iterations, alpha, x, codec, nbytes):
+    """Samples as the hook would record them: bucket b with candidate c costs codec[b][c] plus
+    the model's communication time at (alpha, x); every bucket's link idle."""
+    for i in iterations:
+        for b in range(len(codec)):
+            c = ch.choice(b, i)
+            if ch.measured(i):
+                steps, per_byte = ch.transfers[c].factors(ch.workers)
+                ch.samples.append(Sample(i, b, c, codec[b][c],
+                                         steps * alpha + per_byte * nbytes[b][c] * x,
+                                         nbytes[b][c], True))
+
+
+def test_the_schedule_explores_each_candidate_then_uses_the_decisions():
+    ch = chooser()
+    assert [ch.choice(0, i) for i in range(1, 7)] == [0, 0, 0, 1, 1, 1]
+    assert [ch.measured(i) for i in range(1, 7)] == [False, True, True, False, True, True]
+    ch.decisions = {0: 1}
+    assert ch.choice(0, 7) == 1 and ch.choice(5, 7) == 0  # an unknown bucket: the first
+
+
+def test_the_network_fit_recovers_latency_and_bandwidth():
+    points = [(6, b, 6 * 50e-6 + b * 1e-9) for b in (1e3, 1e5, 1e7)]
+    alpha, x = fit_network(points)
+    assert alpha == pytest.approx(50e-6) and x == pytest.approx(1e-9)
+    assert fit_network([]) == (0.0, 0.0)
+    assert min(fit_network([(6, 1e6, 1e-3), (6, 2e6, 0.5e-3)])) >= 0  # never negative
+
+
+def test_each_bucket_takes_the_candidate_of_least_predicted_time():
+    ch = chooser()
+    # bucket 0: big (compression pays on a slow link); bucket 1: tiny (latency-bound)
+    codec = [[0.0, 2e-3], [0.0, 1e-3]]
+    nbytes = [[4e7, 4e5], [4e3, 4e2]]
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+    assert ch.step(7, same)
+    assert ch.decisions == {0: 1, 1: 0}
+    assert ch.alpha == pytest.approx(20e-6) and ch.x == pytest.approx(1e-8)
+
+
+def test_a_faster_network_is_noticed_and_the_decision_follows():
+    ch = chooser(check_every=5)
+    codec, nbytes = [[0.0, 2e-3]], [[4e7, 4e5]]
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+    ch.step(7, same)
+    assert ch.decisions == {0: 1}
+    feed(ch, range(7, 12), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+    assert not ch.step(12, same)  # nothing moved
+    feed(ch, range(12, 17), alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
+    assert ch.step(17, same) and ch.decisions == {0: 0}  # 1000x the bandwidth: uncompressed
+
+
+def test_ranks_that_measured_different_buckets_raise():
+    ch = chooser()
+    feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])
+    with pytest.raises(RuntimeError, match="different numbers of buckets"):
+        ch.step(7, lambda t: t + torch.tensor([[1.0, 0, 0, 0]] + [[0.0] * 4] * (len(t) - 1),
+                                              dtype=torch.float64))
+
+
+def test_checkpoint_keeps_decisions_and_tables():
+    ch = chooser()
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=[[0.0, 2e-3]], nbytes=[[4e7, 4e5]])
+    ch.step(7, same)
+    again = chooser()
+    again.load_state_dict(ch.state_dict())
+    assert again.decisions == ch.decisions and again.predict(0, 1) == ch.predict(0, 1)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(candidates="topk"), "candidates="),
+    (dict(candidates=[("topk", "ratio")]), "candidates: "),
+    (dict(explore_iters=1), "explore_iters"),
+    (dict(drift=0), "drift"),
+    (dict(check_every=0), "check_every"),
+])
+def test_bad_auto_options_name_the_option(bad, match):
+    with pytest.raises(ValueError, match=match):
+        gradcomp.comm.AutoState(**bad)
+
+
+@pytest.fixture(scope="module")
+def one_rank_group(tmp_path_factory):
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/s",
+                            rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_register_auto_refuses_options_of_a_single_method(one_rank_group):
+    ddp = DDP(torch.nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="not accepted by 'auto'"):
+        gradcomp.comm.register(ddp, "auto", ratio=0.01)
+    with pytest.raises(TypeError, match="per candidate"):
+        gradcomp.comm.register(ddp, "auto", error_feedback=True)
+
+
+def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
+    """On one rank the hook's output is what was sent: with top-k + error feedback for 2
+    iterations, then the uncompressed candidate, everything the gradients held arrives once
+    the residual is handed over (nothing is lost at the switch)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64, bias=False)
+    ddp = DDP(model)
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2, candidates=[
+        ("topk", {"ratio": 0.05, "error_feedback": True}), "none"])
+    x = torch.randn(16, 64)
+    sent, raw = torch.zeros(64, 64), torch.zeros(64, 64)
+    for i in range(4):
+        plain = torch.autograd.grad(model(x).square().mean(), model.weight)[0]
+        ddp.zero_grad()
+        ddp(x).square().mean().backward()
+        sent += model.weight.grad
+        raw += plain
+        if i == 1:  # top-k has sent a part and keeps the rest
+            assert not torch.allclose(sent, raw, atol=1e-5)
+    torch.testing.assert_close(sent, raw, rtol=1e-5, atol=1e-6)
+    methods = [r["method"] for r in state.telemetry_rows()]
+    assert methods == ["topk", "topk", "allreduce", "allreduce"]
