@@ -79,11 +79,11 @@ def check_file(path, option: str, what: str = "file"):
     from pathlib import Path
 
     path = Path(path)
-    problem = ("does not exist" if not path.exists() else
-               "is not a file" if not path.is_file() else
-               "is empty" if path.stat().st_size == 0 else
-               "is not readable" if not os.access(path, os.R_OK) else None)
+    problem = ("no such file" if not path.exists() else
+               "it is a folder, not a file" if path.is_dir() else
+               "it is not a regular file" if not path.is_file() else
+               "the file is empty" if path.stat().st_size == 0 else
+               "the file is not readable" if not os.access(path, os.R_OK) else None)
     if problem:
-        raise ValueError(f"{option}={str(path)!r} is not allowed: the file {problem}; give "
-                         f"{what}")
+        raise ValueError(f"{option}={str(path)!r} is not allowed: {problem}; give {what}")
     return path

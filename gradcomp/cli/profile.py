@@ -1,9 +1,5 @@
 """`gradcomp profile`: measure a model's backward profile on this device."""
-import importlib
-
-import torch
-
-from ..evaluation.profiles.measure import measure_profile
+from ..evaluation.profiles.measure import measure_profile, profile_factory
 from ..evaluation.profiles.profiles import save_profile
 from .common import DEVICE, default_of, emit, positive_int
 
@@ -22,13 +18,8 @@ def add_profile(sub) -> None:
 
 
 def _profile(args) -> None:
-    module_name, _, factory = args.factory.partition(":")
-    if not factory:
-        raise SystemExit(f"gradcomp profile: expected MODULE:FACTORY, got {args.factory!r}")
-    model = getattr(importlib.import_module(module_name), factory)().to(args.device)
-    shape = [int(d) for d in args.input_shape.split(",")]
-    inputs = torch.randn(shape, device=args.device)
-    profile = measure_profile(model, inputs, repeats=args.repeats, name=args.name or factory)
+    profile = profile_factory(args.factory, args.input_shape, args.device,
+                              repeats=args.repeats, name=args.name)
     path = save_profile(profile, args.out)
     emit(args, {"path": str(path), "params": profile.numel, "t_iter_single_s":
                 profile.t_iter_single},

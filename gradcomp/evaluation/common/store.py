@@ -275,4 +275,5 @@ def read_table(path, option: str, what: str) -> pd.DataFrame:
     if frame.empty:
         raise ValueError(f"{option}={str(path)!r} is not allowed: the file holds no rows; "
                          f"give {what}")
+    frame.attrs["source"] = f"{option}={str(path)!r}"  # for the messages of its readers
     return frame
