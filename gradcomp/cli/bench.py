@@ -7,7 +7,7 @@ from ..evaluation.benches import compress as bench_compress
 from ..evaluation.benches import converge
 from ..evaluation.benches import train as bench_train
 from ..evaluation.benches.tasks import TASKS
-from .common import DEVICE, default_of, emit, given, positive_int, split, table
+from .common import DEVICE, default_of, device, emit, given, positive_int, split, table
 
 QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per worker
 QUICK_TRAIN_ITERATIONS = 3  # train --quick
@@ -26,7 +26,7 @@ def add_bench(sub) -> None:
                     "the first three)")
     be.add_argument("--workers", type=positive_int, help="local worker processes (default "
                     f"{default_of(bench_collective.bench_collective, 'world_size')})")
-    be.add_argument("--device", help=f"compress: the device (default {DEVICE})")
+    be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")
     be.add_argument("--repeats", type=positive_int, help="timed repeats / iterations")
     be.add_argument("--quick", action="store_true", help="CI-sized sweep")
     be.add_argument("--blocksparse", action="store_true", help="collective: sweep the "

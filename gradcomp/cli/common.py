@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..checks import check_number
+from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
 from ..evaluation.common.units import parse_rate
 from ..evaluation.model.bucketing import POLICIES
@@ -81,6 +81,15 @@ def _is_float(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def device(text: str) -> str:
+    """An argparse type: a torch device this machine has (`checks.check_device`)."""
+    try:
+        check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def positive_int(text: str) -> int:

@@ -1,7 +1,7 @@
 """`gradcomp profile`: measure a model's backward profile on this device."""
 from ..evaluation.profiles.measure import measure_profile, profile_factory
 from ..evaluation.profiles.profiles import save_profile
-from .common import DEVICE, default_of, emit, positive_int
+from .common import DEVICE, default_of, device, emit, positive_int
 
 
 def add_profile(sub) -> None:
@@ -11,7 +11,7 @@ def add_profile(sub) -> None:
     pr.add_argument("--input-shape", required=True, help="comma-separated, e.g. 32,3,224,224")
     pr.add_argument("--out", required=True, help="profile file to write (.json)")
     pr.add_argument("--name", help="profile name (default: the factory name)")
-    pr.add_argument("--device", default=DEVICE)
+    pr.add_argument("--device", type=device, default=DEVICE)
     pr.add_argument("--repeats", type=positive_int, default=default_of(measure_profile, "repeats"))
     pr.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pr.set_defaults(run=_profile)
