@@ -120,13 +120,41 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     assert environment()["torch_version"] in text
 
 
-def test_report_without_measurements_uses_the_assumed_costs(tmp_path):
+def test_report_without_codec_measurements_uses_the_assumed_costs(tmp_path):
+    with pytest.raises(ValueError, match="results=.* no such folder"):
+        write_report(tmp_path / "typo", "resnet50", 8, "100gbit")
+    assert not (tmp_path / "typo").exists()
+    with pytest.raises(ValueError, match="results=.* holds none of compress.csv"):
+        write_report(tmp_path, "resnet50", 8, "100gbit")  # no numbers "from its tables"
+    assert not (tmp_path / "report.md").exists()
+    net, env = Network(2, BANDWIDTH, ALPHA_S), environment("gloo", 2)
+    for nbytes in (1024, 2**20):
+        ResultTable(tmp_path / COLLECTIVE).append({"collective": "allreduce", "nbytes": nbytes,
+                                                   "time_s": net.cost("allreduce", nbytes),
+                                                   **env})
     report = write_report(tmp_path, "resnet50", 8, "100gbit")
     text = report.path.read_text()
     assert verdict(advise("resnet50", 8, "100gbit")) in text
     assert report.verdicts == (
         f"- **Encode/decode costs {ASSUMED}:** {verdict(advise('resnet50', 8, '100gbit'))}",)
     assert "Not measured in this run" in text and "Not available" in text
+
+
+def test_report_prices_the_question_with_its_latency_and_bucketing(tmp_path):
+    folder = make_results(tmp_path)
+    plain = write_report(folder, "resnet50", 8, "10gbit")
+    ranking = pd.read_csv(folder / "advise.csv")
+    slow = write_report(folder, "resnet50", 8, "10gbit", bucketing="horovod", latency_s=1e-3)
+    assert "horovod bucketing, latency 1000 us per hop" in slow.path.read_text()
+    later = pd.read_csv(folder / "advise.csv")
+    assert set(later["bucketing"]) == {"horovod"} and plain.verdicts
+    none = [t[t["method"] == "none"]["t_iter_s"].iloc[0] for t in (ranking, later)]
+    assert none[1] > none[0]
+    with pytest.raises(ValueError, match="bucketing='fifo'"):
+        run(tmp_path / "r", bucketing="fifo")
+    with pytest.raises(ValueError, match="latency_s"):
+        run(tmp_path / "r", latency_s=-1)
+    assert not (tmp_path / "r").exists()
 
 
 def test_run_rejects_bad_input_before_measuring(tmp_path):

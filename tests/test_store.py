@@ -98,6 +98,50 @@ def test_a_malformed_line_is_dropped_with_its_line_number(tmp_path):
     assert df["method"].tolist() == ["a", "c"]
 
 
+def test_a_damaged_middle_line_is_quarantined_and_the_table_rewritten(tmp_path):
+    path = tmp_path / "r.csv"
+    table = ResultTable(path, ("method", "numel"))
+    for r in rows():
+        table.append(r)
+    lines = path.read_text().split("\n")
+    damaged = ["fp16,40", "\x00" * 12]  # a half-written row; a block of NULs from a crash
+    path.write_text("\n".join([lines[0], lines[1], damaged[0], damaged[1], lines[3], ""]))
+    with pytest.warns(UserWarning) as caught:
+        done = ResultTable(path, ("method", "numel")).done_keys()
+    assert [str(w.message).split(": dropped a malformed line")[0][-6:] for w in caught] == [
+        ".csv:3", ".csv:4"] and "r.csv.quarantine" in str(caught[0].message)
+    assert done == {("topk", "1024"), ("none", "16")}  # fp16 is measured again
+    assert not table.quarantine.exists()  # reading changes nothing
+    resumed = ResultTable(path, ("method", "numel"))
+    with pytest.warns(UserWarning, match=r"r\.csv: moved 2 damaged line\(s\) \(line 3, 4;"
+                                         r".*r\.csv\.quarantine"):
+        resumed.append(rows()[1])
+    assert table.quarantine == tmp_path / "r.csv.quarantine"
+    assert table.quarantine.read_text() == "".join(d + "\n" for d in damaged)  # nothing lost
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = pd.read_csv(path)  # every reader, not only ours, sees clean rows
+        resumed.append({"method": "int8", "numel": 8, "time_s": 1.0, "note": "x"})
+    assert plain["method"].tolist() == ["topk", "none", "fp16"]
+    assert not plain["numel"].isna().any() and not plain.duplicated(["method", "numel"]).any()
+    assert len(table.frame()) == 4
+    assert sorted(os.listdir(tmp_path)) == ["r.csv", "r.csv.quarantine"]  # no temporary files
+
+
+def test_quarantine_keeps_a_torn_line_and_adds_to_earlier_ones(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("method,numel\na,1\nb,2,extra,fields\nc,3\n")
+    table = ResultTable(path, ("method",))
+    with pytest.warns(UserWarning, match="line 3"):
+        table.append({"method": "d", "numel": 4})
+    with open(path, "a") as f:
+        f.write("e,")  # torn by a crash of a later append
+    with pytest.warns(UserWarning, match="moved 1 damaged line.*line 5"):
+        ResultTable(path, ("method",)).append({"method": "e", "numel": 5})
+    assert table.quarantine.read_text() == "b,2,extra,fields\ne,\n"
+    assert path.read_text() == "method,numel\na,1\nc,3\nd,4\ne,5\n"
+
+
 def test_bad_input_is_refused_with_the_reason(tmp_path):
     table = ResultTable(tmp_path / "r.csv", ("method",))
     with pytest.raises(ValueError, match="line break"):

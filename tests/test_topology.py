@@ -229,7 +229,7 @@ def test_bad_topologies_name_the_option(tmp_path):
         load_topology("random:x")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"bandwidth_bps": [[0, "fast"], [1, 0]]}))
-    with pytest.raises(ValueError, match="topology='fast'"):
+    with pytest.raises(ValueError, match=r"topology='.*bad\.json'.*holds 'fast', not a rate"):
         load_topology(bad)
     with pytest.raises(ValueError, match="algorithm='butterfly'"):
         homogeneous(4).allreduce_time("butterfly", D)

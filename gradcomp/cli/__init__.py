@@ -4,9 +4,10 @@ One module per command group, each adding its subcommands to the parser (`add_*`
 their handlers; `common` holds what they share."""
 import argparse
 
+from .. import __version__
 from .analyses import add_advise, add_whatif
 from .bench import add_bench
-from .common import dispatch
+from .common import Parser, dispatch
 from .compressors import add_compressors
 from .fit import add_fit
 from .profile import add_profile
@@ -20,15 +21,16 @@ COMMANDS = (add_compressors, add_whatif, add_advise, add_topology, add_run, add_
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="gradcomp", description=(
+    top = Parser(prog="gradcomp", description=(
         "Gradient compression for data-parallel training, and whether it speeds you up."))
+    top.add_argument("--version", action="version", version=f"gradcomp {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # errors name the command: `gradcomp whatif: ...`
     return top
 
 
 def main(argv=None) -> int:
-    top = parser()
-    return dispatch(top, top.parse_args(argv))
-
+    return dispatch(parser().parse_args(argv))

@@ -5,10 +5,11 @@ from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
 from ..evaluation.benches.tasks import TASKS
+from ..evaluation.common.store import read_table
 from ..evaluation.common.units import format_rate
 from ..evaluation.model.topology import ALGORITHMS, network_on
-from .common import (default_of, emit, fraction, network_defaults, network_options, split,
-                     table, topology_options)
+from .common import (default_of, emit, fraction, network_defaults, network_options, number,
+                     split, table, topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
 
@@ -19,14 +20,14 @@ def add_whatif(sub) -> None:
     network_options(wi)
     wi.add_argument("--method", default=default_of(scenario, "method"),
                     help="a gradcomp method name")
-    wi.add_argument("--compression", type=float,
-                    help="a bare compression ratio instead of a method")
+    wi.add_argument("--compression", type=number("compression", minimum=1),
+                    help="a bare compression ratio (>= 1) instead of a method")
     wi.add_argument("--target-sf", type=fraction,
                     default=default_of(required_compression, "target_sf"),
                     help="scaling factor to reach, in (0, 1]")
     wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
     topology_options(wi)
-    wi.add_argument("--algorithm", choices=ALGORITHMS, default=ALGORITHM,
+    wi.add_argument("--algorithm", choices=ALGORITHMS,
                     help=f"with --topology: the all-reduce algorithm (default: {ALGORITHM})")
     wi.set_defaults(run=_whatif, workers=None, latency=None)  # None: see network_defaults
 
@@ -50,12 +51,12 @@ def add_advise(sub) -> None:
 
 
 def _whatif(args) -> None:
-    on = dict(topology=args.topology, algorithm=args.algorithm) if args.topology else {}
+    on = dict(topology=args.topology, algorithm=args.algorithm)
     workers, latency = network_defaults(args)
     common = dict(bucketing=args.bucketing, latency_s=latency)
-    if args.sweep and on:
-        raise ValueError("--sweep is not allowed with --topology: the sweep varies one "
-                         "bandwidth for all links; scale the topology file instead")
+    if args.sweep and (args.topology or args.algorithm):
+        raise ValueError("--sweep is not allowed with --topology or --algorithm: the sweep "
+                         "varies one bandwidth for all links; scale the topology file instead")
     if args.sweep:
         frame = sweep(args.profile, workers=workers, methods=[args.method],
                       ratios=[args.compression] if args.compression else (), **common)
@@ -71,13 +72,14 @@ def _whatif(args) -> None:
            "required_compression_reason": need.reason, "target_sf": args.target_sf}
     lines = [f"{args.profile} on {pred.workers} workers at {format_rate(args.bandwidth)} "
              f"({args.bucketing} bucketing), method {pred.method}"
-             + (f", topology {args.topology}, {args.algorithm} all-reduce" if on else "") + ":",
+             + (f", topology {args.topology}, {args.algorithm or ALGORITHM} all-reduce"
+                if args.topology else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
              f"speedup vs none {pred.speedup:.2f}x",
              f"  compression needed for SF {args.target_sf}: "
              + (f"{need.ratio:.3g}x" if need.ratio != float("inf")
                 else f"unreachable ({need.reason})")]
-    if args.method != "none" and not on:
+    if args.method != "none" and args.compression is None and not args.topology:
         even = break_even_bandwidth(args.profile, workers, args.method, **common)
         row["break_even_bandwidth_bps"] = even
         lines.append(f"  {args.method} beats none below {format_rate(even)}"
@@ -87,10 +89,10 @@ def _whatif(args) -> None:
 
 
 def _advise(args) -> None:
-    import pandas as pd
-
-    costs = pd.read_csv(args.costs) if args.costs else None
-    convergence = pd.read_csv(args.convergence) if args.convergence else None
+    costs = None if args.costs is None else read_table(
+        args.costs, "costs", "a `gradcomp bench compress` CSV")
+    convergence = None if args.convergence is None else read_table(
+        args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     workers, latency = network_defaults(args)
     ranking = advise(args.profile, workers, args.bandwidth, methods=split(args.methods),
                      costs=costs, bucketing=args.bucketing, latency_s=latency,

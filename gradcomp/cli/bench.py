@@ -7,7 +7,7 @@ from ..evaluation.benches import compress as bench_compress
 from ..evaluation.benches import converge
 from ..evaluation.benches import train as bench_train
 from ..evaluation.benches.tasks import TASKS
-from .common import DEVICE, default_of, emit, given, positive_int, split, table
+from .common import DEVICE, default_of, device, emit, given, positive_int, split, table
 
 QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per worker
 QUICK_TRAIN_ITERATIONS = 3  # train --quick
@@ -24,27 +24,25 @@ def add_bench(sub) -> None:
     be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
                     "allgather, broadcast, forest (the forest all-reduce executor; default: "
                     "the first three)")
-    be.add_argument("--workers", type=positive_int,
-                    default=default_of(bench_collective.bench_collective, "world_size"),
-                    help="local worker processes")
-    be.add_argument("--device", default=DEVICE)
+    be.add_argument("--workers", type=positive_int, help="local worker processes (default "
+                    f"{default_of(bench_collective.bench_collective, 'world_size')})")
+    be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")
     be.add_argument("--repeats", type=positive_int, help="timed repeats / iterations")
     be.add_argument("--quick", action="store_true", help="CI-sized sweep")
     be.add_argument("--blocksparse", action="store_true", help="collective: sweep the "
                     "block-sparse all-reduce over block densities (plot beside --out)")
     be.add_argument("--densities", help="--blocksparse: comma-separated fractions of non-zero "
                     "blocks (default 0.001 ... 1)")
-    be.add_argument("--block-size", type=positive_int,
-                    default=default_of(bench_blocksparse.bench_block_sparse, "block_size"),
-                    help="--blocksparse: elements per block")
+    be.add_argument("--block-size", type=positive_int, help="--blocksparse: elements per block "
+                    f"(default {default_of(bench_blocksparse.bench_block_sparse, 'block_size')})")
     be.add_argument("--numel", type=positive_int, help="--blocksparse: float32 elements per "
                     "worker (default 16M, --quick 1M)")
-    be.add_argument("--task", choices=TASKS, default=default_of(converge.bench_converge, "task"),
-                    help="converge: the built-in task (teacher: generated; digits: "
-                    "scikit-learn's bundled images)")
+    be.add_argument("--task", choices=TASKS, help="converge: the built-in task (teacher: "
+                    "generated; digits: scikit-learn's bundled images; default "
+                    f"{default_of(converge.bench_converge, 'task')})")
     be.add_argument("--metric", choices=converge.METRICS,
-                    default=default_of(converge.bench_converge, "metric"),
-                    help="converge: test accuracy >= target, or test loss <= target")
+                    help="converge: test accuracy >= target, or test loss <= target (default "
+                    f"{default_of(converge.bench_converge, 'metric')})")
     be.add_argument("--target", type=float, help="converge: the target (default: the "
                     "task's accuracy target)")
     be.add_argument("--seeds", type=positive_int, help="converge: seeds 0..N-1 (default "
@@ -56,20 +54,40 @@ def add_bench(sub) -> None:
     be.set_defaults(run=_bench)
 
 
+# Which measurement each option is for ("blocksparse": collective --blocksparse); the others
+# take none of it, and giving it there is an error rather than a silent no-op.
+USED_BY = {"methods": ("compress", "train", "converge"), "collectives": ("collective",),
+           "workers": ("collective", "blocksparse", "train", "converge"),
+           "device": ("compress",), "repeats": ("compress", "collective", "blocksparse", "train"),
+           "densities": ("blocksparse",), "block_size": ("blocksparse",),
+           "numel": ("blocksparse",), "task": ("converge",), "metric": ("converge",),
+           "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
+           "blocksparse": ("blocksparse",)}
+
+
 def _bench(args) -> None:
     """Unset --repeats, --numel, ...: the bench function's own default."""
+    what = "blocksparse" if args.blocksparse and args.what == "collective" else args.what
+    for name, used in USED_BY.items():
+        if getattr(args, name) not in (None, False) and what not in used:
+            raise ValueError(f"--{name.replace('_', '-')} is not allowed with `bench "
+                             f"{args.what}`: it is for bench "
+                             + ", ".join("collective --blocksparse" if u == "blocksparse"
+                                         else u for u in used))
     progress = not args.json
     if args.what == "compress":
         frame = bench_compress.bench_compress(
             split(args.methods), bench_compress.quick_sizes() if args.quick else None,
-            device=args.device, out=args.out, progress=progress, **given(repeats=args.repeats))
+            device=args.device or DEVICE, out=args.out, progress=progress,
+            **given(repeats=args.repeats))
         columns = ["method", "numel", "bytes_sent", "ratio", "rel_error", "encode_s", "decode_s"]
     elif args.what == "collective" and args.blocksparse:
         frame = bench_blocksparse.bench_block_sparse(
-            args.workers, densities=split(args.densities) or
+            densities=split(args.densities) or
             (bench_blocksparse.quick_densities() if args.quick else None),
-            block_size=args.block_size, out=args.out, progress=progress,
-            **given(numel=args.numel or (QUICK_BLOCKSPARSE_NUMEL if args.quick else None),
+            out=args.out, progress=progress,
+            **given(world_size=args.workers, block_size=args.block_size,
+                    numel=args.numel or (QUICK_BLOCKSPARSE_NUMEL if args.quick else None),
                     repeats=args.repeats))
         if args.out:
             from ..evaluation.report import plots  # matplotlib: only when drawing
@@ -78,24 +96,26 @@ def _bench(args) -> None:
         columns = ["mode", "density", "union_density", "bytes_sent", "time_s", "predicted_s"]
     elif args.what == "collective":
         frame = bench_collective.bench_collective(
-            args.workers, sizes=bench_collective.quick_sizes() if args.quick else None,
+            sizes=bench_collective.quick_sizes() if args.quick else None,
             out=args.out, progress=progress,
-            **given(repeats=args.repeats, collectives=split(args.collectives)))
+            **given(world_size=args.workers, repeats=args.repeats,
+                    collectives=split(args.collectives)))
         columns = ["collective", "world_size", "size_bytes", "time_s", "algbw_GBps",
                    "busbw_GBps", "matches_allreduce"]
     elif args.what == "converge":
         size = converge.QUICK if args.quick else converge.FULL
         frame = converge.bench_converge(
-            split(args.methods), task=args.task, target=args.target, metric=args.metric,
-            seeds=args.seeds or size["seeds"], max_iters=args.max_iters or size["max_iters"],
-            eval_every=size["eval_every"], world_size=args.workers, out=args.out,
-            progress=progress)
+            split(args.methods), target=args.target, seeds=args.seeds or size["seeds"],
+            max_iters=args.max_iters or size["max_iters"], eval_every=size["eval_every"],
+            out=args.out, progress=progress,
+            **given(task=args.task, metric=args.metric, world_size=args.workers))
         columns = ["method", "options", "error_feedback", "seed", "reached",
                    "iterations_to_target", "final_accuracy", "bytes_sent_per_iter"]
     else:
         frame = bench_train.bench_train(
-            split(args.methods), args.workers, out=args.out, progress=progress,
-            **given(iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
+            split(args.methods), out=args.out, progress=progress,
+            **given(world_size=args.workers,
+                    iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
     shown = [c for c in columns if c in frame.columns]
     emit(args, frame.to_dict("records"), table(frame, shown))

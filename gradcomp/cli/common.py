@@ -3,10 +3,13 @@ options of whatif / advise / run / report, and turning the library's errors into
 import argparse
 import inspect
 import json
+import os
+import sys
 from contextlib import contextmanager
 
 import torch
 
+from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
 from ..evaluation.common.units import parse_rate
 from ..evaluation.model.bucketing import POLICIES
@@ -58,6 +61,37 @@ def fraction(text: str) -> float:
     return value
 
 
+def number(option: str, **bounds):
+    """An argparse type: a finite number held to `checks.check_number(value, option,
+    **bounds)`, so the library's rule and message apply."""
+    def parse(text: str) -> float:
+        try:
+            return check_number(float(text), option, **bounds)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace(f"={float(text)!r}", f"={text!r}")
+                                             if _is_float(text) else
+                                             f"{text!r} is not a number") from None
+    parse.__name__ = option
+    return parse
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def device(text: str) -> str:
+    """An argparse type: a torch device this machine has (`checks.check_device`)."""
+    try:
+        check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -73,7 +107,8 @@ def network_options(p) -> None:
     p.add_argument("--bandwidth", type=rate, default=rate(BANDWIDTH),
                    help="per-worker bandwidth with units: 10gbit, 100mbit, 25G (Gbit/s), "
                    "3GB (bytes/s)")
-    p.add_argument("--latency", type=float, default=default_of(sweep, "latency_s"),
+    p.add_argument("--latency", type=number("latency", minimum=0),
+                   default=default_of(sweep, "latency_s"),
                    help="per-hop latency alpha, s")
     p.add_argument("--bucketing", choices=tuple(POLICIES),
                    default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
@@ -110,11 +145,38 @@ def exits_on(command: str, *errors):
         raise SystemExit(f"gradcomp {command}: {exc}") from None
 
 
-def dispatch(top: argparse.ArgumentParser, args) -> int:
-    """Run the chosen command; bad input found by the library (ValueError) becomes a parser
-    error that names the command, no traceback."""
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, `gradcomp COMMAND: error: ...`, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+
+
+INTERRUPTED, BROKEN_PIPE = 130, 141  # exit statuses as a shell reports SIGINT and SIGPIPE
+
+
+def dispatch(args) -> int:
+    """Run the chosen command (`args.parser` its parser). Bad input found by the library (a
+    ValueError naming the option) and a file that cannot be opened become one line on stderr
+    and exit status 2, no traceback; Ctrl-C and a closed pipe end quietly."""
     try:
         args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except ValueError as exc:
-        top.error(f"{args.command}: {exc}")
+        args.parser.error(str(exc))
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # nothing left to flush at exit
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a file descriptor (in-process)
+            pass
+        return BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        args.parser.error(f"{exc.filename}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        print(f"{args.parser.prog}: interrupted (rows already measured are kept; run the same "
+              "command again to resume)", file=sys.stderr)
+        return INTERRUPTED
     return 0

@@ -3,17 +3,17 @@ import json
 import sys
 
 from ..evaluation.benches.compress import RESNET50_NUMEL, default_methods, measure_codec
-from .common import DEVICE, default_of
+from .common import DEVICE, default_of, device, positive_int
 
 
 def add_compressors(sub) -> None:
     comp = sub.add_parser("compressors", help="compress a ResNet-50-sized gradient with every "
                           "method and print bytes on wire, error and encode/decode time")
-    comp.add_argument("--numel", type=int, default=RESNET50_NUMEL,
+    comp.add_argument("--numel", type=positive_int, default=RESNET50_NUMEL,
                       help="gradient size in fp32 values (default: 25.6M, ResNet-50)")
-    comp.add_argument("--device", default=DEVICE,
+    comp.add_argument("--device", type=device, default=DEVICE,
                       help="device to run on (default: cuda if available, else cpu)")
-    comp.add_argument("--repeats", type=int, default=default_of(measure_codec, "repeats"),
+    comp.add_argument("--repeats", type=positive_int, default=default_of(measure_codec, "repeats"),
                       help="timed repeats (median reported)")
     comp.add_argument("--json", action="store_true", help="print machine-readable JSON")
     comp.set_defaults(run=_compressors)

@@ -1,4 +1,5 @@
 """`gradcomp fit`: the model's cost parameters from a measurement table."""
+from ..evaluation.common.store import read_table
 from ..evaluation.model.fit import fit_codec, fit_collectives, summary
 from .common import emit, table
 
@@ -12,9 +13,8 @@ def add_fit(sub) -> None:
 
 
 def _fit(args) -> None:
-    import pandas as pd
-
-    frame = pd.read_csv(args.table)
+    frame = read_table(args.table, "table", "a CSV written by `gradcomp bench compress` or "
+                       "`gradcomp bench collective`")
     fits = fit_collectives(frame) if "collective" in frame.columns else fit_codec(frame)
     fitted = summary(fits)
     emit(args, fitted.to_dict("records"), table(fitted, fitted.columns))

@@ -25,7 +25,8 @@ def _run(args) -> None:
     from ..evaluation.run import run
 
     report = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
-                 bandwidth=args.bandwidth, progress=not args.json)
+                 bandwidth=args.bandwidth, bucketing=args.bucketing, latency_s=args.latency,
+                 progress=not args.json)
     emit(args, {"results": str(report.folder), "report": str(report.path),
                 "verdicts": list(report.verdicts)},
          f"results in {report.folder}\nreport: {report.path}\n\n" + "\n".join(report.verdicts))
@@ -35,5 +36,6 @@ def _report(args) -> None:
     from ..evaluation.report.report import write_report
 
     report = write_report(args.results, profile=args.profile, workers=args.workers,
-                          bandwidth=args.bandwidth, bucketing=args.bucketing)
+                          bandwidth=args.bandwidth, bucketing=args.bucketing,
+                          latency_s=args.latency)
     emit(args, {"report": str(report.path)}, f"wrote {report.path}")

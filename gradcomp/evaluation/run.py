@@ -17,6 +17,8 @@ from .benches.collective import bench_collective
 from .benches.compress import bench_compress
 from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
 from .benches.train import bench_train
+from ..checks import check_choice
+from .model.bucketing import POLICIES
 from .model.network import Network
 from .profiles.profiles import load_profile
 from .report.report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
@@ -39,19 +41,22 @@ def _say(progress: bool, text: str) -> None:
 
 
 def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKERS,
-        bandwidth=BANDWIDTH, progress: bool = True, methods=None, model: str = "mlp",
+        bandwidth=BANDWIDTH, bucketing: str = "ddp", latency_s: float = 0.0,
+        progress: bool = True, methods=None, model: str = "mlp",
         sizes=None, collective_sizes=None, iterations: int | None = None,
         converge_iters: int | None = None) -> Report:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
     tables); return the `Report`: the folder, its ``report.md`` and the verdicts computed
-    there. The question: `profile` on `workers` at `bandwidth`. `quick`: a few sizes and
+    there. The question: `profile` on `workers` at `bandwidth`, with `bucketing` and a
+    per-hop latency `latency_s`. `quick`: a few sizes and
     iterations (minutes on 2 CPU cores) instead of the full sweeps.
     Smaller runs: `methods` (names; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
     `converge_iters`."""
     load_profile(profile)
-    Network(workers, bandwidth)  # bad input fails here, before minutes of measuring
+    Network(workers, bandwidth, latency_s)  # bad input fails here, before minutes of measuring
+    check_choice(bucketing, "bucketing", tuple(POLICIES))
     plan = {**SETTINGS[bool(quick)]}
     for key, value in dict(sizes=sizes, collective_sizes=collective_sizes,
                            iterations=iterations).items():
@@ -82,6 +87,6 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
-    report = write_report(out, profile, workers, bandwidth)
+    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s)
     _say(progress, f"report: {report.path}")
     return report

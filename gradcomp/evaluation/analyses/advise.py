@@ -48,6 +48,11 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     if convergence is not None and topology is not None:
         raise ValueError("convergence is not allowed with topology (--convergence with "
                          "--topology): time to accuracy is priced on one bandwidth; drop one")
+    for name, value, needs in (("task", task, "convergence"), ("target", target, "convergence"),
+                               ("algorithms", algorithms, "topology")):
+        if value is not None and (convergence if needs == "convergence" else topology) is None:
+            raise ValueError(f"{name}={value!r} is not allowed without {needs} (--{name} needs "
+                             f"--{needs}): it would be ignored")
     if topology is None and latency_s is None:
         latency_s = 0.0
     if convergence is not None:

@@ -44,7 +44,8 @@ def select(summary: pd.DataFrame, task=None, target=None) -> pd.DataFrame:
     missing = [c for c in (*SELECT, *VARIANT, "seed", "reached", "iterations_to_target")
                if c not in summary.columns]
     if missing:
-        raise ValueError(f"convergence: not a `bench converge` summary table (no column(s) "
+        raise ValueError(f"{summary.attrs.get('source', 'convergence')}: not a `bench "
+                         f"converge` summary table (no column(s) "
                          f"{', '.join(missing)})")
     rows = summary
     for option, value in (("task", task), ("target", target)):

@@ -34,19 +34,30 @@ def default_bandwidths(points: int = 25) -> np.ndarray:
 def scenario(profile, workers: int | None, bandwidth, method="none", ratio: float | None = None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, aggregation: str = "allreduce", topology=None,
-           algorithm: str = "ring") -> Prediction:
+           algorithm: str | None = None) -> Prediction:
     """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
     compression `ratio` sent by `aggregation` when given. With a `topology` (see
     `topology.network_on`, built for `workers` and `bandwidth`; a file's worker count must
-    match `workers`, or give None), all-reduces run `algorithm` on it. `latency_s` None: the
-    topology's, else 0."""
+    match `workers`, or give None), all-reduces run `algorithm` on it (None: forest).
+    `latency_s` None: the topology's, else 0. A `ratio` replaces the method, so a `method`
+    other than "none" beside it, or an `algorithm` without a `topology`, is a ValueError."""
+    if ratio is not None and not (isinstance(method, str) and method == "none"):
+        raise ValueError(f"method={getattr(method, 'name', method)!r} with ratio={ratio!r} is "
+                         "not allowed (--method with --compression): a bare compression ratio "
+                         "replaces the method; give one of them")
+    if algorithm is not None and topology is None:
+        raise ValueError(f"algorithm={algorithm!r} is not allowed without a topology "
+                         "(--algorithm needs --topology): one bandwidth has no algorithm to "
+                         "choose")
     if ratio is not None:
         method = MethodCost.fixed_ratio(ratio, aggregation)
     if topology is None:
         network = Network(workers, bandwidth, 0.0 if latency_s is None else latency_s,
                           efficiency)
     else:
-        network = network_on(topology, algorithm, latency_s, efficiency, workers, bandwidth)
+        chosen = {} if algorithm is None else {"algorithm": algorithm}
+        network = network_on(topology, latency_s=latency_s, efficiency=efficiency,
+                             workers=workers, bandwidth=bandwidth, **chosen)
     return predict(profile, network, method, bucketing, contention)
 
 
@@ -89,7 +100,7 @@ def required_compression(profile, workers: int | None, bandwidth, target_sf: flo
                          efficiency: float = 1.0,
                          contention: float = 1.0, aggregation: str = "allreduce",
                          max_ratio: float = 1e6, rtol: float = 1e-3, topology=None,
-                         algorithm: str = "ring") -> Requirement:
+                         algorithm: str | None = None) -> Requirement:
     """Bisection (on log ratio, to relative precision `rtol`) for the smallest bare
     compression ratio whose SF reaches `target_sf`; SF does not decrease with the ratio."""
     if not 0 < target_sf:

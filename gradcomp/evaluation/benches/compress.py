@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ...checks import check_int
+from ...checks import check_device, check_int
 from ...compressors import compressor, names
 from ..common.env import environment
 from ..common.store import as_table
@@ -34,7 +34,10 @@ def measure_codec(name: str, options: dict, numel: int, device="cpu", dtype=torc
                   repeats: int = 3, warmup: int = 1, seed: int = 0) -> dict:
     """Time compress and decompress of a Gaussian gradient of `numel` values; report bytes on
     the wire, the compression ratio and the relative error ||g - D(C(g))|| / ||g||."""
-    device = torch.device(device)
+    check_int(numel, "numel", 1)
+    check_int(repeats, "repeats", 1)
+    check_int(warmup, "warmup", 0)
+    device = check_device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
     comp = compressor(name, **options)
@@ -106,7 +109,7 @@ def bench_compress(methods=None, sizes=None, device="cpu", dtype=torch.float32,
         raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
-    device = torch.device(device)
+    device = check_device(device)
     table = as_table(out, KEY_COLUMNS)
     env = environment(device=device)
     cases = [(name, options, numel, key)

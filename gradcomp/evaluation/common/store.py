@@ -5,8 +5,13 @@ default): one line per row, appended, flushed and fsynced; the header is written
 row with new columns rewrites the file atomically with the union of the columns. Parquet
 (suffix ``.parquet``, needs pyarrow or fastparquet): every append rewrites the file
 atomically (temporary file, fsync, os.replace). `done_keys()` lets an interrupted sweep skip
-what it finished. A crash in the middle of an append leaves at most a torn last line: reading
-drops it with a warning naming the file, and the next append cuts it off.
+what it finished. A crash in the middle of an append leaves at most a torn last line; a line
+damaged anywhere else (a wrong number of fields, NUL bytes: a disk or a hand edit) is
+dropped by reading, with a warning naming the file and the line. Nothing is thrown away: the
+next append moves every damaged line, torn last line included, to a side file
+``<name>.quarantine`` next to the table (appended to, never overwritten; named in the
+warning) and then rewrites the table atomically without them, so that every reader (pandas
+too) sees clean rows and the sweep measures the lost keys again.
 
 Values are stored as text the way `str` writes them (None and NaN as an empty cell, read back
 as NaN); keys are compared in that form, so 1024 and "1024" are the same key.
@@ -21,6 +26,8 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+
+from ...checks import check_file
 
 
 def write_atomic(path, data: str | bytes) -> Path:
@@ -66,6 +73,18 @@ def text(value) -> str:
     return str(value)
 
 
+def _fields(line: str, header: list[str]) -> list[str] | None:
+    """The fields of a stored line; None when it is damaged (not one field per header
+    column, NUL bytes, bad quoting)."""
+    if "\x00" in line:
+        return None
+    try:
+        fields = next(csv.reader([line]), [])
+    except csv.Error:
+        return None
+    return fields if len(fields) == len(header) else None
+
+
 def _line(fields) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(fields)
@@ -79,6 +98,12 @@ class ResultTable:
         self.path = Path(path)
         self.key_columns = tuple(key_columns)
         self.parquet = self.path.suffix.lower() == ".parquet"
+        self._scanned = False  # the whole file was checked for damaged lines by an append
+
+    @property
+    def quarantine(self) -> Path:
+        """The side file that damaged lines are moved to."""
+        return self.path.with_name(self.path.name + ".quarantine")
 
     def __repr__(self) -> str:
         return f"ResultTable({str(self.path)!r}, {self.key_columns!r})"
@@ -109,23 +134,48 @@ class ResultTable:
             os.fsync(f.fileno())
 
     def _repair(self) -> list[str]:
-        """Cut off a torn last line; return the header ([] for an empty file)."""
+        """Move damaged lines to the quarantine (the whole file on this table's first append,
+        later only a torn last line); return the header ([] for an empty file)."""
         if not self.path.exists() or self.path.stat().st_size == 0:
             return []
-        with open(self.path, "rb+") as f:
+        with open(self.path, "rb") as f:
             f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.seek(0)
-                data = f.read()
-                keep = data.rfind(b"\n") + 1
-                warnings.warn(f"{self.path}: cut off a torn last line (an interrupted write): "
-                              f"{data[keep:][:80]!r}", stacklevel=3)
-                f.truncate(keep)
+            torn = f.read(1) != b"\n"
+        if torn or not self._scanned:
+            self._quarantine()
+        self._scanned = True
+        with open(self.path, "rb") as f:
+            first = f.readline().decode()
+        return next(csv.reader([first])) if first.strip() else []
+
+    def _quarantine(self) -> None:
+        """Append the damaged lines to `quarantine` (durably), then rewrite the table
+        atomically without them; a crash between the two leaves a line in both, never in
+        neither."""
+        with open(self.path, newline="") as f:
+            lines = f.read().split("\n")
+        torn = lines.pop()
+        header = next(csv.reader([lines[0]])) if lines else []
+        keep, damaged = lines[:1], []
+        for number, line in enumerate(lines[1:], start=2):
+            if _fields(line, header):
+                keep.append(line)
+            elif line:  # an empty line holds no measurement: dropped
+                damaged.append((number, line))
+        if torn:
+            damaged.append((len(lines) + 1, torn))
+        if not damaged and len(keep) == len(lines):
+            return
+        if damaged:
+            with open(self.quarantine, "a", newline="") as f:
+                f.write("".join(line + "\n" for _, line in damaged))
                 f.flush()
                 os.fsync(f.fileno())
-            f.seek(0)
-            first = f.readline().decode()
-        return next(csv.reader([first])) if first else []
+            numbers = ", ".join(str(n) for n, _ in damaged)
+            warnings.warn(f"{self.path}: moved {len(damaged)} damaged line(s) (line "
+                          f"{numbers}; a torn or corrupted write) to {self.quarantine}; "
+                          "their measurements are taken again", stacklevel=4)
+        write_atomic(self.path, "".join(line + "\n" for line in keep))
 
     def _widen(self, header: list[str], new: list[str]) -> list[str]:
         header = header + new
@@ -149,12 +199,13 @@ class ResultTable:
             return [], []
         header, rows = next(csv.reader([lines[0]])), []
         for number, line in enumerate(lines[1:], start=2):
-            fields = next(csv.reader([line]), [])
-            if len(fields) == len(header):
+            fields = _fields(line, header)
+            if fields:
                 rows.append(fields)
-            else:
-                warnings.warn(f"{self.path}:{number}: dropped a malformed line ({len(fields)} "
-                              f"fields, the header has {len(header)})", stacklevel=3)
+            elif line:
+                warnings.warn(f"{self.path}:{number}: dropped a malformed line (not "
+                              f"{len(header)} fields like the header; the next append moves "
+                              f"it to {self.quarantine})", stacklevel=3)
         return header, rows
 
     def frame(self, keys=None) -> pd.DataFrame:
@@ -209,3 +260,20 @@ def as_table(out, key_columns) -> ResultTable | None:
                              f"needs {tuple(key_columns)}")
         return out
     return ResultTable(out, key_columns)
+
+
+def read_table(path, option: str, what: str) -> pd.DataFrame:
+    """A measurement table the user names (`option`, e.g. "costs": `what`, e.g. "a `gradcomp
+    bench compress` CSV"), read like `ResultTable.frame` (torn and damaged lines dropped with
+    a warning); a missing, empty or row-less file is a ValueError naming the option and it."""
+    path = check_file(path, option, what)
+    try:
+        frame = ResultTable(path).frame()
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise ValueError(f"{option}={str(path)!r} is not allowed: it cannot be read as a table "
+                         f"({e}); give {what}") from None
+    if frame.empty:
+        raise ValueError(f"{option}={str(path)!r} is not allowed: the file holds no rows; "
+                         f"give {what}")
+    frame.attrs["source"] = f"{option}={str(path)!r}"  # for the messages of its readers
+    return frame

@@ -52,8 +52,9 @@ def _r2(y: np.ndarray, fitted: np.ndarray) -> float:
 def _columns(table: pd.DataFrame, needed: tuple, what: str) -> pd.DataFrame:
     missing = [c for c in needed if c not in table.columns]
     if missing:
-        raise ValueError(f"{what} table lacks column(s) {', '.join(missing)}; it needs "
-                         f"{', '.join(needed)}")
+        source = table.attrs.get("source")  # set by store.read_table: the option and file
+        raise ValueError(f"{source + ': ' if source else ''}{what} table lacks column(s) "
+                         f"{', '.join(missing)}; it needs {', '.join(needed)}")
     return table
 
 

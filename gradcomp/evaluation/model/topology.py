@@ -318,8 +318,15 @@ def _from_file(text: str) -> Topology:
     if path.suffix.lower() not in (".json", ".csv") or not path.is_file():
         raise _unknown(text)
     latency, nics = 0.0, {}
+    if not path.read_bytes().strip():
+        raise ValueError(f"topology={text!r} is not allowed: the file is empty; it must hold "
+                         "a bandwidth matrix")
     if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"topology={text!r} is not allowed: the file is not valid JSON "
+                             f"({e})") from None
         if isinstance(data, dict):
             latency = data.get("latency_s", 0.0)
             for key in ("egress_bps", "ingress_bps"):
@@ -329,8 +336,16 @@ def _from_file(text: str) -> Topology:
                     nics[key] = rows[0]
             data = data.get("bandwidth_bps")
     else:
-        data = pd.read_csv(path, header=None, dtype=str).to_numpy().tolist()
-    return Topology(_rates(data, text), latency, name=path.stem, **nics)
+        try:
+            data = pd.read_csv(path, header=None, dtype=str).to_numpy().tolist()
+        except (ValueError, UnicodeDecodeError) as e:  # pandas' ParserError is a ValueError
+            raise ValueError(f"topology={text!r} is not allowed: the file is not a CSV "
+                             f"matrix ({str(e).strip()})") from None
+    rates = _rates(data, text)
+    try:
+        return Topology(rates, latency, name=path.stem, **nics)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"topology={text!r} (the file): {e}") from None
 
 
 def _rates(rows, option: str):
@@ -339,13 +354,17 @@ def _rates(rows, option: str):
                          "(a list of rows)")
 
     def rate(value):
-        if isinstance(value, str):
-            value = value.strip()
-            try:
-                value = float(value)
-            except ValueError:
-                return parse_rate(value, "topology")
-        return value
+        if not isinstance(value, str):
+            return value
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+        try:
+            return parse_rate(value.strip(), "topology")
+        except ValueError:
+            raise ValueError(f"topology={option!r} is not allowed: the file holds {value!r}, "
+                             "not a rate (bit/s, or with a unit: 10gbit, 100mbit)") from None
 
     return [[rate(v) for v in row] for row in rows]
 

@@ -104,3 +104,78 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
                    f"median of {repeats} repeats after {warmup} warm-up; forward includes the "
                    f"loss; optimizer: SGD(momentum=0.9) step on clones; "
                    f"{len(params) - len(order)} parameters without gradient left out")
+
+
+def load_factory(spec: str):
+    """The callable named by "MODULE:FACTORY" (e.g. "torchvision.models:resnet18"), checked
+    to be importable and callable without arguments; a ValueError naming `factory` else."""
+    import importlib
+    import inspect
+
+    module_name, _, attr = str(spec).partition(":")
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"factory={spec!r} is not allowed: {why}; give MODULE:FACTORY, a "
+                          "callable that takes no arguments and returns an nn.Module, e.g. "
+                          "torchvision.models:resnet18")
+
+    if not module_name or not attr:
+        raise bad("expected MODULE:FACTORY")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise bad(f"cannot import {module_name} ({e})") from None
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise bad(f"{module_name} has no {attr!r}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise bad(f"{attr} is not callable")
+    try:
+        inspect.signature(factory).bind()
+    except TypeError as e:
+        raise bad(f"{attr} needs arguments ({e})") from None
+    except ValueError:  # no signature to inspect (a builtin): calling it will tell
+        pass
+    return factory
+
+
+def parse_shape(text: str, option: str = "input_shape") -> list[int]:
+    """"32,3,224,224" as [32, 3, 224, 224]; positive integers only."""
+    try:
+        shape = [int(d) for d in str(text).split(",")]
+    except ValueError:
+        shape = []
+    if not shape or any(d < 1 for d in shape):
+        raise ValueError(f"{option}={text!r} is not allowed: give comma-separated positive "
+                         "integers, e.g. 32,3,224,224")
+    return shape
+
+
+def profile_factory(factory: str, input_shape, device="cpu", repeats: int = 10,
+                    name: str | None = None) -> Profile:
+    """`measure_profile` of the model that `factory` ("MODULE:FACTORY") builds, on a Gaussian
+    input of `input_shape` (a list or "32,3,224,224") on `device`."""
+    from ...checks import check_device
+
+    build = load_factory(factory)
+    shape = parse_shape(input_shape) if isinstance(input_shape, str) else list(input_shape)
+    device = check_device(device)
+    model = build()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"factory={factory!r} is not allowed: it returned a "
+                         f"{type(model).__name__}, not an nn.Module")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"factory={factory!r} is not allowed: its model has no parameters "
+                         "that require gradients, so there is nothing to communicate")
+    model = model.to(device)
+    inputs = torch.randn(shape, device=device)
+    try:
+        with torch.no_grad():
+            _call(model, inputs)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"input_shape={','.join(map(str, shape))} is not allowed: the "
+                         f"model's forward fails on it ({first})") from None
+    return measure_profile(model, inputs, repeats=repeats, name=name or factory.partition(":")[2])

@@ -172,10 +172,31 @@ def load_profile(name_or_path) -> Profile:
         return _builtin(key)
     path = Path(key)
     if path.is_file():
-        with open(path) as f:
-            return from_dict(json.load(f))
+        return _from_file(path)
     raise ValueError(f"profile={key!r} is neither a built-in profile "
                      f"({', '.join(builtin_profiles())}) nor an existing file")
+
+
+def _from_file(path: Path) -> Profile:
+    """A saved profile; whatever is wrong with the file is a ValueError naming it."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"profile={str(path)!r} is not allowed: {why}; give a built-in "
+                          f"profile ({', '.join(builtin_profiles())}) or a file written by "
+                          "`gradcomp profile`")
+
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise bad("the file is not text") from None
+    except json.JSONDecodeError as e:
+        raise bad("the file is empty" if not path.read_text().strip() else
+                  f"the file is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise bad(f"the file holds a JSON {type(data).__name__}, not a profile object")
+    try:
+        return from_dict(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise bad(str(e)) from None
 
 
 @lru_cache(maxsize=None)

@@ -62,7 +62,7 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 
 def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
-                        costs=None) -> tuple[list[str], str | None]:
+                        costs=None, latency_s: float = 0.0) -> tuple[list[str], str | None]:
     """The section's markdown lines for results folder `out`, and its time-to-accuracy
     verdict line (None when the folder gives none)."""
     out = Path(out)
@@ -71,7 +71,8 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         return lines + ["Not measured in this run (no `converge.csv`).", ""], None
     summary = ResultTable(out / CONVERGE).frame()
     try:
-        tta = time_to_accuracy(summary, profile, workers, bandwidth, costs, bucketing)
+        tta = time_to_accuracy(summary, profile, workers, bandwidth, costs, bucketing,
+                               latency_s)
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""], None
     write_atomic(out / TTA, tta.to_csv(index=False))

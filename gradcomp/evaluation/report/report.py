@@ -20,6 +20,7 @@ import pandas as pd
 from ... import names
 from ..analyses.advise import advise, verdict
 from ..analyses.whatif import sweep
+from ..benches.converge import CONVERGE
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
@@ -32,6 +33,7 @@ from . import plots
 from .converge_report import convergence_section
 
 COMPRESS, COLLECTIVE, TRAIN = "compress.csv", "collective.csv", "train.csv"
+TABLES = (COMPRESS, COLLECTIVE, TRAIN)
 TRAIN_PROFILE = "train_profile.json"
 SWEEP, VALIDATION = "speedup_sweep.csv", "train_validation.csv"
 HEAT_WORKERS = (2, 4, 8, 16, 32, 64, 128)
@@ -52,10 +54,23 @@ class Report:
     verdicts: tuple[str, ...]
 
 
+def check_results(results_dir) -> Path:
+    """`results_dir` as a Path, when it is a folder holding at least one measurement table
+    of `gradcomp run`; else a ValueError naming it and what it lacks."""
+    out = Path(results_dir)
+    why = ("no such folder" if not out.exists() else "it is not a folder" if not out.is_dir()
+           else None if any((out / t).is_file() for t in (*TABLES, CONVERGE)) else
+           f"it holds none of {', '.join((*TABLES, CONVERGE))}")
+    if why:
+        raise ValueError(f"results={str(out)!r} is not allowed: {why}; give a folder written "
+                         "by `gradcomp run --out FOLDER`")
+    return out
+
+
 def load_tables(results_dir) -> dict[str, pd.DataFrame]:
     """The measurement tables of `results_dir` by file name (empty when missing)."""
     return {name: ResultTable(Path(results_dir) / name).frame()
-            for name in (COMPRESS, COLLECTIVE, TRAIN)}
+            for name in TABLES}
 
 
 def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
@@ -106,20 +121,22 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
 
-def _advice(out: Path, profile, workers, bandwidth, bucketing, methods,
+def _advice(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
             sources) -> tuple[list[str], list[str], str | None]:
     """The verdict and ranking sections, their verdict lines, and the best method other
     than none (first source; None when there is none)."""
     verdicts, tables = [], []
     for label, costs in sources.items():
-        table = advise(profile, workers, bandwidth, methods, costs, bucketing)
+        table = advise(profile, workers, bandwidth, methods, costs, bucketing, latency_s)
         tables.append(table.assign(cost_source=label))
         verdicts.append(f"- **Encode/decode costs {label}:** {verdict(table)}")
     lines = ["## Verdict", "", *verdicts]
     _save_csv(pd.concat(tables, ignore_index=True), out / "advise.csv")
     p = load_profile(profile)
     lines += ["", f"Question: profile `{p.name}` on {workers} workers at "
-                  f"{format_rate(parse_rate(bandwidth))}, {bucketing} bucketing. Profile "
+                  f"{format_rate(parse_rate(bandwidth))}, {bucketing} bucketing"
+                  + (f", latency {latency_s * 1e6:g} us per hop" if latency_s else "")
+                  + ". Profile "
                   f"source: {p.source or 'not recorded'}"]
     if len(sources) > 1:
         lines.append("The profile's device and the device whose encode/decode costs were "
@@ -139,17 +156,17 @@ def _advice(out: Path, profile, workers, bandwidth, bucketing, methods,
     return lines, verdicts, others.iloc[0] if len(others) else None
 
 
-def _whatif(out: Path, profile, workers, bandwidth, bucketing, methods, sources,
+def _whatif(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods, sources,
             best: str | None) -> list[str]:
     curves = pd.concat([sweep(profile, workers=workers, methods=methods, costs=costs,
-                              bucketing=bucketing).assign(costs=label)
+                              bucketing=bucketing, latency_s=latency_s).assign(costs=label)
                         for label, costs in sources.items()], ignore_index=True)
     _save_csv(curves, out / SWEEP)
     plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png")
     label, costs = next(iter(sources.items()))
     shown = ["none"] + ([best] if best else [])
     heat = sweep(profile, HEAT_BANDWIDTHS, HEAT_WORKERS, shown, costs=costs,
-                 bucketing=bucketing).assign(costs=label)
+                 bucketing=bucketing, latency_s=latency_s).assign(costs=label)
     _save_csv(heat, out / "scaling_sweep.csv")
     plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
     return ["## What if", "",
@@ -251,11 +268,14 @@ def _environment(tables: dict) -> list[str]:
 
 
 def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="10gbit",
-                 bucketing: str = "ddp") -> Report:
+                 bucketing: str = "ddp", latency_s: float = 0.0) -> Report:
     """Analyse the tables in `results_dir` and write ``report.md`` there: the verdict and
-    ranking for `profile` on `workers` at `bandwidth`, what-if curves, the fits, the training
-    validation, the figures and the environment. Returns its path and verdicts (`Report`)."""
+    ranking for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop),
+    what-if curves, the fits, the training validation, the figures and the environment.
+    Returns its path and verdicts (`Report`). A folder that does not exist or holds none of
+    the measurement tables is a ValueError: the report would claim numbers it has not."""
     out = Path(results_dir)
+    check_results(out)
     tables = load_tables(out)
     compress, collective, train = tables[COMPRESS], tables[COLLECTIVE], tables[TRAIN]
     codec_fits = fit_codec(compress) if not compress.empty else {}
@@ -267,14 +287,16 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         sources = {f"measured on {compress['device_name'].iloc[0]}": costs, **sources}
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", ""]
-    advice, verdicts, best = _advice(out, profile, workers, bandwidth, bucketing, methods,
-                                     sources)
+    advice, verdicts, best = _advice(out, profile, workers, bandwidth, bucketing, latency_s,
+                                     methods, sources)
     lines += advice
-    lines += _whatif(out, profile, workers, bandwidth, bucketing, methods, sources, best)
+    lines += _whatif(out, profile, workers, bandwidth, bucketing, latency_s, methods, sources,
+                     best)
     lines += _codec(out, compress, codec_fits)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, costs)
-    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing, costs)
+    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing, costs,
+                                           latency_s)
     lines += convergence
     lines += _environment(tables)
     path = write_atomic(out / "report.md", "\n".join(lines))

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ...checks import check_number
 from ..common.store import write_atomic
 from ..common.units import format_rate, parse_rate
 
@@ -412,6 +413,8 @@ def run_command(argv, workers: int = 2, rate="1gbit", rates=None, topology: str 
     if not argv:
         raise ValueError("command=[] is not allowed: give the command to run in every "
                          "namespace")
+    if timeout is not None:
+        check_number(timeout, "timeout", 0, above=True)
     with Testbed(workers, rate, rates, topology, threads) as testbed:
         return testbed.run(list(argv), timeout=timeout)
 
