@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -29,6 +30,7 @@ from .state import HookState
 
 #: The format of `save_state`'s dictionary.
 FORMAT = "gradcomp.ranks/1"
+_NUMPY = "__numpy_array__"
 
 
 def hook_state(model) -> HookState:
@@ -53,7 +55,7 @@ def save_state(model, dst: int = 0) -> dict[str, Any]:
     all of them; other ranks get a dictionary with their own state only (`"complete": False`).
     A collective over the hook's process group: call it on every rank."""
     state = hook_state(model)
-    mine = _to_device(state.state_dict(), torch.device("cpu"))
+    mine = _portable(state.state_dict())
     world, rank = state.world_size, state.ranks.rank
     if world == 1:
         return {"format": FORMAT, "world_size": 1, "complete": True, "ranks": {0: mine}}
@@ -87,8 +89,7 @@ def load_state(model, checkpoint: dict[str, Any]) -> HookState:
     module = getattr(getattr(model, "_orig_mod", model), "module", None)
     if module is not None:
         device = next((p.device for p in module.parameters()), None)
-    mine = checkpoint["ranks"][rank]
-    state.load_state_dict(_to_device(mine, device) if device is not None else mine)
+    state.load_state_dict(_restored(checkpoint["ranks"][rank], device))
     return state
 
 
@@ -112,13 +113,29 @@ class AllRanks:
         load_state(self.target, checkpoint)
 
 
-def _to_device(obj, device: torch.device):
-    """A copy of `obj`'s containers with floating-point tensors on `device`; other tensors (the
-    random generators' byte states) on the CPU."""
+def _portable(obj):
+    """A copy of `obj`'s containers with tensors on the CPU and numpy arrays (PowerSGD's seed
+    stream) as tensors, so that `torch.load(..., weights_only=True)` reads the checkpoint."""
     if isinstance(obj, torch.Tensor):
-        return obj.to(device) if obj.is_floating_point() else obj.cpu()
+        return obj.detach().cpu()
+    if isinstance(obj, np.ndarray):
+        return {_NUMPY: torch.from_numpy(obj.astype(np.int64)), "dtype": str(obj.dtype)}
     if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
+        return {k: _portable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(v, device) for v in obj)
+        return type(obj)(_portable(v) for v in obj)
+    return obj
+
+
+def _restored(obj, device: torch.device | None):
+    """`_portable` undone, with floating-point tensors on `device` (None: where they are);
+    other tensors (the random generators' byte states) stay on the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device) if device is not None and obj.is_floating_point() else obj
+    if isinstance(obj, dict):
+        if _NUMPY in obj:
+            return obj[_NUMPY].numpy().astype(obj["dtype"])
+        return {k: _restored(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_restored(v, device) for v in obj)
     return obj
