@@ -1,14 +1,15 @@
 """The package's shape, as DESIGN.md states it: small folders and modules, no module using
 another's private names, imports pointing down the layers (cli -> evaluation -> comm ->
-compressors -> kernels, `checks` for all; inside evaluation run -> testbed -> report ->
-analyses -> benches -> model -> profiles -> common) and no import circles."""
+compressors -> kernels, `checks` for all; integrations above comm, imported by nothing; inside
+evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> common) and
+no import circles."""
 import ast
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradcomp"
-LAYERS = ["kernels", "compressors", "comm", "evaluation", "cli"]  # bottom to top
+LAYERS = ["kernels", "compressors", "comm", "integrations", "evaluation", "cli"]  # bottom to top
 EVALUATION_LAYERS = ["common", "profiles", "model", "benches", "analyses", "report", "testbed",
                      "run"]
 MAX_MODULES_PER_FOLDER = 12
@@ -93,11 +94,20 @@ def test_imports_point_down_the_layers():
             theirs = layer(target) if target.startswith("gradcomp.") else None
             if mine is None or theirs is None:
                 continue
-            if theirs[0] > mine[0] or (theirs[0] == mine[0] == 3 and theirs[1] > mine[1]):
+            inside_evaluation = theirs[0] == mine[0] == LAYERS.index("evaluation")
+            if theirs[0] > mine[0] or (inside_evaluation and theirs[1] > mine[1]):
                 upward.append((name, target))
             if name == "gradcomp.checks" and target.startswith("gradcomp."):
                 upward.append((name, target))
     assert upward == []
+
+
+def test_nothing_in_gradcomp_imports_the_trainer_integrations():
+    """`gradcomp.integrations` imports trainers (Lightning, Accelerate): no other module may
+    import it, so that importing gradcomp never imports a trainer."""
+    users = [(name, target) for name in MODULES if not name.startswith("gradcomp.integrations")
+             for target, _ in imports(name) if target.startswith("gradcomp.integrations")]
+    assert users == []
 
 
 def test_module_level_imports_form_no_circle():

@@ -30,6 +30,9 @@ from .telemetry import BucketRecord, mark
 
 def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: average `bucket` across ranks through `state.compressor`."""
+    if not isinstance(bucket, dist.GradBucket):
+        raise RuntimeError(f"gradcomp's hook was called with {type(bucket).__name__} instead of "
+                           f"a DDP GradBucket: {PYTHON_REDUCER}")
     if not state.agreed:
         check_agreement(settings(state, bucket), state.ranks, bucket.buffer().device)
         state.agreed = True
@@ -50,6 +53,15 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
     if bucket.is_last():
         state.end_iteration(iteration)
     return fut
+
+
+#: Why DDP's python reducer is refused (README: torch.compile).
+PYTHON_REDUCER = (
+    "torch._dynamo.config.optimize_ddp='python_reducer' (the mode compiled autograd needs) makes "
+    "DDP call comm hooks once per parameter, not per bucket, and gradcomp's hooks compress and "
+    "exchange whole buckets: it is not supported. For this DDP model choose optimize_ddp="
+    "'ddp_optimizer' (True, the default; torch.compile(ddp_model) works with every method) or "
+    "'no_optimization' (False), and an uncompiled backward")
 
 
 def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.Future:
@@ -84,32 +96,17 @@ def _mark(rec: BucketRecord | None, device) -> None:
         rec.marks.append(mark(device))
 
 
-def register(ddp_model, method: str | Compressor = "none", *, process_group=None,
-             start_iter: int = 1, min_compression_rate: float | None = None,
-             error_feedback: bool | None = None, telemetry_limit: int = 100_000,
-             communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE,
-             **options) -> HookState:
-    """Register gradcomp's hook with `method` on a DistributedDataParallel model ("auto":
-    the fastest of several methods per bucket, see `gradcomp.comm.auto`; its options are
-    `AUTO_OPTIONS`).
-
-    `communicator` and `block_size` go to `HookState` ("blocksparse": the block-sparse
-    all-reduce, for topk, threshold and randomk); `options` go to the compressor
-    (`gradcomp.compressor(method, **options)`);
-    `min_compression_rate` goes to the compressor when it has that option (PowerSGD), else to
-    the hook. Returns the `HookState` (checkpoint it with `state_dict()`).
-    """
-    if not isinstance(ddp_model, DistributedDataParallel):
-        raise TypeError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
-                        f"{type(ddp_model).__name__}: wrap the model in DDP first")
+def build_state(method: str | Compressor = "none", *, process_group=None, start_iter: int = 1,
+                min_compression_rate: float | None = None, error_feedback: bool | None = None,
+                telemetry_limit: int = 100_000, communicator: str = "default",
+                block_size: int = DEFAULT_BLOCK_SIZE, **options) -> HookState:
+    """The `HookState` that `register` registers, from the same arguments (every option is
+    checked here; needs no DDP model). "auto" gives an `AutoState` (options `AUTO_OPTIONS`)."""
     hook_options = dict(process_group=process_group, start_iter=start_iter,
                         min_compression_rate=1.0 if min_compression_rate is None
                         else min_compression_rate, telemetry_limit=telemetry_limit)
     if method == "auto":
-        state = _auto_state(options, error_feedback, communicator, hook_options)
-        state.track_parameters(ddp_model.module)
-        ddp_model.register_comm_hook(state, hook)
-        return state
+        return _auto_state(options, error_feedback, communicator, hook_options)
     if isinstance(method, Compressor):
         if options or error_feedback is not None:
             raise TypeError("pass options with a method name, not with a built compressor")
@@ -119,7 +116,26 @@ def register(ddp_model, method: str | Compressor = "none", *, process_group=None
             options["min_compression_rate"] = min_compression_rate
             min_compression_rate = None
         comp = build_compressor(method, error_feedback=error_feedback, **options)
-    state = HookState(comp, communicator=communicator, block_size=block_size, **hook_options)
+    return HookState(comp, communicator=communicator, block_size=block_size, **hook_options)
+
+
+def register(ddp_model, method: str | Compressor = "none", **options) -> HookState:
+    """Register gradcomp's hook with `method` on a DistributedDataParallel model ("auto": the
+    fastest of several methods per bucket, see `gradcomp.comm.auto`).
+
+    Hook options: `process_group`, `start_iter`, `min_compression_rate`, `error_feedback`,
+    `telemetry_limit`, `communicator` and `block_size` go to `HookState` ("blocksparse": the
+    block-sparse all-reduce, for topk, threshold and randomk); the other `options` go to the
+    compressor (`gradcomp.compressor(method, **options)`); `min_compression_rate` goes to the
+    compressor when it has that option (PowerSGD), else to the hook. Returns the `HookState`
+    (checkpoint it with `gradcomp.comm.save_state(ddp_model)` or `state.state_dict()`).
+    """
+    if not isinstance(ddp_model, DistributedDataParallel):
+        raise TypeError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
+                        f"{type(ddp_model).__name__}: wrap the model in DDP first")
+    if getattr(ddp_model, "_use_python_reducer", False):  # set by DDP from torch._dynamo.config
+        raise ValueError(PYTHON_REDUCER)
+    state = build_state(method, **options)
     state.track_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, hook)
     return state

@@ -64,8 +64,11 @@ class BucketLayout:
         normally."""
         saved = self.resuming
         if params is None:
-            self.resuming = None
-            return None
+            raise RuntimeError("this hook state was loaded from a checkpoint but does not know "
+                               "the model's parameters, so it cannot put the saved residuals "
+                               "back on the buckets they belong to: build it with "
+                               "gradcomp.comm.register(ddp_model, ...) (or call "
+                               "state.track_parameters(model)) before loading the checkpoint")
         if not self._held and saved.get(bucket.index()) == params:
             if bucket.is_last():
                 self.resuming = None

@@ -136,7 +136,8 @@ class HookState:
                 "communicator": self.communicator, "block_size": self.block_size,
                 "iteration": self.iteration, "start_iter": self.start_iter,
                 "min_compression_rate": self.min_compression_rate,
-                "layout": dict(self.buckets.layout), "compressor": self.compressor.state_dict()}
+                "layout": dict(self.buckets.layout), "compressor": self.compressor.state_dict(),
+                "rank": self.ranks.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         missing = [k for k in _REQUIRED if k not in state] if isinstance(state, dict) else _REQUIRED
@@ -154,6 +155,16 @@ class HookState:
             raise ValueError(f"this checkpoint was saved with communicator={saved_comm!r}; this "
                              f"hook runs communicator={self.communicator!r}: build the hook "
                              "with the same communicator before loading")
+        # Residuals and PowerSGD memories are per rank: rank 0's state on rank 1 would train
+        # on without error, differently (checkpoints from before these fields lack them).
+        saved_ranks = (state.get("rank", self.ranks.rank),
+                       state.get("world_size", self.world_size))
+        if saved_ranks != (self.ranks.rank, self.world_size):
+            raise ValueError(f"this checkpoint holds the hook state of rank {saved_ranks[0]} of "
+                             f"{saved_ranks[1]}; this is rank {self.ranks.rank} of "
+                             f"{self.world_size}: the state is per rank, so save every rank's "
+                             "(gradcomp.comm.save_state gathers them into one dictionary) and "
+                             "load each rank its own")
         self.iteration = state["iteration"]
         self.start_iter = state["start_iter"]
         self.min_compression_rate = state["min_compression_rate"]

@@ -1,0 +1,175 @@
+"""gradcomp inside trainers, run for real: the README's Lightning and Accelerate examples, as
+written, on 2 CPU processes each; a run resumed from the trainer's checkpoint in fresh processes
+ends with the same parameters, bit for bit, as the straight run, and one resumed without the
+hook state does not. Plus the callbacks' refusals and the import boundary."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gradcomp.comm
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_example(name: str) -> str:
+    """The README's python block that starts with `# name`."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    (block,) = [b for b in blocks if b.startswith(f"# {name}")]
+    return block
+
+
+def run(cmd, cwd, timeout=300) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1",
+               PYTHONWARNINGS="ignore::DeprecationWarning")
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- PyTorch Lightning ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lightning_runs(tmp_path_factory):
+    pytest.importorskip("lightning")
+    script = readme_example("train_lightning.py")
+    dirs = {k: tmp_path_factory.mktemp(f"lightning_{k}") for k in ("straight", "resumed", "bare")}
+    for d in dirs.values():
+        (d / "train_lightning.py").write_text(script)
+    py = [sys.executable, "train_lightning.py"]
+    logs = {"straight": run(py + ["2"], dirs["straight"])}
+    first = dirs["straight"] / "checkpoints" / "epoch=0-step=16.ckpt"
+    logs["resumed"] = run(py + ["2", str(first)], dirs["resumed"])
+    bare = torch.load(first, weights_only=True)  # the same, less the hook state
+    del bare["callbacks"]["Compression"]
+    torch.save(bare, dirs["bare"] / "bare.ckpt")
+    logs["bare"] = run(py + ["2", "bare.ckpt"], dirs["bare"])
+    ckpts = {k: torch.load(d / "checkpoints" / "epoch=1-step=32.ckpt", weights_only=True)
+             for k, d in dirs.items()}
+    return ckpts, logs, first
+
+
+def same_params(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lightning_example_compresses_on_cpu_and_checkpoints_every_rank(lightning_runs):
+    ckpts, logs, first = lightning_runs
+    assert "compressed iterations: 32" in logs["straight"]
+    saved = torch.load(first, weights_only=True)["callbacks"]["Compression"]
+    assert saved["complete"] and saved["world_size"] == 2
+    for rank in (0, 1):
+        mine = saved["ranks"][rank]
+        assert mine["rank"] == rank and mine["iteration"] == 16 and mine["method"] == "topk"
+    # Residuals are per rank: that is why every rank's state is in the file.
+    r0, r1 = (saved["ranks"][r]["compressor"]["residuals"] for r in (0, 1))
+    assert r0.keys() == r1.keys() and any(not torch.equal(r0[k], r1[k]) for k in r0)
+
+
+def test_lightning_resume_from_its_checkpoint_is_bit_exact(lightning_runs):
+    ckpts, logs, _ = lightning_runs
+    assert same_params(ckpts["resumed"]["state_dict"], ckpts["straight"]["state_dict"])
+    assert "compressed iterations: 32" in logs["resumed"]
+    # The check can fail: without the hook state the run goes elsewhere, with a warning.
+    assert not same_params(ckpts["bare"]["state_dict"], ckpts["straight"]["state_dict"])
+    assert "holds no gradcomp hook state" in logs["bare"]
+
+
+def test_lightning_callback_refuses_what_it_cannot_do():
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from gradcomp.integrations.lightning import Compression
+
+    with pytest.raises(ValueError, match="unknown compressor 'bogus': choose one of"):
+        Compression("bogus")
+    with pytest.raises(ValueError, match="ratio=2 is not allowed"):
+        Compression("topk", ratio=2)
+    with pytest.raises(ValueError, match="start_iter=-1 is not allowed"):
+        Compression("topk", start_iter=-1)
+    single = lightning.Trainer(accelerator="cpu", devices=1, logger=False)
+    with pytest.raises(ValueError, match="needs strategy=DDPStrategy"):
+        Compression("fp16").setup(single, None, "fit")
+    both = lightning.Trainer(accelerator="cpu", devices=2, logger=False, strategy=DDPStrategy(
+        ddp_comm_hook=gradcomp.comm.hook, ddp_comm_state=gradcomp.comm.build_state("fp16")))
+    with pytest.raises(ValueError, match="DDP takes one hook"):
+        Compression("fp16").setup(both, None, "fit")
+
+
+# -- Hugging Face Accelerate ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def accelerate_runs(tmp_path_factory):
+    pytest.importorskip("accelerate")
+    script = readme_example("train_accelerate.py")
+    dirs = {k: tmp_path_factory.mktemp(f"accelerate_{k}") for k in ("straight", "resumed", "bare")}
+    for d in dirs.values():
+        (d / "train_accelerate.py").write_text(script)
+
+    def launch(d, *args):
+        return run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+                    "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                    "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+                    "train_accelerate.py", *args], d)
+
+    first = dirs["straight"] / "checkpoints" / "epoch1"
+    logs = {"straight": launch(dirs["straight"], "2"),
+            "resumed": launch(dirs["resumed"], "2", str(first))}
+    # The check must be able to fail: the same checkpoint with the residuals dropped.
+    bare = dirs["bare"] / "checkpoints" / "epoch1"
+    shutil.copytree(first, bare)
+    hook = torch.load(bare / "custom_checkpoint_0.pkl", weights_only=True)
+    for mine in hook["ranks"].values():
+        mine["compressor"]["residuals"] = {}
+    torch.save(hook, bare / "custom_checkpoint_0.pkl")
+    logs["bare"] = launch(dirs["bare"], "2", "checkpoints/epoch1")
+    from safetensors.torch import load_file
+
+    params = {k: load_file(d / "checkpoints" / "epoch2" / "model.safetensors")
+              for k, d in dirs.items()}
+    return params, logs, first
+
+
+def test_accelerate_example_resumes_from_save_state_bit_exact(accelerate_runs):
+    params, logs, first = accelerate_runs
+    assert "compressed iterations: 32" in logs["straight"]
+    assert "compressed iterations: 32" in logs["resumed"]
+    saved = torch.load(first / "custom_checkpoint_0.pkl", weights_only=True)
+    assert saved["complete"] and sorted(saved["ranks"]) == [0, 1]
+    assert same_params(params["resumed"], params["straight"])
+    assert not same_params(params["bare"], params["straight"])
+
+
+def test_accelerate_register_refuses_what_it_cannot_do():
+    from gradcomp.integrations.accelerate import register
+
+    class FakeAccelerator:
+        def register_for_checkpointing(self, *objects):
+            pass
+
+    with pytest.raises(TypeError, match="accelerate.Accelerator"):
+        register(object(), torch.nn.Linear(2, 2), "fp16")
+    with pytest.raises(ValueError, match="launch with accelerate launch --num_processes 2"):
+        register(FakeAccelerator(), torch.nn.Linear(2, 2), "fp16")
+
+
+def test_importing_gradcomp_imports_no_trainer():
+    code = ("import sys, gradcomp, gradcomp.comm, gradcomp.integrations; "
+            "print(sorted(m for m in ('lightning', 'accelerate', 'pytorch_lightning') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True).stdout
+    assert out.strip() == "[]"
