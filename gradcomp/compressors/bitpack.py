@@ -6,7 +6,8 @@ the stream is padded with zero bits to a whole byte. ``packed_nbytes(n, bits)`` 
 Eight codes of `bits` bits fill exactly `bits` bytes, so both directions work on groups of 8
 codes: each byte of a group is the OR of a few shifted code columns (and each code the OR of
 a few shifted byte columns, masked), all in uint8, about ``bits + 8`` column operations over
-n / 8 rows; the last partial group goes through a zero-padded group of its own.
+n / 8 rows; the last partial group goes through a zero-padded group of its own. Unpacking
+1, 2 or 4 bits is one broadcast shift of every byte into its codes, and one mask.
 """
 from __future__ import annotations
 
@@ -91,6 +92,13 @@ def unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     packed = packed.reshape(-1)
     if bits == 8:
         return packed[:count].clone()
+    if 8 % bits == 0:  # whole codes per byte: one broadcast shift into the output, one mask
+        packed = packed[: packed_nbytes(count, bits)]
+        per = 8 // bits
+        shifts = torch.arange(8 - bits, -1, -bits, dtype=torch.uint8, device=packed.device)
+        out = torch.empty(packed.numel(), per, dtype=torch.uint8, device=packed.device)
+        torch.bitwise_right_shift(packed[:, None], shifts, out=out)
+        return out.bitwise_and_((1 << bits) - 1).view(-1)[:count]
     out = torch.empty(count, dtype=torch.uint8, device=packed.device)
     full = count // 8
     if full:
