@@ -102,7 +102,8 @@ def unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     out = torch.empty(count, dtype=torch.uint8, device=packed.device)
     full = count // 8
     if full:
-        _unpack_groups(packed[: full * bits].reshape(full, bits), bits, out[: full * 8].view(full, 8))
+        _unpack_groups(packed[: full * bits].reshape(full, bits), bits,
+                       out[: full * 8].view(full, 8))
     if count % 8:
         rest = packed[full * bits : packed_nbytes(count, bits)]
         last = packed.new_zeros(bits)

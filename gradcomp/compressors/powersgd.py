@@ -413,6 +413,11 @@ def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict,
     """The flat result (written into `into` when given): plain pieces as given, compressed
     ones as P Q^T (one batched copy)."""
     lay = step.layout
+    if into is None and not lay.plain and len(lay.pieces) == 1:
+        # One compressed matrix (`compress` of a tensor): the result is the start of P Q^T,
+        # returned as a view, not copied into a new buffer.
+        (shape, ids), = lay.groups.items()
+        return torch.bmm(ps[shape], qs[shape].transpose(1, 2)).view(-1)[: lay.pieces[0][1]]
     result = torch.empty_like(step.work) if into is None else into
     plain = plain.to(result.dtype)
     dst, src, offset = [], [], 0

@@ -182,9 +182,11 @@ class OneBit(_Blocked):
         bits, packed = _sign_bits(x)
         n = x.numel()
         nblocks, length = layout(n, self.block_size)
-        pos_sum = _blocked(torch.where(bits, x, 0), nblocks, length).sum(dim=1)
-        neg_sum = _blocked(torch.where(bits, 0, x), nblocks, length).sum(dim=1)
-        pos_count = _blocked(bits, nblocks, length, fill=False).sum(dim=1).to(x.dtype)
+        xb, bb = _blocked(x, nblocks, length), _blocked(bits, nblocks, length, fill=False)
+        part = torch.where(bb, xb, 0)  # one scratch for both groups
+        pos_sum = part.sum(dim=1)
+        neg_sum = torch.where(bb, x.new_zeros(()), xb, out=part).sum(dim=1)
+        pos_count = bb.sum(dim=1).to(x.dtype)
         neg_count = block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
         means = torch.stack([pos_sum / pos_count.clamp_min(1),
                              neg_sum / neg_count.clamp_min(1)], dim=1)
