@@ -56,6 +56,15 @@ def _pack_groups(groups: torch.Tensor, bits: int, out: torch.Tensor) -> None:
         out[:, i] = _merge(_shift(groups[:, j], s) for b, j, s in _pieces(bits) if b == i)
 
 
+def _or_shifted(codes: torch.Tensor, bits: int, out: torch.Tensor) -> None:
+    """out = the (rows, 8 / bits) `codes` of each row packed into one byte, MSB first, with
+    one scratch column for the shifted codes."""
+    torch.bitwise_left_shift(codes[:, 0], 8 - bits, out=out)
+    scratch = torch.empty_like(out)
+    for j in range(1, codes.shape[1]):
+        out.bitwise_or_(torch.bitwise_left_shift(codes[:, j], 8 - bits * (j + 1), out=scratch))
+
+
 def _unpack_groups(packed: torch.Tensor, bits: int, out: torch.Tensor) -> None:
     """(G, bits) uint8 bytes into the (G, 8) uint8 codes `out`."""
     mask = (1 << bits) - 1
@@ -74,6 +83,16 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
         return codes.clone()
     n = codes.numel()
     out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=codes.device)
+    if 8 % bits == 0:  # one byte per 8 / bits codes: the byte column itself, contiguous
+        per = 8 // bits
+        full = n // per
+        if full:
+            _or_shifted(codes[: full * per].reshape(full, per), bits, out[:full])
+        if n % per:
+            tail = codes.new_zeros(1, per)
+            tail[0, : n % per] = codes[full * per :]
+            _or_shifted(tail, bits, out[full:])
+        return out
     full = n // 8
     if full:
         _pack_groups(codes[: full * 8].reshape(full, 8), bits, out[: full * bits].view(full, bits))
