@@ -257,6 +257,8 @@ class Threshold(_SparseGather):
     positions (k of them if there are more than k).
     CUDA tensors: the threshold from torch as below, the compaction by
     `gradcomp.kernels.threshold_select` (the same wire tensors bit for bit, no host sync).
+    CPU tensors: one compaction of the passing positions, non-finite ones moved to the front
+    (the same wire tensors bit for bit, with host syncs).
     """
 
     name = "threshold"
