@@ -269,13 +269,21 @@ class PowerSGD(TwoRoundCompressor):
         layout = self.layout(shapes, flat_as_square)
         dtype = work_dtype(flat.dtype)
         residual = self.residuals.get(key) if self.error_feedback else None
+        single = not layout.plain and len(layout.pieces) == 1
+        if single:  # one matrix: the corrected input is written straight into its buffer
+            (rows, cols), = layout.groups
+            packed = torch.empty(rows * cols, dtype=dtype, device=flat.device)
+            packed[flat.numel():].zero_()
+            mats = {(rows, cols): packed.view(1, rows, cols)}
+        work = packed[: flat.numel()] if single else None
         if residual is not None and residual.shape == flat.shape and residual.dtype == dtype:
-            work = torch.add(flat, residual)  # flat upcast to the work dtype, in one pass
+            work = torch.add(flat, residual, out=work)  # flat upcast to the work dtype
         else:
-            work = flat.to(dtype, copy=True)
+            work = flat.to(dtype, copy=True) if work is None else work.copy_(flat)
             if residual is not None and residual.shape == work.shape:
                 work += residual
-        packed, mats = _gather(work, layout)
+        if not single:
+            packed, mats = _gather(work, layout)
         q_shapes, p_shapes = layout.low_rank_shapes(1), layout.low_rank_shapes(0)
         qs = self.memories.get(key, {}) if self.warm_start else {}
         if [(s, tuple(q.shape), q.device) for s, q in qs.items()] != [
@@ -416,6 +424,11 @@ def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict,
     """The flat result (written into `into` when given): plain pieces as given, compressed
     ones as P Q^T (one batched copy)."""
     lay = step.layout
+    if into is None and not lay.plain and len(lay.pieces) == 1:
+        # One compressed matrix (`compress` of a tensor): the result is the start of P Q^T,
+        # returned as a view, not copied into a new buffer.
+        (shape, ids), = lay.groups.items()
+        return torch.bmm(ps[shape], qs[shape].transpose(1, 2)).view(-1)[: lay.pieces[0][1]]
     result = torch.empty_like(step.work) if into is None else into
     plain = plain.to(result.dtype)
     dst, src, offset = [], [], 0

@@ -51,13 +51,21 @@ def _divisor(d: torch.Tensor) -> torch.Tensor:
     return torch.where(d > 0, d, torch.ones_like(d))
 
 
-def _round(r: torch.Tensor, stochastic: bool, gen: torch.Generator | None) -> torch.Tensor:
-    """Round to nearest, or stochastically: up with probability frac(r), so E[result] == r."""
+def _round_(r: torch.Tensor, stochastic: bool, gen: torch.Generator | None) -> torch.Tensor:
+    """Round to nearest, or stochastically: up with probability frac(r), so E[result] == r.
+    Overwrites `r` (the callers' own scratch: one allocation less per pass on a CPU)."""
     if not stochastic:
-        return torch.round(r)
+        return r.round_()
     lo = torch.floor(r)
     u = torch.rand(r.shape, generator=gen, device=r.device, dtype=r.dtype)
-    return lo + (u < r - lo).to(r.dtype)
+    return lo.add_(u.lt_(r.sub_(lo)))  # lo + (u < r - lo), the comparison as 0.0 / 1.0
+
+
+def _absmax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| of each row, from its min and max (exactly amax(|x|), NaN propagating, without
+    an |x| temporary)."""
+    lo, hi = torch.aminmax(x, dim=1)
+    return torch.maximum(lo.abs_(), hi.abs_())
 
 
 def _kernel_seed(c: Compressor, flat: torch.Tensor):
@@ -126,12 +134,12 @@ class QSGD(FusedErrorFeedback, Compressor):
         unit = torch.where((amax > 0) & torch.isfinite(amax), amax, torch.ones_like(amax))
         norm = torch.linalg.vector_norm(x / unit[:, None], dim=1) * unit
         norm32 = norm.to(_F32)
-        r = mag / _divisor(norm32.to(work))[:, None] * self.levels
-        r = torch.nan_to_num(r, nan=0.0).clamp_(0, self.levels)
+        r = mag.div_(_divisor(norm32.to(work))[:, None]).mul_(self.levels)
+        r = r.nan_to_num_(nan=0.0).clamp_(0, self.levels)
         gen = self._generator(flat.device) if self.stochastic else None
-        level = _round(r, self.stochastic, gen)
-        negative = (x < 0) & (level > 0)
-        codes = level.to(_U8) | (negative.to(_U8) << (self.bits - 1))
+        level = _round_(r, self.stochastic, gen)
+        negative = torch.lt(x, 0).logical_and_(level > 0)
+        codes = level.to(_U8).bitwise_or_(negative.view(_U8) << (self.bits - 1))
         return [_pack(_unblock(codes, n), self.bits), norm32], {}
 
     def _decompress(self, payload: Payload):
@@ -142,8 +150,8 @@ class QSGD(FusedErrorFeedback, Compressor):
                                        payload.dtype)
         codes = _blocks(_unpack(packed, n, self.bits), self.block_size)
         level = (codes & ((1 << (self.bits - 1)) - 1)).to(work)
-        mag = level * (norm.to(work) / self.levels)[:, None]
-        out = torch.where((codes >> (self.bits - 1)).bool(), -mag, mag)
+        mag = level.mul_((norm.to(work) / self.levels)[:, None])
+        out = torch.where((codes >> (self.bits - 1)).view(torch.bool), -mag, mag)
         return _unblock(out, n)
 
 
@@ -207,18 +215,18 @@ class _BlockInt(FusedErrorFeedback, Compressor):
         x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
         if self.scheme == "absmax":
-            scale32 = (x.abs().amax(dim=1) / self.qmax).to(_F32)
+            scale32 = (_absmax(x) / self.qmax).to(_F32)
             r = x / _divisor(scale32.to(work))[:, None]
-            r = torch.nan_to_num(r, nan=0.0).clamp_(-self.qmax, self.qmax)
-            codes = (_round(r, self.stochastic, gen) + self.qmax).to(_U8)
+            r = r.nan_to_num_(nan=0.0).clamp_(-self.qmax, self.qmax)
+            codes = _round_(r, self.stochastic, gen).add_(self.qmax).to(_U8)
             scales = scale32
         else:
             lo, hi = torch.aminmax(x, dim=1)
             lo32, hi32 = lo.to(_F32), hi.to(_F32)
             step = self._step(lo32, hi32, work)
-            r = (x - lo32.to(work)[:, None]) / _divisor(step)[:, None]
-            r = torch.nan_to_num(r, nan=0.0).clamp_(0, self.top)
-            codes = _round(r, self.stochastic, gen).to(_U8)
+            r = torch.sub(x, lo32.to(work)[:, None]).div_(_divisor(step)[:, None])
+            r = r.nan_to_num_(nan=0.0).clamp_(0, self.top)
+            codes = _round_(r, self.stochastic, gen).to(_U8)
             scales = torch.cat([lo32, hi32])
         return [_pack(_unblock(codes, n), self.bits), scales], {}
 
@@ -230,10 +238,10 @@ class _BlockInt(FusedErrorFeedback, Compressor):
                                       payload.dtype)
         q = _blocks(_unpack(packed, n, self.bits), self.block_size).to(work)
         if self.scheme == "absmax":
-            out = (q - self.qmax) * scales.to(work)[:, None]
+            out = q.sub_(self.qmax).mul_(scales.to(work)[:, None])
         else:
             lo32, hi32 = scales.view(2, -1)
-            out = lo32.to(work)[:, None] + q * self._step(lo32, hi32, work)[:, None]
+            out = q.mul_(self._step(lo32, hi32, work)[:, None]).add_(lo32.to(work)[:, None])
         return _unblock(out, n)
 
 
@@ -297,12 +305,13 @@ class TernGrad(FusedErrorFeedback, Compressor):
         x = _blocks(flat.to(work), self._bs(n))
         mag = x.abs()
         s32 = mag.amax(dim=1).to(_F32)
-        p = mag / _divisor(s32.to(work))[:, None]
-        p = torch.nan_to_num(p, nan=0.0).clamp_(0, 1)
+        p = mag.div_(_divisor(s32.to(work))[:, None])
+        p = p.nan_to_num_(nan=0.0).clamp_(0, 1)
         u = torch.rand(x.shape, generator=self._generator(flat.device), device=x.device,
                        dtype=work)
-        keep = (u < p).to(_U8)
-        codes = 1 + keep - 2 * (keep & (x < 0).to(_U8))  # -1 -> 0, 0 -> 1, +1 -> 2
+        keep = torch.lt(u, p).view(_U8)
+        negative = torch.lt(x, 0).view(_U8).bitwise_and_(keep)
+        codes = (keep + 1).sub_(negative << 1)  # -1 -> 0, 0 -> 1, +1 -> 2
         return [bitpack.pack(_unblock(codes, n), self.bits), s32], {}
 
     def _decompress(self, payload: Payload):
@@ -310,8 +319,8 @@ class TernGrad(FusedErrorFeedback, Compressor):
         packed, s = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.terngrad_decode(packed, s, n, self.block_size, payload.dtype)
-        t = _blocks(bitpack.unpack(packed, n, self.bits), self._bs(n)).to(work) - 1
-        return _unblock(t * s.to(work)[:, None], n)
+        t = _blocks(bitpack.unpack(packed, n, self.bits), self._bs(n)).to(work).sub_(1)
+        return _unblock(t.mul_(s.to(work)[:, None]), n)
 
 
 # -- natural compression -------------------------------------------------------------------
@@ -360,25 +369,25 @@ class Natural(FusedErrorFeedback, Compressor):
         mag = x.abs()
         mant, ex = torch.frexp(mag)  # mag = mant * 2**ex, mant in [0.5, 1)
         small = mag < 2.0 ** -126
-        exp = torch.where(small, torch.zeros_like(ex), ex + 126)  # biased exponent of 2**e
-        p_up = torch.where(small, mag * 2.0 ** 126, 2 * mant - 1)
+        over = torch.isinf(mag).logical_or_(ex >= 255 - 126)  # Inf, or 2**e beyond float32
+        p_up = torch.where(small, mag * 2.0 ** 126, mant.mul_(2).sub_(1))
+        exp = ex.add_(126).masked_fill_(small, 0)  # biased exponent of 2**e
         u = torch.rand(x.shape, generator=self._generator(flat.device), device=x.device,
                        dtype=work)
         cap = 127 + 15 if flat.dtype == torch.float16 else 254
-        exp = (exp + (u < p_up).to(exp.dtype)).clamp_(max=cap)
-        exp = torch.where(torch.isinf(mag) | (ex + 126 >= 255), torch.full_like(exp, 255), exp)
+        exp = exp.add_(torch.lt(u, p_up)).clamp_(max=cap).masked_fill_(over, 255)
         nan = torch.isnan(x)
-        exp = torch.where(nan, torch.zeros_like(exp), exp)
-        sign = (torch.signbit(x) & (exp > 0)) | nan
-        return [bitpack.pack(sign.to(_U8), 1), exp.to(_U8)], {}
+        exp = exp.masked_fill_(nan, 0)
+        sign = torch.signbit(x).logical_and_(exp > 0).logical_or_(nan)
+        return [bitpack.pack(sign.view(_U8), 1), exp.to(_U8)], {}
 
     def _decompress(self, payload: Payload):
         n, work = payload.numel, work_dtype(payload.dtype)
         packed, exp = payload.tensors
         if kernels.supports_decode(packed, payload.dtype, n):
             return kernels.natural_decode(packed, exp, n, payload.dtype)
-        sign = bitpack.unpack(packed, n, 1).bool()
+        sign = bitpack.unpack(packed, n, 1).view(torch.bool)
         mag = (exp.to(torch.int32) << 23).view(_F32)  # exactly 2**(E - 127), 0, or Inf
         out = torch.where(sign, -mag, mag)
-        out = torch.where(sign & (exp == 0), torch.full_like(out, float("nan")), out)
+        out = out.masked_fill_(sign.logical_and(exp == 0), float("nan"))
         return out.to(work)

@@ -12,7 +12,7 @@ import torch
 from .. import kernels
 from ..kernels.blocks import block_counts, layout
 from ..checks import check_int
-from .base import Compressor, Payload, work_dtype
+from .base import Compressor, Payload, all_finite, work_dtype
 from .bitpack import pack, packed_nbytes, unpack
 from .memory import FusedErrorFeedback
 from .registry import register
@@ -21,11 +21,11 @@ from .registry import register
 def _sign_bits(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bool mask ``flat >= 0``, its packed 1-bit stream)."""
     bits = flat >= 0
-    return bits, pack(bits.to(torch.uint8), 1)
+    return bits, pack(bits.view(torch.uint8), 1)
 
 
 def _unpack_bits(payload: Payload) -> torch.Tensor:
-    return unpack(payload.tensors[0], payload.numel, 1).bool()
+    return unpack(payload.tensors[0], payload.numel, 1).view(torch.bool)  # codes are 0 or 1
 
 
 def _blocked(x: torch.Tensor, nblocks: int, length: int, fill=0) -> torch.Tensor:
@@ -63,7 +63,7 @@ class SignSGD(FusedErrorFeedback, Compressor):
         if kernels.supports(flat):  # CUDA: the Triton kernel
             return list(kernels.sign_encode(flat, "signsgd")), {}
         _, packed = _sign_bits(flat)
-        ok = torch.isfinite(flat).all()
+        ok = all_finite(flat)
         flag = torch.where(ok, 1.0, float("nan")).to(torch.float32).reshape(1)
         return [packed, flag], {}
 
@@ -182,9 +182,11 @@ class OneBit(_Blocked):
         bits, packed = _sign_bits(x)
         n = x.numel()
         nblocks, length = layout(n, self.block_size)
-        pos_sum = _blocked(torch.where(bits, x, 0), nblocks, length).sum(dim=1)
-        neg_sum = _blocked(torch.where(bits, 0, x), nblocks, length).sum(dim=1)
-        pos_count = _blocked(bits, nblocks, length, fill=False).sum(dim=1).to(x.dtype)
+        xb, bb = _blocked(x, nblocks, length), _blocked(bits, nblocks, length, fill=False)
+        part = torch.where(bb, xb, 0)  # one scratch for both groups
+        pos_sum = part.sum(dim=1)
+        neg_sum = torch.where(bb, x.new_zeros(()), xb, out=part).sum(dim=1)
+        pos_count = bb.sum(dim=1).to(x.dtype)
         neg_count = block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
         means = torch.stack([pos_sum / pos_count.clamp_min(1),
                              neg_sum / neg_count.clamp_min(1)], dim=1)
