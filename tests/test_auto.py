@@ -60,6 +60,13 @@ def test_each_bucket_takes_the_candidate_of_least_predicted_time():
     assert ch.alpha == pytest.approx(20e-6) and ch.x == pytest.approx(1e-8)
 
 
+def test_a_candidate_left_unmeasured_is_never_chosen():
+    ch = chooser()  # as after a resume in the middle of the exploration: candidate 0 unseen
+    feed(ch, range(4, 7), alpha=20e-6, x=1e-8, codec=[[0.0, 2e-3]], nbytes=[[4e3, 4e5]])
+    ch.step(7, same)
+    assert ch.decisions == {0: 1}
+
+
 def test_a_faster_network_is_noticed_and_the_decision_follows():
     ch = chooser(check_every=5)
     codec, nbytes = [[0.0, 2e-3]], [[4e7, 4e5]]

@@ -26,6 +26,7 @@ the model re-prices every candidate with the new network).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
@@ -153,7 +154,9 @@ class Chooser:
         for b in buckets:
             for c in range(len(self.transfers)):
                 mine = [s for s in samples if s.bucket == b and s.candidate == c]
-                self.codec[b, c] = statistics.median(s.codec_s for s in mine) if mine else 0.0
+                # unmeasured (a run resumed during the exploration): never chosen
+                self.codec[b, c] = (statistics.median(s.codec_s for s in mine) if mine
+                                    else math.inf)
                 self.nbytes[b, c] = statistics.median(s.nbytes for s in mine) if mine else 0.0
         self._decide(buckets)
 
