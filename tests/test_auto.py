@@ -82,9 +82,9 @@ def test_a_faster_network_is_noticed_and_the_decision_follows():
 def test_ranks_that_measured_different_buckets_raise():
     ch = chooser()
     feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])
+    other_rank_has_one_more = lambda t: torch.maximum(t, t + 1) if t.dim() == 1 else t  # noqa
     with pytest.raises(RuntimeError, match="different numbers of buckets"):
-        ch.step(7, lambda t: t + torch.tensor([[1.0, 0, 0, 0]] + [[0.0] * 4] * (len(t) - 1),
-                                              dtype=torch.float64))
+        ch.step(7, other_rank_has_one_more)
 
 
 def test_checkpoint_keeps_decisions_and_tables():
@@ -151,3 +151,30 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     torch.testing.assert_close(sent, raw, rtol=1e-5, atol=1e-6)
     methods = [r["method"] for r in state.telemetry_rows()]
     assert methods == ["topk", "topk", "allreduce", "allreduce"]
+
+
+def test_auto_options_are_part_of_what_ranks_must_agree_on():
+    from gradcomp.comm.agreement import settings
+
+    class DDPBucket:  # what `settings` reads of DDP's GradBucket
+        def buffer(self):
+            return torch.zeros(8)
+
+        def index(self):
+            return 0
+
+    a, b = (gradcomp.comm.AutoState(explore_iters=n) for n in (2, 5))
+    assert settings(a, DDPBucket())["hook options"] != settings(b, DDPBucket())["hook options"]
+
+
+def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   candidates=["none", ("topk", {"ratio": 0.01})])
+    x = torch.randn(16, 64)
+    for _ in range(6):
+        ddp(x).square().mean().backward()
+    codec = state.chooser.codec
+    assert codec and all(v < float("inf") for v in codec.values())
+    assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed

@@ -164,6 +164,12 @@ def test_accelerate_register_refuses_what_it_cannot_do():
         register(object(), torch.nn.Linear(2, 2), "fp16")
     with pytest.raises(ValueError, match="launch with accelerate launch --num_processes 2"):
         register(FakeAccelerator(), torch.nn.Linear(2, 2), "fp16")
+    from accelerate.utils import ProjectConfiguration
+
+    each_node = FakeAccelerator()
+    each_node.project_configuration = ProjectConfiguration(save_on_each_node=True)
+    with pytest.raises(ValueError, match=r"save_on_each_node=True\) is not supported"):
+        register(each_node, torch.nn.Linear(2, 2), "fp16")
 
 
 def test_importing_gradcomp_imports_no_trainer():

@@ -31,8 +31,7 @@ def settings(state, bucket) -> dict[str, str]:
     return {
         "method": comp.name,
         "options": repr(sorted(comp.options().items())),
-        "hook options": f"start_iter={state.start_iter}, "
-                        f"min_compression_rate={state.min_compression_rate}",
+        "hook options": ", ".join(f"{k}={v}" for k, v in state.hook_options().items()),
         "communicator": f"{state.communicator} (block_size={state.block_size})",
         "bucket": f"index {bucket.index()}, {buf.numel()} x {str(buf.dtype)[6:]}",
         "iteration": str(state.iteration),

@@ -43,8 +43,8 @@ class HookState:
         if not isinstance(compressor, Compressor):
             raise TypeError("compressor must be a gradcomp Compressor, e.g. "
                             "gradcomp.compressor('topk', ratio=0.01)")
-        if isinstance(start_iter, bool) or not isinstance(start_iter, int) or start_iter < 0:
-            raise ValueError(f"start_iter={start_iter!r} is not allowed: it must be an integer >= 0")
+        check_int(start_iter, "start_iter", 0)
+        check_int(telemetry_limit, "telemetry_limit", 0)
         if not isinstance(min_compression_rate, (int, float)) or not min_compression_rate >= 0:
             raise ValueError(f"min_compression_rate={min_compression_rate!r} is not allowed: "
                              "it must be a number >= 0")
@@ -88,6 +88,11 @@ class HookState:
                                                                    self.min_compression_rate):
             return self.dense
         return self.compressed
+
+    def hook_options(self) -> dict[str, Any]:
+        """The options that decide when the hook communicates (ranks must agree on them)."""
+        return {"start_iter": self.start_iter,
+                "min_compression_rate": self.min_compression_rate}
 
     def start_record(self, record, device):
         """Start timing one bucket: its telemetry record, or None when telemetry is off."""

@@ -25,6 +25,11 @@ def register(accelerator, model, method: str = "none", **options) -> HookState:
     if not hasattr(accelerator, "register_for_checkpointing"):
         raise TypeError(f"accelerator must be an accelerate.Accelerator, got "
                         f"{type(accelerator).__name__}")
+    config = getattr(accelerator, "project_configuration", None)
+    if getattr(config, "save_on_each_node", False):
+        raise ValueError("ProjectConfiguration(save_on_each_node=True) is not supported: the "
+                         "hook states are gathered to the main process, so other nodes' files "
+                         "would lack their ranks; save on the main node (the default)")
     if not isinstance(model, DistributedDataParallel):
         raise ValueError(f"model must be what accelerator.prepare returned for a multi-process "
                          f"run, a DistributedDataParallel; got {type(model).__name__} (one "

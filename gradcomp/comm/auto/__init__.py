@@ -8,7 +8,9 @@ methods, decided from measurements reduced across ranks through a small performa
 
 Switching is safe: when a bucket moves to another candidate, what the previous one kept for it
 (error feedback's residual, PowerSGD's) is added to the bucket's next gradient, so nothing
-dropped is lost; warm-start memories stay with their method.
+dropped is lost (unless DDP rebuilt the bucket meanwhile: a residual that no longer fits starts
+again from zero, as error feedback does for any method); warm-start memories stay with their
+method.
 """
 from .state import AUTO_OPTIONS, DEFAULT_CANDIDATES, AutoState, Candidates
 

@@ -166,16 +166,16 @@ class Chooser:
         samples = sorted(self.samples, key=lambda s: (s.iteration, s.bucket))
         self.samples = []
         n = len(samples)
-        values = [[s.codec_s, -s.comm_s, -float(s.idle_link), float(s.nbytes)] for s in samples]
-        table = reduce(torch.tensor([[float(n), -float(n), 0.0, 0.0]] + values,
-                                    dtype=torch.float64))
-        if table[0, 0] != -table[0, 1]:
+        counts = reduce(torch.tensor([n, -n], dtype=torch.float64))
+        if counts[0] != -counts[1]:  # the table's all-reduce would not match
             raise RuntimeError("auto: ranks measured different numbers of buckets "
-                               f"({int(-table[0, 1])} to {int(table[0, 0])}); do all ranks "
+                               f"({int(-counts[1])} to {int(counts[0])}); do all ranks "
                                "train the same model?")
+        values = [[s.codec_s, -s.comm_s, -float(s.idle_link), float(s.nbytes)] for s in samples]
+        table = reduce(torch.tensor(values, dtype=torch.float64).reshape(n, 4))
         return [Sample(s.iteration, s.bucket, s.candidate, float(row[0]), float(-row[1]),
                        float(row[3]), bool(-row[2] == 1))
-                for s, row in zip(samples, table[1:])]
+                for s, row in zip(samples, table)]
 
     def _decide(self, buckets) -> None:
         self.decisions = {b: min(range(len(self.transfers)), key=lambda c: self.predict(b, c))

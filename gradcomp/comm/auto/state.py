@@ -109,6 +109,9 @@ class AutoState(HookState):
         self.chooser: Chooser | None = None
         super().__init__(Candidates(members), **hook_options)
 
+    def hook_options(self) -> dict[str, Any]:
+        return {**super().hook_options(), **self._explore}
+
     def _connect(self, process_group) -> None:
         self.ranks = Ranks(process_group)
         self.communicators = [build(m, self.ranks) for m in self.compressor.members]
@@ -116,6 +119,7 @@ class AutoState(HookState):
         self.compressed = None
         self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
+        self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
         self._pending: list[tuple[BucketRecord, int, int]] = []
         self._stepped: int | None = None
 
@@ -139,6 +143,7 @@ class AutoState(HookState):
             chooser.step(iteration, self._reduce(bucket.buffer.device))
         candidate = chooser.choice(bucket.index, iteration)
         self._hand_over(bucket, candidate)
+        self._given[bucket.index] = candidate
         chosen = self.communicators[candidate]
         return chosen if chosen.pays(bucket, self.min_compression_rate) else self.dense
 
@@ -164,8 +169,12 @@ class AutoState(HookState):
         self._iteration_reasons.clear()
 
     def finished(self, record: BucketRecord, communicator: Communicator, sent: Sent) -> None:
-        if communicator in self.communicators and self._chooser().measured(record.iteration):
-            self._pending.append((record, self.communicators.index(communicator), sent.nbytes))
+        """Keep the record as a sample of the candidate the bucket was given (also when it
+        travelled uncompressed: "none", or a method that would not shrink it)."""
+        candidate = self._given.get(record.bucket)
+        if (record.iteration >= self.start_iter and candidate is not None
+                and self._chooser().measured(record.iteration)):
+            self._pending.append((record, candidate, sent.nbytes))
 
     # -- measurements -----------------------------------------------------------------------
     def _collect(self, iteration: int) -> None:
@@ -205,5 +214,5 @@ class AutoState(HookState):
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("communicators", "_carrier", "_pending", "_stepped")}
+                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped")}
 
