@@ -2,8 +2,12 @@
 names the option and what is allowed."""
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
 from typing import Any
+
+import torch
 
 
 def check_int(value, option: str, minimum: int, maximum: int | None = None) -> int:
@@ -39,8 +43,6 @@ def check_choice(value, option: str, allowed) -> Any:
 def check_number(value, option: str, minimum: float | None = None,
                  maximum: float | None = None, above: bool = False) -> float:
     """A finite number >= `minimum` (> `minimum` with `above`) and <= `maximum`."""
-    import math
-
     ok = (not isinstance(value, bool) and isinstance(value, (int, float))
           and math.isfinite(value))
     if ok and minimum is not None:
@@ -58,8 +60,6 @@ def check_number(value, option: str, minimum: float | None = None,
 
 def check_device(value, option: str = "device"):
     """A torch.device; cuda[:N] only where that device is present."""
-    import torch
-
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError, ValueError):
@@ -76,8 +76,6 @@ def check_device(value, option: str = "device"):
 
 def check_file(path, option: str, what: str = "file"):
     """`path` as a Path to an existing, non-empty, readable file."""
-    from pathlib import Path
-
     path = Path(path)
     problem = ("no such file" if not path.exists() else
                "it is a folder, not a file" if path.is_dir() else

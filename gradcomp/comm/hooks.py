@@ -40,16 +40,14 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
     if bucket.is_last():
         state.iteration += 1
     params = state.buckets.record(bucket)
+    fut = None
     if state.buckets.resuming is not None:
-        held = state.buckets.defer_if_moved(bucket, params, iteration,
-                                            lambda b, i: average(state, b, i))
-        if held is not None:
-            if bucket.is_last():
-                state.end_iteration(iteration)
-            return held
-    # Only PowerSGD asks for the parameters' shapes (asking DDP for them costs a little).
-    shapes = lambda: [g.shape for g in bucket.gradients()]  # noqa: E731
-    fut = average(state, Bucket(bucket.buffer(), bucket.index(), shapes), iteration)
+        fut = state.buckets.defer_if_moved(bucket, params, iteration,
+                                           lambda b, i: average(state, b, i))
+    if fut is None:
+        # Only PowerSGD asks for the parameters' shapes (asking DDP for them costs a little).
+        shapes = lambda: [g.shape for g in bucket.gradients()]  # noqa: E731
+        fut = average(state, Bucket(bucket.buffer(), bucket.index(), shapes), iteration)
     if bucket.is_last():
         state.end_iteration(iteration)
     return fut

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..checks import check_int
+from ..checks import check_int, check_number
 from ..compressors import Compressor
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator, DenseAllReduce, Sent, build
@@ -45,9 +45,7 @@ class HookState:
                             "gradcomp.compressor('topk', ratio=0.01)")
         check_int(start_iter, "start_iter", 0)
         check_int(telemetry_limit, "telemetry_limit", 0)
-        if not isinstance(min_compression_rate, (int, float)) or not min_compression_rate >= 0:
-            raise ValueError(f"min_compression_rate={min_compression_rate!r} is not allowed: "
-                             "it must be a number >= 0")
+        check_number(min_compression_rate, "min_compression_rate", 0)
         self.compressor = compressor
         self.communicator = communicator
         self.block_size = check_int(block_size, "block_size", 1)

@@ -6,7 +6,7 @@ from typing import Any, Hashable
 import torch
 import torch.distributed as dist
 
-from ...checks import check_int
+from ...checks import check_int, check_number
 from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
 from .choice import Chooser, Sample, Transfer
 from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
@@ -102,8 +102,7 @@ class AutoState(HookState):
         check_int(explore_iters, "explore_iters", 2)
         check_int(check_every, "check_every", 1)
         check_int(redecide_every, "redecide_every", 1)
-        if isinstance(drift, bool) or not isinstance(drift, (int, float)) or not drift > 0:
-            raise ValueError(f"drift={drift!r} is not allowed: it must be a number > 0")
+        check_number(drift, "drift", 0, above=True)
         self._explore = dict(explore_iters=explore_iters, check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift))
         self.chooser: Chooser | None = None
