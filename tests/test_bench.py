@@ -11,6 +11,7 @@ from gradcomp.evaluation.benches import collective as bc, compress as bz, train 
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.fit import fit_runs
 from gradcomp.evaluation.profiles.profiles import load_profile
+from gradcomp.evaluation.workloads.load import load_workload
 
 ENV = ("device_name", "cpu", "torch_version", "gradcomp_version", "world_size", "backend",
        "hostname", "python_version", "date")
@@ -115,7 +116,7 @@ def test_collective_fit_gives_latency_and_bandwidth(collective):
 @pytest.mark.slow
 def test_a_finished_collective_sweep_is_not_measured_again(collective, monkeypatch):
     path, sizes, df = collective
-    monkeypatch.setattr(bc, "spawn", lambda *a: pytest.fail("spawned again"))
+    monkeypatch.setattr(bc, "launch", lambda *a: pytest.fail("spawned again"))
     again = bc.bench_collective(2, "gloo", sizes, repeats=7, warmup=1, out=path)
     assert again["time_s"].tolist() == df["time_s"].tolist()
 
@@ -138,7 +139,7 @@ def test_training_rows_time_every_method(training):
     assert df["scaling_factor"].tolist() == pytest.approx(
         (df["t_iter_single_s"] / df["t_iter_s"]).tolist())
     assert (df["workers"] == 2).all() and (df["bandwidth_bps"] == 10e9).all()
-    params = sum(p.numel() for p in bt.build_model("tiny")[0].parameters())
+    params = sum(p.numel() for p in load_workload("tiny").model.parameters())
     assert (df["params"] == params).all() and (df["bytes_original"] == 4 * params).all()
     rows = df.set_index("method")
     assert rows.loc["topk", "bytes_sent"] < rows.loc["topk", "bytes_original"]
@@ -159,7 +160,7 @@ def test_training_rows_and_profile_feed_the_model_fit(training):
 @pytest.mark.slow
 def test_a_finished_training_sweep_is_not_run_again(training, monkeypatch):
     folder, methods, df = training
-    monkeypatch.setattr(bt, "spawn", lambda *a: pytest.fail("spawned again"))
+    monkeypatch.setattr(bt, "launch", lambda *a: pytest.fail("spawned again"))
     again = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
                            iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
                            profile_out=folder / "tiny.json")

@@ -17,7 +17,7 @@ from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy, tta_
 from gradcomp.evaluation.benches import converge
 from gradcomp.evaluation.benches.converge import (AGGRESSIVE, CONVERGE, KEY_COLUMNS, QUICK,
                                                   bench_converge, curve_path, load_curves)
-from gradcomp.evaluation.benches.tasks import load_task
+from gradcomp.evaluation.workloads.load import load_workload
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.methods import resolve
 from gradcomp.evaluation.model.network import Network
@@ -199,18 +199,25 @@ def test_time_to_accuracy_rejects_an_ambiguous_or_unknown_target(sweep):
 
 
 def test_tasks_are_fixed_by_their_seed_and_digits_needs_scikit_learn(monkeypatch):
-    a, b, c = load_task("teacher"), load_task("teacher"), load_task("teacher", data_seed=1)
-    assert a.x_train.equal(b.x_train) and a.y_test.equal(b.y_test)
-    assert not a.x_train.equal(c.x_train)
-    assert set(a.y_train.tolist()) == set(range(a.classes))
-    assert a.model(3).state_dict()["0.weight"].equal(a.model(3).state_dict()["0.weight"])
+    from gradcomp.evaluation.workloads.tasks import digits, teacher
+
+    a, b, c = teacher(), teacher(), teacher(data_seed=1)
+    assert a.batches(1, 5)[0].equal(b.batches(1, 5)[0]) and a.evaluate(a.model) == b.evaluate(
+        b.model)
+    assert not a.batches(1, 5)[0].equal(c.batches(1, 5)[0])
+    assert not a.batches(0, 5)[0].equal(a.batches(1, 5)[0])  # each rank its own batches
+    assert a.batches(0, 7)[1].equal(b.batches(0, 7)[1])  # any step order gives the same
+    first = load_workload("teacher", "task", seed=3).model.state_dict()["0.weight"]
+    assert first.equal(load_workload("teacher", "task", seed=3).model.state_dict()["0.weight"])
+    assert not first.equal(load_workload("teacher", "task", seed=4).model.state_dict()[
+        "0.weight"])
     pytest.importorskip("sklearn")
-    digits = load_task("digits")
-    assert digits.x_train.shape == (1437, 64) and digits.x_test.shape == (360, 64)
-    assert 0 <= digits.x_train.min() and digits.x_train.max() <= 1
+    d = digits(batch_size=8)
+    assert d.batches(0, 0)[0].shape == (8, 64) and 0 <= d.batches(0, 0)[0].min()
+    assert d.evaluate(d.model)["accuracy"] < 0.5  # untrained, on the 360 test images
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # as if not installed
     with pytest.raises(ValueError, match="scikit-learn"):
-        load_task("digits")
+        digits()
 
 
 def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep):

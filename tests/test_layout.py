@@ -1,7 +1,8 @@
 """The package's shape, as DESIGN.md states it: small folders and modules, no module using
 another's private names, imports pointing down the layers (cli -> evaluation -> comm ->
 compressors -> kernels, `checks` for all; integrations above comm, imported by nothing; inside
-evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> common) and
+evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> workloads ->
+common) and
 no import circles."""
 import ast
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradcomp"
 LAYERS = ["kernels", "compressors", "comm", "integrations", "evaluation", "cli"]  # bottom to top
-EVALUATION_LAYERS = ["common", "profiles", "model", "benches", "analyses", "report", "testbed",
+EVALUATION_LAYERS = ["common", "workloads", "profiles", "model", "benches", "analyses", "report", "testbed",
                      "run"]
 MAX_MODULES_PER_FOLDER = 12
 MAX_LINES = 450

@@ -92,14 +92,16 @@ def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path)
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from gradcomp.evaluation.benches.train import build_model, model_profile
+    from gradcomp.evaluation.benches.train import model_profile
     from gradcomp.evaluation.model.bucketing import DDP
+    from gradcomp.evaluation.workloads.load import load_workload
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
                             world_size=1)
     try:
         for cap in (25.0, 5.0):
-            model, x, y = build_model("mlp", 8)
+            workload = load_workload("mlp", batch_size=8)
+            model, (x, y) = workload.model, workload.batches(0, 0)
             ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
             for _ in range(3):  # DDP rebuilds its buckets in the second iteration
                 F.cross_entropy(ddp(x), y).backward()

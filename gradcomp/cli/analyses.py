@@ -4,7 +4,6 @@ from ..evaluation.analyses.advise import advise, verdict
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
-from ..evaluation.benches.tasks import TASKS
 from ..evaluation.common.store import read_table
 from ..evaluation.common.units import format_rate
 from ..evaluation.model.topology import ALGORITHMS, network_on
@@ -40,7 +39,7 @@ def add_advise(sub) -> None:
     ad.add_argument("--methods", help="comma-separated methods (default: all)")
     ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
                     "its target (measured iterations x predicted iteration time)")
-    ad.add_argument("--task", choices=TASKS, help="with --convergence: the task, when the "
+    ad.add_argument("--task", help="with --convergence: the task, when the "
                     "table holds several")
     ad.add_argument("--target", type=float, help="with --convergence: the target, when the "
                     "table holds several")

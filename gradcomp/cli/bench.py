@@ -6,8 +6,11 @@ from ..evaluation.benches import collective as bench_collective
 from ..evaluation.benches import compress as bench_compress
 from ..evaluation.benches import converge
 from ..evaluation.benches import train as bench_train
-from ..evaluation.benches.tasks import TASKS
-from .common import DEVICE, default_of, device, emit, given, positive_int, split, table
+from ..evaluation.common.env import is_rank_zero
+from ..evaluation.workloads.contract import AUTOCAST
+from ..evaluation.workloads.load import BUILTIN
+from .common import (DEVICE, default_of, device, emit, given, number, positive_int, split,
+                     table)
 
 QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per worker
 QUICK_TRAIN_ITERATIONS = 3  # train --quick
@@ -24,8 +27,8 @@ def add_bench(sub) -> None:
     be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
                     "allgather, broadcast, forest (the forest all-reduce executor; default: "
                     "the first three)")
-    be.add_argument("--workers", type=positive_int, help="local worker processes (default "
-                    f"{default_of(bench_collective.bench_collective, 'world_size')})")
+    be.add_argument("--workers", type=positive_int, help="local worker processes (default 2; "
+                    "under torchrun: its processes)")
     be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")
     be.add_argument("--repeats", type=positive_int, help="timed repeats / iterations")
     be.add_argument("--quick", action="store_true", help="CI-sized sweep")
@@ -37,14 +40,25 @@ def add_bench(sub) -> None:
                     f"(default {default_of(bench_blocksparse.bench_block_sparse, 'block_size')})")
     be.add_argument("--numel", type=positive_int, help="--blocksparse: float32 elements per "
                     "worker (default 16M, --quick 1M)")
-    be.add_argument("--task", choices=TASKS, help="converge: the built-in task (teacher: "
-                    "generated; digits: scikit-learn's bundled images; default "
+    be.add_argument("--model", help="train: the workload, a built-in ("
+                    + ", ".join(BUILTIN) + "), MODULE:FACTORY or path/to/file.py:FACTORY "
+                    "returning a gradcomp.Workload (default "
+                    f"{default_of(bench_train.bench_train, 'model')})")
+    be.add_argument("--task", help="converge: the workload, as --model (built-in tasks: "
+                    "teacher, generated; digits, scikit-learn's bundled images; default "
                     f"{default_of(converge.bench_converge, 'task')})")
+    be.add_argument("--batch-size", type=positive_int, help="train, converge: per worker, "
+                    "passed to a factory that takes batch_size (default: the factory's)")
+    be.add_argument("--bucket-cap-mb", type=number("bucket_cap_mb", minimum=0, above=True),
+                    help="train: DDP's bucket cap, MB (default "
+                    f"{default_of(bench_train.bench_train, 'bucket_cap_mb'):g})")
+    be.add_argument("--autocast", choices=AUTOCAST, help="train: forward and loss under bf16 "
+                    "autocast (default none)")
     be.add_argument("--metric", choices=converge.METRICS,
-                    help="converge: test accuracy >= target, or test loss <= target (default "
-                    f"{default_of(converge.bench_converge, 'metric')})")
+                    help="converge: accuracy >= target, or loss <= target (default: the "
+                    "workload's metric)")
     be.add_argument("--target", type=float, help="converge: the target (default: the "
-                    "task's accuracy target)")
+                    "workload's target)")
     be.add_argument("--seeds", type=positive_int, help="converge: seeds 0..N-1 (default "
                     f"{converge.FULL['seeds']}; --quick {converge.QUICK['seeds']})")
     be.add_argument("--max-iters", type=positive_int, help="converge: iteration budget "
@@ -60,7 +74,9 @@ USED_BY = {"methods": ("compress", "train", "converge"), "collectives": ("collec
            "workers": ("collective", "blocksparse", "train", "converge"),
            "device": ("compress",), "repeats": ("compress", "collective", "blocksparse", "train"),
            "densities": ("blocksparse",), "block_size": ("blocksparse",),
-           "numel": ("blocksparse",), "task": ("converge",), "metric": ("converge",),
+           "numel": ("blocksparse",), "model": ("train",), "batch_size": ("train", "converge"),
+           "bucket_cap_mb": ("train",), "autocast": ("train",),
+           "task": ("converge",), "metric": ("converge",),
            "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
            "blocksparse": ("blocksparse",)}
 
@@ -108,14 +124,18 @@ def _bench(args) -> None:
             split(args.methods), target=args.target, seeds=args.seeds or size["seeds"],
             max_iters=args.max_iters or size["max_iters"], eval_every=size["eval_every"],
             out=args.out, progress=progress,
-            **given(task=args.task, metric=args.metric, world_size=args.workers))
+            **given(task=args.task, metric=args.metric, world_size=args.workers,
+                    batch_size=args.batch_size))
         columns = ["method", "options", "error_feedback", "seed", "reached",
                    "iterations_to_target", "final_accuracy", "bytes_sent_per_iter"]
     else:
         frame = bench_train.bench_train(
             split(args.methods), out=args.out, progress=progress,
-            **given(world_size=args.workers,
+            **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
+                    bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
+    if not is_rank_zero():  # under torchrun rank 0 reports
+        return
     shown = [c for c in columns if c in frame.columns]
     emit(args, frame.to_dict("records"), table(frame, shown))

@@ -1,4 +1,4 @@
-"""`gradcomp profile`: measure a model's backward profile on this device."""
+"""`gradcomp profile`: measure a workload's (or a model's) backward profile on this device."""
 from ..evaluation.profiles.measure import measure_profile, profile_factory
 from ..evaluation.profiles.profiles import save_profile
 from .common import DEVICE, default_of, device, emit, positive_int
@@ -6,9 +6,14 @@ from .common import DEVICE, default_of, device, emit, positive_int
 
 def add_profile(sub) -> None:
     pr = sub.add_parser("profile", help="measure your model's backward profile on this device")
-    pr.add_argument("factory", help="MODULE:FACTORY returning an nn.Module, e.g. "
-                    "torchvision.models:resnet18")
-    pr.add_argument("--input-shape", required=True, help="comma-separated, e.g. 32,3,224,224")
+    pr.add_argument("factory", help="a workload: a built-in (mlp, tiny, cnn, gpt, teacher, "
+                    "digits), MODULE:FACTORY or path/to/file.py:FACTORY returning a "
+                    "gradcomp.Workload; or a factory returning an nn.Module (e.g. "
+                    "torchvision.models:resnet18) with --input-shape")
+    pr.add_argument("--input-shape", help="for an nn.Module factory: the shape of its Gaussian "
+                    "input, comma-separated, e.g. 32,3,224,224")
+    pr.add_argument("--batch-size", type=positive_int, help="passed to a factory that takes "
+                    "batch_size")
     pr.add_argument("--out", required=True, help="profile file to write (.json)")
     pr.add_argument("--name", help="profile name (default: the factory name)")
     pr.add_argument("--device", type=device, default=DEVICE)
@@ -19,7 +24,7 @@ def add_profile(sub) -> None:
 
 def _profile(args) -> None:
     profile = profile_factory(args.factory, args.input_shape, args.device,
-                              repeats=args.repeats, name=args.name)
+                              repeats=args.repeats, name=args.name, batch_size=args.batch_size)
     path = save_profile(profile, args.out)
     emit(args, {"path": str(path), "params": profile.numel, "t_iter_single_s":
                 profile.t_iter_single},

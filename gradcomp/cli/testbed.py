@@ -3,7 +3,7 @@ validate` (the performance model against DDP runs in it)."""
 import argparse
 
 from ..evaluation.testbed import testbed
-from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, MODELS, summarize,
+from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                    validate_sweep)
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
 
@@ -41,8 +41,9 @@ def add_validate(sub) -> None:
     va.add_argument("--rates", default=",".join(DEFAULT_RATES), help="comma-separated rates")
     va.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                     help="comma-separated methods ('ddp': DDP's own all-reduce)")
-    va.add_argument("--model", choices=tuple(MODELS), default=default_of(validate_sweep, "model"),
-                    help="built-in model")
+    va.add_argument("--model", default=default_of(validate_sweep, "model"),
+                    help="the workload: a built-in (mlp, tiny, cnn, gpt, ...), MODULE:FACTORY "
+                    "or path/to/file.py:FACTORY returning a gradcomp.Workload")
     va.add_argument("--iterations", type=positive_int,
                     default=default_of(validate_sweep, "iterations"),
                     help="timed iterations per method and rate")

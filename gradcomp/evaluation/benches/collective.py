@@ -23,8 +23,9 @@ with the payload the performance model uses:
 The block-sparse all-reduce's density sweep (`gradcomp bench collective --blocksparse`) is in
 `benches.blocksparse`.
 
-Spawned: `bench_collective(world_size=2)`. Under torchrun:
-``torchrun --nproc-per-node 2 -m gradcomp.evaluation.benches.collective --out coll.csv``.
+Spawned: `bench_collective(world_size=2)`. Under torchrun (``torchrun ... -m gradcomp.cli bench
+collective ...``, or ``-m gradcomp.evaluation.benches.collective --out coll.csv``) every rank
+joins torchrun's group and rank 0 writes the table.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ from tqdm import tqdm
 
 from ...checks import check_int
 from ...comm import forest_all_reduce, pack_forest
-from ..common.env import check_backend, environment, init_from_env, local_device, spawn
+from ..common.env import (check_backend, environment, init_from_env, launch, local_device,
+                          under_torchrun, workers)
 from ..common.store import ResultTable, as_table
 from ..common.timing import slowest_rank_seconds
 from ..model.fit import fit_collectives, summary
@@ -136,13 +138,15 @@ def collective_key(table, collective, nbytes, world_size, backend, device_name):
                       "backend": backend, "device_name": device_name})
 
 
-def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None,
+def bench_collective(world_size: int | None = None, backend: str | None = None, sizes=None,
                      repeats: int = 10, warmup: int = 3, collectives=COLLECTIVES, out=None,
                      progress: bool = False) -> pd.DataFrame:
     """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
-    `default_sizes()`) across `world_size` local processes that it spawns (`backend`: NCCL
-    when each process can have a GPU, else gloo). Rows already in `out` (a path or
-    ResultTable) are skipped. Returns the rows of this sweep (measured now or before)."""
+    `default_sizes()`) across `world_size` local processes (None: 2) that it spawns, or under
+    torchrun on its processes (`backend`: NCCL when each process can have a GPU, else gloo).
+    Rows already in `out` (a path or ResultTable) are skipped. Returns the rows of this
+    sweep (measured now or before)."""
+    world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
@@ -155,9 +159,9 @@ def bench_collective(world_size: int = 2, backend: str | None = None, sizes=None
                 for c, n in cases}
         done = table.done_keys()
         todo = [case for key, case in keys.items() if key not in done]
-        if todo:
-            spawn(run_cases, world_size, backend, todo, repeats, warmup, table, backend,
-                  progress)
+        if todo or under_torchrun():
+            launch(run_cases, world_size, backend, todo, repeats, warmup, table, backend,
+                   progress)
         return table.frame(keys=set(keys))
 
 

@@ -1,16 +1,20 @@
-"""The convergence benchmark: train a built-in task (`tasks`) with DDP across local workers, once
-per (method, options, error feedback, seed), until the test metric reaches the target or the
+"""The convergence benchmark: train a task (a workload, `workloads`: the built-in ``teacher``,
+``digits``, ``cnn``, ``gpt``, or the user's ``MODULE:FACTORY``) with DDP across workers, once
+per (method, options, error feedback, seed), until its metric reaches the target or the
 iteration budget runs out, and record the curve, the iterations to target, the final quality
 and the bytes the hook sent.
 
-Training: the task's student MLP (the same initial weights on every rank, from the seed), SGD
-(default lr 0.04, momentum 0.9) with the same hyperparameters for every method, tuned for
-uncompressed training (signSGD's unit-size output makes that step large). Each rank draws its
-own minibatches of `batch_size` (default 64) from the training set (generator seeded by seed
-and rank). Every `eval_every`
-iterations rank 0 evaluates the test loss and accuracy; the ranks average their training loss
-over those iterations. A run stops at the target (`stop_at_target`), at the budget, or when
-the loss is no longer finite (diverged).
+Training: the workload built for the seed (its factory is called with ``seed`` and
+``batch_size`` where it names them, after ``torch.manual_seed(seed)``; DDP gives every rank
+rank 0's initial weights), SGD (lr: the workload's, else 0.04; momentum 0.9) with the same
+hyperparameters for every method, tuned for uncompressed training (signSGD's unit-size output
+makes that step large). Rank r trains on `batches(r, step)`. Every `eval_every` iterations
+rank 0 evaluates the workload (`evaluate`: test loss and/or accuracy); the ranks average their
+training loss over those iterations. The metric is the workload's (`metric`) unless given;
+a workload without `evaluate` is judged by that averaged training loss. A run stops at the
+target (`stop_at_target`), at the budget, or when a loss is no longer finite (diverged).
+Spawned on `world_size` local processes (NCCL with a GPU each, else gloo), or under torchrun
+on its processes, rank 0 writing the tables.
 
 Error feedback: every method runs without and with it (`error_feedback` column), except
 `none`, for which the residual is always zero (only without). PowerSGD keeps its own residuals
@@ -46,21 +50,20 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ... import comm
 from ...checks import check_int
 from ...compressors import compressor, names, option_names
-from ..common.env import check_backend, environment, spawn
+from ..common.env import check_backend, environment, launch, local_device, under_torchrun, workers
 from ..common.store import ResultTable, as_table
+from ..workloads.contract import METRICS
+from ..workloads.load import describe, load_workload
 from .compress import method_cases
-from .tasks import DEFAULT_TARGETS, check_task, load_task
 from .train import HOOK_OPTIONS
 
 CONVERGE, CURVE = "converge.csv", "converge_curve.csv"
-METRICS = ("accuracy", "loss")
 KEY_COLUMNS = ("task", "metric", "target", "method", "options", "error_feedback", "seed",
                "max_iters", "eval_every", "batch_size", "lr", "momentum", "world_size",
                "backend", "device_name")
@@ -126,19 +129,25 @@ def _number(value, option: str) -> float:
     return float(value)
 
 
-def make_spec(task: str = "teacher", target=None, metric: str = "accuracy",
-              max_iters: int = 600, eval_every: int = 10, batch_size: int = 64,
-              lr: float = 0.04, momentum: float = 0.9, stop_at_target: bool = True) -> dict:
-    """The checked settings of a sweep (see `bench_converge`)."""
-    check_task(task)
+def make_spec(task: str = "teacher", target=None, metric: str | None = None,
+              max_iters: int = 600, eval_every: int = 10, batch_size: int | None = None,
+              lr: float | None = None, momentum: float = 0.9,
+              stop_at_target: bool = True) -> dict:
+    """The checked settings of a sweep (see `bench_converge`); builds the workload once to
+    check it and to learn its metric, target, learning rate and batch size."""
+    workload, batch_size = describe(task, "task", batch_size)
+    metric = workload.metric if metric is None else metric
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r} is not allowed: choose one of "
                          f"{', '.join(map(repr, METRICS))}")
+    if metric == "accuracy" and workload.evaluate is None:
+        raise ValueError(f"metric='accuracy' is not allowed with task={task!r}: its workload "
+                         "has no evaluate; use metric='loss' (the training loss)")
     if target is None:
-        if metric != "accuracy":
-            raise ValueError("target=None is not allowed with metric='loss': give the test "
-                             "loss to reach")
-        target = DEFAULT_TARGETS[task]
+        if workload.target is None or metric != workload.metric:
+            raise ValueError(f"target=None is not allowed with task={task!r} and metric="
+                             f"{metric!r}: the workload gives no target for it; give one")
+        target = workload.target
     target = _number(target, "target")
     if metric == "accuracy" and not 0 < target <= 1:
         raise ValueError(f"target={target!r} is not allowed: an accuracy target is in (0, 1]")
@@ -146,7 +155,7 @@ def make_spec(task: str = "teacher", target=None, metric: str = "accuracy",
         raise ValueError(f"target={target!r} is not allowed: a loss target is > 0")
     check_int(max_iters, "max_iters", 2)
     check_int(eval_every, "eval_every", 1)
-    check_int(batch_size, "batch_size", 1)
+    lr = (workload.lr or 0.04) if lr is None else lr
     if not _number(lr, "lr") > 0:
         raise ValueError(f"lr={lr!r} is not allowed: it must be > 0")
     if not 0 <= _number(momentum, "momentum") < 1:
@@ -173,17 +182,26 @@ def reached(metric: str, value: float, target: float) -> bool:
     return value >= target if metric == "accuracy" else value <= target
 
 
-def _evaluate(model, task, train_loss: float, device) -> tuple[float, float, float]:
-    """(train loss averaged over the ranks, test loss, test accuracy), the same on every
-    rank: rank 0 evaluates, one all-reduce shares it."""
-    stats = torch.tensor([train_loss, 0.0, 0.0], dtype=torch.float64, device=device)
+def _evaluate(model, workload, train_loss: float, device) -> tuple[float, float, float, bool]:
+    """(train loss averaged over the ranks, test loss, test accuracy (NaN where the workload's
+    evaluate gives none), whether it gave a loss), the same on every rank: rank 0 evaluates,
+    one all-reduce shares it."""
+    stats = torch.tensor([train_loss, 0.0, 0.0, 0.0], dtype=torch.float64, device=device)
     if dist.get_rank() == 0:
-        with torch.no_grad():
-            logits = model(task.x_test)
-            stats[1] = F.cross_entropy(logits, task.y_test).item()
-            stats[2] = (logits.argmax(dim=1) == task.y_test).double().mean().item()
+        scores = workload.scores(model)
+        stats[1], stats[2] = scores.get("loss", math.nan), scores.get("accuracy", math.nan)
+        stats[3] = float("loss" in scores)
     dist.all_reduce(stats)
-    return stats[0].item() / dist.get_world_size(), stats[1].item(), stats[2].item()
+    return (stats[0].item() / dist.get_world_size(), stats[1].item(), stats[2].item(),
+            bool(stats[3].item()))
+
+
+def _value(spec: dict, stats) -> float:
+    """The number the target is about: test accuracy, test loss, or (no test loss) the
+    training loss."""
+    if spec["metric"] == "accuracy":
+        return stats[2]
+    return stats[1] if stats[3] else stats[0]
 
 
 def _bytes(state, iterations: int) -> dict:
@@ -197,40 +215,40 @@ def _bytes(state, iterations: int) -> dict:
             "ratio": original / sent if sent else math.nan}
 
 
-def _train(case, task, spec: dict, key: dict, curve: ResultTable, device) -> dict:
+def _train(case, spec: dict, key: dict, curve: ResultTable, device) -> dict:
     """One run on every rank; rank 0 appends its curve rows. Returns the summary fields."""
     name, options, ef, seed = case
     rank = dist.get_rank()
-    model = task.model(seed)
-    ddp = DistributedDataParallel(model)
+    workload = load_workload(spec["task"], "task", batch_size=spec["batch_size"], seed=seed)
+    model = workload.model.to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None)
     state = comm.register(ddp, name, error_feedback=ef, **options)
     opt = torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"])
-    gen = torch.Generator().manual_seed(seed * 1000 + rank + 1)
-    n = len(task.y_train)
     at_target, diverged, window, count = math.nan, False, 0.0, 0
-    last = (math.nan, math.nan, math.nan)
+    last = (math.nan, math.nan, math.nan, False)
     best, start, iteration = math.nan, time.perf_counter(), 0
     for iteration in range(1, spec["max_iters"] + 1):
-        idx = torch.randint(0, n, (spec["batch_size"],), generator=gen)
+        inputs, targets = workload.batch(rank, iteration - 1, device)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(ddp(task.x_train[idx]), task.y_train[idx])
+        loss = workload.loss(ddp(inputs), targets)
         loss.backward()
         opt.step()
         window, count = window + loss.item(), count + 1
         if iteration % spec["eval_every"] and iteration != spec["max_iters"]:
             continue
-        last = _evaluate(model, task, window / count, device)
+        last = _evaluate(model, workload, window / count, device)
         window, count = 0.0, 0
         if rank == 0:
             curve.append({**key, "iteration": iteration, "train_loss": last[0],
                           "test_loss": last[1], "test_accuracy": last[2]})
         best = last[2] if math.isnan(best) else max(best, last[2])
-        value = last[2] if spec["metric"] == "accuracy" else last[1]
-        if math.isnan(at_target) and reached(spec["metric"], value, spec["target"]):
+        if math.isnan(at_target) and reached(spec["metric"], _value(spec, last),
+                                             spec["target"]):
             at_target = iteration
             if spec["stop_at_target"]:
                 break
-        if not all(math.isfinite(v) for v in last[:2]):
+        if not math.isfinite(last[0]) or (last[3] and not math.isfinite(last[1])):
             diverged = True
             break
     wall = time.perf_counter() - start
@@ -245,12 +263,11 @@ def run_cases(todo, spec: dict, summary: ResultTable, curve: ResultTable, backen
               progress: bool = False) -> None:
     """On every rank: train each (key, (name, options, error_feedback, seed)) of `todo`;
     rank 0 appends the rows."""
-    device = torch.device("cpu")
-    task = load_task(spec["task"])
+    device = local_device(backend)
     rank = dist.get_rank()
     for key, case in tqdm(todo, desc="convergence", file=sys.stderr,
                           disable=not progress or rank != 0):
-        row = _train(case, task, spec, key, curve, device)
+        row = _train(case, spec, key, curve, device)
         if rank == 0:
             summary.append({**key, **row,
                             **environment(backend, dist.get_world_size(), device)})
@@ -272,32 +289,36 @@ def plan(methods, spec: dict, seeds, error_feedback, world_size: int, backend: s
     return runs
 
 
-def bench_converge(methods=None, task: str = "teacher", target=None, metric: str = "accuracy",
+def bench_converge(methods=None, task: str = "teacher", target=None, metric: str | None = None,
                    seeds=FULL["seeds"], max_iters: int = FULL["max_iters"],
-                   eval_every: int = FULL["eval_every"], batch_size: int = 64,
-                   lr: float = 0.04, momentum: float = 0.9, error_feedback=(False, True),
-                   stop_at_target: bool = True, world_size: int = 2, out=None,
-                   progress: bool = False) -> pd.DataFrame:
-    """Train `task` with each method (None: `default_cases`; else names and (name, options)
-    pairs) x `error_feedback` settings x `seeds` (a count n: seeds 0..n-1, or a list) on
-    `world_size` local gloo workers, all runs in one spawn, until `target` of `metric` (test
-    accuracy >= target, or test loss <= target; default: the task's accuracy target) or
-    `max_iters`. Runs already in `out` (the summary table: a path or ResultTable; the curve
-    goes to `curve_path(out)`) are skipped. Returns this sweep's summary rows."""
-    backend = check_backend("gloo", world_size)
+                   eval_every: int = FULL["eval_every"], batch_size: int | None = None,
+                   lr: float | None = None, momentum: float = 0.9,
+                   error_feedback=(False, True), stop_at_target: bool = True,
+                   world_size: int | None = None, out=None, progress: bool = False,
+                   backend: str | None = None) -> pd.DataFrame:
+    """Train `task` (a built-in name, MODULE:FACTORY or path/to/file.py:FACTORY) with each
+    method (None: `default_cases`; else names and (name, options) pairs) x `error_feedback`
+    settings x `seeds` (a count n: seeds 0..n-1, or a list) on `world_size` local workers
+    (None: 2), all runs in one spawn (under torchrun: on its processes), until `target` of
+    `metric` (accuracy >= target, or loss <= target; defaults: the workload's) or
+    `max_iters`. `batch_size` and `lr` None: the workload's. Runs already in `out` (the
+    summary table: a path or ResultTable; the curve goes to `curve_path(out)`) are skipped.
+    Returns this sweep's summary rows."""
+    world_size = workers(world_size)
+    backend = check_backend(backend, world_size)
     spec = make_spec(task, target, metric, max_iters, eval_every, batch_size, lr, momentum,
                      stop_at_target)
     with tempfile.TemporaryDirectory() as tmp:
         summary = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, CONVERGE),
                                                             KEY_COLUMNS)
         curve = ResultTable(curve_path(summary.path), CURVE_KEY)
-        runs = plan(methods, spec, seeds, error_feedback, world_size, backend,
-                    environment(device="cpu")["device_name"])
+        device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
+        runs = plan(methods, spec, seeds, error_feedback, world_size, backend, device_name)
         done = summary.done_keys()
         todo = [(key, case) for key, case in runs if summary.key(key) not in done]
-        if todo:
-            spawn(run_cases, world_size, backend, todo, spec, summary, curve, backend,
-                  progress)
+        if todo or under_torchrun():
+            launch(run_cases, world_size, backend, todo, spec, summary, curve, backend,
+                   progress)
         return summary.frame(keys={summary.key(key) for key, _ in runs})
 
 

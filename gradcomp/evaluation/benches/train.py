@@ -1,11 +1,15 @@
-"""The training benchmark: end-to-end DDP iteration time of a built-in model with each method's
-hook, across local worker processes (gloo on CPU; NCCL with one GPU per process), and the
-same model's single-process iteration time, so that SF = t_iter_single / t_iter follows.
+"""The training benchmark: end-to-end DDP iteration time of a workload (`workloads`: a built-in
+or the user's ``MODULE:FACTORY``) with each method's hook, across worker processes (gloo on
+CPU; NCCL with one GPU per process), and the same workload's single-process iteration time, so
+that SF = t_iter_single / t_iter follows.
 
-Built-in models (`MODELS`): ``mlp`` (1024 inputs, 4 hidden layers of 1024, 10 classes:
-4.2M parameters) and ``tiny`` (32-64-64-10, for tests), trained with cross-entropy on a fixed
-random batch per rank and SGD (lr 0.01, momentum 0.9). `model_profile` measures the matching
-profile (`measure_profile`) for the performance model.
+Built-in models: ``mlp`` (1024 inputs, 4 hidden layers of 1024, 10 classes: 4.2M
+parameters), ``tiny`` (32-64-64-10, for tests), ``cnn`` (a small ResNet) and ``gpt`` (a small
+GPT), or any workload; trained with the workload's loss and SGD (lr 0.01, momentum 0.9) on
+rank r's batch of step 0 (`batches(r, 0)`), the same every iteration, so that the data is not
+timed. `model_profile` measures the matching profile (`measure.profile_workload`) for the
+performance model. `autocast` "bf16" runs forward and loss under bf16 autocast;
+`bucket_cap_mb` goes to DDP: both change what the hook sees.
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
 device synchronised around it; its time is the slowest rank's. After `warmup` iterations,
@@ -13,7 +17,8 @@ device synchronised around it; its time is the slowest rank's. After `warmup` it
 
 * method ("ddp": DDP's own all-reduce, no hook; else a gradcomp method through
   `gradcomp.comm.register`), options (the compressor's options as JSON, with the hook's),
-  model, params, batch_size (per worker), bucket_cap_mb, workers (= world_size),
+  model (the workload as named), params, batch_size (per worker: as given, else the leading
+  dimension of the workload's inputs), bucket_cap_mb, autocast, workers (= world_size),
   bandwidth_bps (as given; NaN when unknown), warmup, iterations, device;
 * t_iter_s (median), t_iter_spread_s (max - min), t_iter_single_s (median single-process
   iteration on rank 0 while the others wait, same threads per process), scaling_factor
@@ -23,8 +28,9 @@ device synchronised around it; its time is the slowest rank's. After `warmup` it
   the gradient's bytes, times and buckets NaN);
 * the environment columns (world_size, backend, device_name, ...).
 
-Spawned: `bench_train(world_size=2)`. Under torchrun:
-``torchrun --nproc-per-node 2 -m gradcomp.evaluation.benches.train --out runs.csv``.
+Spawned: `bench_train(world_size=2)`. Under torchrun (``torchrun ... -m gradcomp.cli bench
+train ...``, or ``-m gradcomp.evaluation.benches.train --out runs.csv``) every rank joins
+torchrun's group and rank 0 writes the table.
 """
 from __future__ import annotations
 
@@ -40,55 +46,34 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ... import comm
 from ...checks import check_int
 from ...compressors import compressor
-from ..common.env import barrier, check_backend, environment, init_from_env, local_device, spawn
+from ..common.env import (barrier, check_backend, environment, launch, local_device,
+                          under_torchrun, workers)
 from ..common.store import ResultTable, as_table
 from ..common.timing import Clock
 from ..common.units import parse_rate
-from ..profiles.measure import measure_profile
+from ..profiles.measure import profile_workload
 from ..profiles.profiles import Profile, save_profile
+from ..workloads.contract import AUTOCAST, autocast
+from ..workloads.load import describe, load_workload
 from .compress import method_cases
 
-MODELS = {"mlp": dict(inputs=1024, width=1024, depth=4, classes=10),
-          "tiny": dict(inputs=32, width=64, depth=2, classes=10)}
-KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "world_size",
-               "backend", "device_name")
+KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
+               "world_size", "backend", "device_name")
 HOOK_OPTIONS = ("start_iter", "min_compression_rate")
 TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
 
 
-def build_model(name: str = "mlp", batch_size: int = 64, device="cpu", data_seed: int = 0):
-    """The built-in model `name` (the same weights every call), a random batch of inputs and
-    labels from `data_seed`."""
-    if name not in MODELS:
-        raise ValueError(f"model={name!r} is not allowed: choose one of "
-                         f"{', '.join(map(repr, MODELS))}")
-    spec = MODELS[name]
-    torch.manual_seed(0)
-    layers, fan_in = [], spec["inputs"]
-    for _ in range(spec["depth"]):
-        layers += [nn.Linear(fan_in, spec["width"]), nn.ReLU()]
-        fan_in = spec["width"]
-    model = nn.Sequential(*layers, nn.Linear(fan_in, spec["classes"])).to(device)
-    gen = torch.Generator().manual_seed(1000 + data_seed)
-    x = torch.randn(batch_size, spec["inputs"], generator=gen).to(device)
-    y = torch.randint(0, spec["classes"], (batch_size,), generator=gen).to(device)
-    return model, x, y
-
-
-def model_profile(name: str = "mlp", batch_size: int = 64, device="cpu", repeats: int = 10,
-                  warmup: int = 3) -> Profile:
-    """The profile of a built-in model's iteration, measured on `device`."""
-    model, x, y = build_model(name, batch_size, device)
-    return measure_profile(model, x, lambda out: F.cross_entropy(out, y), repeats, warmup,
-                           name=f"{name} (batch {batch_size})")
+def model_profile(name: str = "mlp", batch_size: int | None = 64, device="cpu",
+                  repeats: int = 10, warmup: int = 3, autocast: str = "none") -> Profile:
+    """The profile of workload `name`'s iteration, measured on `device`."""
+    label = f"{name} (batch {batch_size})" if batch_size is not None else name
+    return profile_workload(name, device, repeats, warmup, label, batch_size, autocast)
 
 
 def _options_text(name: str, options: dict) -> str:
@@ -101,14 +86,17 @@ def _options_text(name: str, options: dict) -> str:
     return json.dumps({**built.options(), **hook}, sort_keys=True)
 
 
-def _time_iterations(model, x, y, warmup: int, iterations: int, device) -> list[float]:
+def _time_iterations(model, workload, batch, spec: dict, device) -> list[float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     clock, times = Clock(device), []
+    warmup, iterations = spec["warmup"], spec["iterations"]
     for i in range(warmup + iterations):
         clock.sync()
         start = clock.mark()
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        with autocast(device, spec["autocast"]):
+            loss = workload.loss(model(batch[0]), batch[1])
+        loss.backward()
         opt.step()
         end = clock.mark()
         clock.sync()
@@ -130,22 +118,30 @@ def _telemetry(state, warmup: int, iterations: int, grad_bytes: int, device) -> 
     return dict(zip((*TELEMETRY, "buckets"), (total / dist.get_world_size()).tolist()))
 
 
+def _build(spec: dict, rank: int, device):
+    """The workload of `spec` with its model on `device`, and rank `rank`'s batch."""
+    workload = load_workload(spec["model"], "model", batch_size=spec["batch_size"])
+    workload.model.to(device)
+    return workload, workload.batch(rank, 0, device)
+
+
 def _run_method(name, options, spec: dict, device) -> dict:
     rank = dist.get_rank()
-    model, x, y = build_model(spec["model"], spec["batch_size"], device, data_seed=rank)
+    workload, batch = _build(spec, rank, device)
+    model = workload.model
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                   else None, bucket_cap_mb=spec["bucket_cap_mb"])
     state = None if name == "ddp" else comm.register(ddp, name, **options)
-    times = torch.tensor(_time_iterations(ddp, x, y, spec["warmup"], spec["iterations"],
-                                          device), dtype=torch.float64, device=device)
+    times = torch.tensor(_time_iterations(ddp, workload, batch, spec, device),
+                         dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     tele = _telemetry(state, spec["warmup"], spec["iterations"], grad_bytes, device)
     t_iter = times.median().item()
     return {"method": name, "options": _options_text(name, options), "model": spec["model"],
             "params": sum(p.numel() for p in model.parameters()),
             "batch_size": spec["batch_size"], "bucket_cap_mb": spec["bucket_cap_mb"],
-            "workers": dist.get_world_size(), "bandwidth_bps": spec["bandwidth_bps"],
+            "autocast": spec["autocast"], "workers": dist.get_world_size(), "bandwidth_bps": spec["bandwidth_bps"],
             "warmup": spec["warmup"], "iterations": spec["iterations"],
             "t_iter_s": t_iter, "t_iter_spread_s": (times.max() - times.min()).item(),
             "t_iter_single_s": spec["t_iter_single_s"],
@@ -161,11 +157,12 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
     rank = dist.get_rank()
     single = [math.nan]
     if rank == 0:
-        model, x, y = build_model(spec["model"], spec["batch_size"], device)
-        single = [statistics.median(_time_iterations(model, x, y, spec["warmup"],
-                                                     spec["iterations"], device))]
+        workload, batch = _build(spec, 0, device)
+        single = [statistics.median(_time_iterations(workload.model, workload, batch, spec,
+                                                     device))]
         if profile_out is not None:
-            save_profile(model_profile(spec["model"], spec["batch_size"], device), profile_out)
+            save_profile(model_profile(spec["model"], spec["batch_size"], device,
+                                       autocast=spec["autocast"]), profile_out)
     barrier(device)
     dist.broadcast_object_list(single, src=0)
     spec = {**spec, "t_iter_single_s": single[0]}
@@ -184,40 +181,48 @@ def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: s
     for name, options in cases:
         key = {"method": name, "options": _options_text(name, options),
                "model": spec["model"], "batch_size": spec["batch_size"],
-               "bucket_cap_mb": spec["bucket_cap_mb"], "world_size": world_size,
+               "bucket_cap_mb": spec["bucket_cap_mb"], "autocast": spec["autocast"],
+               "world_size": world_size,
                "backend": backend, "device_name": device_name}
         plan[table.key(key)] = (name, options)
     return plan
 
 
-def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps) -> dict:
-    """The checked settings of a training sweep (ValueError naming a bad option)."""
-    if model not in MODELS:
-        raise ValueError(f"model={model!r} is not allowed: choose one of "
-                         f"{', '.join(map(repr, MODELS))}")
-    check_int(batch_size, "batch_size", 1)
+def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
+              autocast: str = "none") -> dict:
+    """The checked settings of a training sweep (ValueError naming a bad option); builds the
+    workload once to check it and to learn its batch size."""
     check_int(warmup, "warmup", 2)  # DDP rebuilds its buckets after the first iteration
     check_int(iterations, "iterations", 1)
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
             or not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: it must be > 0")
-    return {"model": model, "batch_size": batch_size, "warmup": warmup,
-            "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
-            "bandwidth_bps": math.nan if bandwidth_bps is None
+    if autocast not in AUTOCAST:
+        raise ValueError(f"autocast={autocast!r} is not allowed: choose one of "
+                         f"{', '.join(map(repr, AUTOCAST))}")
+    _, batch_size = describe(model, "model", batch_size)
+    return {"model": model, "batch_size": batch_size,
+            "warmup": warmup, "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
+            "autocast": autocast, "bandwidth_bps": math.nan if bandwidth_bps is None
             else parse_rate(bandwidth_bps, "bandwidth_bps")}
 
 
-def bench_train(methods=None, world_size: int = 2, backend: str | None = None,
-                model: str = "mlp", batch_size: int = 64, warmup: int = 3,
+def bench_train(methods=None, world_size: int | None = None, backend: str | None = None,
+                model: str = "mlp", batch_size: int | None = None, warmup: int = 3,
                 iterations: int = 10, bucket_cap_mb: float = 25.0, bandwidth_bps=None,
-                out=None, profile_out=None, progress: bool = False) -> pd.DataFrame:
-    """Time DDP training of the built-in `model` with each of `methods` (default: "ddp",
-    then every registered method with its defaults; else names and (name, options) pairs,
-    options going to `gradcomp.comm.register`) across `world_size` local processes that it
-    spawns once for all methods. Rows already in `out` (a path or ResultTable) are skipped;
-    `profile_out`: save the model's measured profile there. Returns this sweep's rows."""
+                out=None, profile_out=None, progress: bool = False,
+                autocast: str = "none") -> pd.DataFrame:
+    """Time DDP training of workload `model` (a built-in name, MODULE:FACTORY or
+    path/to/file.py:FACTORY; `batch_size` None: the factory's own) with each of `methods`
+    (default: "ddp", then every registered method with its defaults; else names and (name,
+    options) pairs, options going to `gradcomp.comm.register`) across `world_size` local
+    processes (None: 2) that it spawns once for all methods, or, under torchrun, on its
+    processes. Rows already in `out` (a path or ResultTable) are skipped; `profile_out`: save
+    the workload's measured profile there. Returns this sweep's rows."""
+    world_size = workers(world_size)
     backend = check_backend(backend, world_size)
-    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
+                     autocast)
     with tempfile.TemporaryDirectory() as tmp:
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
@@ -225,9 +230,10 @@ def bench_train(methods=None, world_size: int = 2, backend: str | None = None,
         plan = plan_runs(methods, spec, world_size, backend, device_name, table)
         done = table.done_keys()
         todo = [case for key, case in plan.items() if key not in done]
-        if todo or (profile_out is not None and not Path(profile_out).exists()):
-            spawn(run_methods, world_size, backend, todo, spec, table, backend, profile_out,
-                  progress)
+        if todo or (profile_out is not None and not Path(profile_out).exists()) \
+                or under_torchrun():
+            launch(run_methods, world_size, backend, todo, spec, table, backend, profile_out,
+                   progress)
         return table.frame(keys=set(plan))
 
 
@@ -238,30 +244,18 @@ def main(argv=None) -> int:
     args.add_argument("--methods", default=None,
                       help="comma-separated methods (default: ddp and every registered one)")
     args.add_argument("--backend", choices=("gloo", "nccl"), default=None)
-    args.add_argument("--model", choices=tuple(MODELS), default="mlp")
-    args.add_argument("--batch-size", type=int, default=64)
+    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
+    args.add_argument("--batch-size", type=int, default=None)
     args.add_argument("--warmup", type=int, default=3)
     args.add_argument("--iterations", type=int, default=10)
     args.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    args.add_argument("--autocast", choices=AUTOCAST, default="none")
     args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
     args.add_argument("--profile-out", default=None, help="save the model's profile here")
     a = args.parse_args(argv)
-    backend = init_from_env(a.backend)
-    try:
-        spec = make_spec(a.model, a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb,
-                     a.bandwidth)
-        table = ResultTable(a.out, KEY_COLUMNS)
-        device_name = environment(device=local_device(backend))["device_name"]
-        methods = None if a.methods is None else a.methods.split(",")
-        plan = plan_runs(methods, spec, dist.get_world_size(), backend, device_name, table)
-        todo = [None]
-        if dist.get_rank() == 0:
-            done = table.done_keys()
-            todo = [[case for key, case in plan.items() if key not in done]]
-        dist.broadcast_object_list(todo, src=0)
-        run_methods(todo[0], spec, table, backend, a.profile_out, progress=True)
-    finally:
-        dist.destroy_process_group()
+    bench_train(None if a.methods is None else a.methods.split(","), None, a.backend, a.model,
+                a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
+                a.profile_out, progress=True, autocast=a.autocast)
     return 0
 
 

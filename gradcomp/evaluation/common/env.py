@@ -1,5 +1,6 @@
 """Where a measurement runs: the environment columns every measurement row carries, and the
-local process groups the multi-process benchmarks start (spawned, or under torchrun).
+local process groups the multi-process benchmarks start (spawned), or the group they join
+when torchrun started them (`launch`).
 
 Environment columns: device_name (the CUDA device's name, else "cpu"), cpu (the processor
 model), torch_version, gradcomp_version, world_size, backend ("none" outside a process
@@ -53,8 +54,29 @@ def environment(backend: str | None = None, world_size: int | None = None,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def under_torchrun() -> bool:
+    """Whether torchrun (or a launcher like it) started this process: RANK, WORLD_SIZE and
+    LOCAL_RANK are set."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def workers(world_size: int | None, default: int = 2) -> int:
+    """The processes of a run: under torchrun its WORLD_SIZE (a `world_size` other than that
+    is an error), else `world_size` (None: `default`)."""
+    if not under_torchrun():
+        return default if world_size is None else world_size
+    launched = int(os.environ["WORLD_SIZE"])
+    if world_size is not None and world_size != launched:
+        raise ValueError(f"world_size={world_size!r} is not allowed under torchrun, which "
+                         f"started {launched} processes (WORLD_SIZE): drop --workers")
+    return launched
+
+
 def default_backend(world_size: int) -> str:
-    """NCCL when there is a CUDA device for each of `world_size` processes, else gloo."""
+    """NCCL when there is a CUDA device for each of `world_size` processes (under torchrun:
+    for each of this node's LOCAL_WORLD_SIZE processes), else gloo."""
+    if under_torchrun():
+        world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl"
     return "gloo"
@@ -97,6 +119,31 @@ def _entry(rank, fn, world_size, backend, store, args):
         fn(*args)
     finally:
         dist.destroy_process_group()
+
+
+def launch(fn, world_size: int, backend: str, *args) -> None:
+    """Run fn(*args) on every rank: under torchrun in its process group (joined here unless
+    it already is, left after), with rank 0's `args` on every rank (the plan of rank 0, whose
+    node holds the tables); else in `world_size` processes it spawns (`spawn`)."""
+    if not under_torchrun():
+        spawn(fn, world_size, backend, *args)
+        return
+    joined = dist.is_initialized()
+    if not joined:
+        dist.init_process_group(backend, init_method="env://")
+    try:
+        local_device(backend)  # NCCL's object broadcast needs this process's GPU set
+        shared = [args]
+        dist.broadcast_object_list(shared, src=0)
+        fn(*shared[0])
+    finally:
+        if not joined:
+            dist.destroy_process_group()
+
+
+def is_rank_zero() -> bool:
+    """Whether this process writes and prints: rank 0 under torchrun, or not under it."""
+    return int(os.environ.get("RANK", "0")) == 0 if under_torchrun() else True
 
 
 def init_from_env(backend: str | None = None) -> str:

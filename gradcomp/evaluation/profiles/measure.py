@@ -15,6 +15,9 @@ import statistics
 import torch
 
 from ..common.timing import Clock
+from ..workloads.contract import Workload
+from ..workloads.contract import autocast as autocast_context
+from ..workloads.load import call_factory, check_workload, load_factory, load_workload
 from .profiles import Profile
 
 
@@ -38,10 +41,12 @@ def _call(model, inputs):
 
 
 def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeats: int = 10,
-                    warmup: int = 3, name: str | None = None) -> Profile:
+                    warmup: int = 3, name: str | None = None,
+                    autocast: str = "none") -> Profile:
     """A `Profile` of `model` on `example_inputs` (a tensor, a tuple of positional arguments
     or a dict of keyword arguments) with `loss_fn(output) -> scalar` (default: the mean of
-    the output, summed over floating-point outputs), median of `repeats` after `warmup`."""
+    the output, summed over floating-point outputs), median of `repeats` after `warmup`;
+    forward and loss under `autocast` ("none" or "bf16")."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} is not allowed: it must be an integer >= 1")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -64,7 +69,8 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
             marks.clear()
             clock.sync()
             t0 = clock.mark()
-            loss = loss_fn(_call(model, example_inputs))
+            with autocast_context(clock.device, autocast):
+                loss = loss_fn(_call(model, example_inputs))
             t1 = clock.mark()
             loss.backward()
             t2 = clock.mark()
@@ -106,41 +112,6 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
                    f"{len(params) - len(order)} parameters without gradient left out")
 
 
-def load_factory(spec: str):
-    """The callable named by "MODULE:FACTORY" (e.g. "torchvision.models:resnet18"), checked
-    to be importable and callable without arguments; a ValueError naming `factory` else."""
-    import importlib
-    import inspect
-
-    module_name, _, attr = str(spec).partition(":")
-
-    def bad(why: str) -> ValueError:
-        return ValueError(f"factory={spec!r} is not allowed: {why}; give MODULE:FACTORY, a "
-                          "callable that takes no arguments and returns an nn.Module, e.g. "
-                          "torchvision.models:resnet18")
-
-    if not module_name or not attr:
-        raise bad("expected MODULE:FACTORY")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise bad(f"cannot import {module_name} ({e})") from None
-    factory = module
-    for part in attr.split("."):
-        if not hasattr(factory, part):
-            raise bad(f"{module_name} has no {attr!r}")
-        factory = getattr(factory, part)
-    if not callable(factory):
-        raise bad(f"{attr} is not callable")
-    try:
-        inspect.signature(factory).bind()
-    except TypeError as e:
-        raise bad(f"{attr} needs arguments ({e})") from None
-    except ValueError:  # no signature to inspect (a builtin): calling it will tell
-        pass
-    return factory
-
-
 def parse_shape(text: str, option: str = "input_shape") -> list[int]:
     """"32,3,224,224" as [32, 3, 224, 224]; positive integers only."""
     try:
@@ -153,19 +124,55 @@ def parse_shape(text: str, option: str = "input_shape") -> list[int]:
     return shape
 
 
-def profile_factory(factory: str, input_shape, device="cpu", repeats: int = 10,
-                    name: str | None = None) -> Profile:
-    """`measure_profile` of the model that `factory` ("MODULE:FACTORY") builds, on a Gaussian
-    input of `input_shape` (a list or "32,3,224,224") on `device`."""
+def profile_of(workload: Workload, device="cpu", repeats: int = 10, warmup: int = 3,
+               name: str | None = None, autocast: str = "none") -> Profile:
+    """`measure_profile` of `workload`'s model on `device`, on rank 0's batch of step 0, with
+    its loss."""
+    model = workload.model.to(device)
+    inputs, targets = workload.batch(0, 0, device)
+    return measure_profile(model, (inputs,), lambda out: workload.loss(out, targets), repeats,
+                           warmup, name=name or workload.name, autocast=autocast)
+
+
+def profile_workload(spec: str, device="cpu", repeats: int = 10, warmup: int = 3,
+                     name: str | None = None, batch_size: int | None = None,
+                     autocast: str = "none") -> Profile:
+    """`profile_of` the workload `spec` names (`workloads.load.load_workload`, option
+    "model")."""
     from ...checks import check_device
 
-    build = load_factory(factory)
-    shape = parse_shape(input_shape) if isinstance(input_shape, str) else list(input_shape)
+    return profile_of(load_workload(spec, "model", batch_size=batch_size),
+                      check_device(device), repeats, warmup,
+                      name or spec.rpartition(":")[2], autocast)
+
+
+def profile_factory(factory: str, input_shape=None, device="cpu", repeats: int = 10,
+                    name: str | None = None, batch_size: int | None = None) -> Profile:
+    """The profile of what `factory` (a built-in, MODULE:FACTORY or path/to/file.py:FACTORY)
+    builds, on `device`: a `Workload` with its own batches and loss (`profile_of`), or an
+    ``nn.Module`` on a Gaussian input of `input_shape` (a list or "32,3,224,224") with the
+    mean of its output as the loss."""
+    from ...checks import check_device
+
     device = check_device(device)
-    model = build()
-    if not isinstance(model, torch.nn.Module):
+    built = call_factory(load_factory(factory, returns="a gradcomp.Workload (or, with "
+                                      "input_shape, an nn.Module)"), {"batch_size": batch_size})
+    label = name or factory.rpartition(":")[2]
+    if isinstance(built, Workload):
+        if input_shape is not None:
+            raise ValueError(f"input_shape={input_shape!r} is not allowed: factory={factory!r} "
+                             "returns a Workload, whose batches give the inputs")
+        return profile_of(check_workload(built, factory, "factory"), device, repeats,
+                          name=label)
+    if not isinstance(built, torch.nn.Module):
         raise ValueError(f"factory={factory!r} is not allowed: it returned a "
-                         f"{type(model).__name__}, not an nn.Module")
+                         f"{type(built).__name__}, not a gradcomp.Workload or an nn.Module")
+    if input_shape is None:
+        raise ValueError(f"input_shape=None is not allowed: factory={factory!r} returns an "
+                         "nn.Module, not a gradcomp.Workload; give the input shape, e.g. "
+                         "32,3,224,224 (or return a Workload, whose batches give the inputs)")
+    shape = parse_shape(input_shape) if isinstance(input_shape, str) else list(input_shape)
+    model = built
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"factory={factory!r} is not allowed: its model has no parameters "
                          "that require gradients, so there is nothing to communicate")
@@ -178,4 +185,4 @@ def profile_factory(factory: str, input_shape, device="cpu", repeats: int = 10,
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"input_shape={','.join(map(str, shape))} is not allowed: the "
                          f"model's forward fails on it ({first})") from None
-    return measure_profile(model, inputs, repeats=repeats, name=name or factory.partition(":")[2])
+    return measure_profile(model, inputs, repeats=repeats, name=label)

@@ -4,7 +4,8 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
 1. a collective sweep (all-reduce and all-gather, payloads around the model's buckets) gives
    alpha and beta at that rate (`fit.fit_collectives`; the fitted bandwidth includes what
    TCP, tbf and gloo's reductions cost);
-2. DDP training of a built-in model with each method's hook gives measured iteration times
+2. DDP training of a workload (a built-in model or the user's MODULE:FACTORY) with each
+   method's hook gives measured iteration times
    (`bench_train`, `threads` torch threads per worker);
 3. right after, every worker measures the model's profile and the methods' encode / decode
    costs at the same time (as the workers compute side by side in training);
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,7 +37,7 @@ from ..benches.collective import collective_key
 from ..benches.compress import KEY_COLUMNS as CODEC_KEYS
 from ..benches.compress import bench_compress, case_keys
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
-from ..benches.train import MODELS, make_spec, plan_runs
+from ..benches.train import make_spec, plan_runs
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
@@ -44,6 +46,7 @@ from ..model.fit import codec_costs, fit_codec, fit_collectives, network_from_fi
 from ..model.methods import resolve
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
+from ..workloads.load import describe
 from .testbed import Testbed
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
@@ -63,9 +66,9 @@ def rate_tag(rate_bps: float) -> str:
 
 def model_collective_sizes(model: str) -> list[int]:
     """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least two)."""
-    from ..benches.train import build_model
+    from ..workloads.load import load_workload
 
-    grad_bytes = 4 * sum(p.numel() for p in build_model(model, 1)[0].parameters())
+    grad_bytes = 4 * sum(p.numel() for p in load_workload(model).model.parameters())
     return [n for n in COLLECTIVE_SIZES if n <= max(grad_bytes, COLLECTIVE_SIZES[1])]
 
 
@@ -96,7 +99,13 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
     """Where a rate's profile of `model` at `batch_size` is kept."""
-    return out / f"profile-{model}-b{batch_size}-{rate_tag(rate_bps)}.json"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)  # a MODULE:FACTORY or a file path
+    return out / f"profile-{name}-b{batch_size}-{rate_tag(rate_bps)}.json"
+
+
+def _batch_args(batch_size: int | None) -> list[str]:
+    """--batch-size for the sub-jobs, when one was given (else the factory's own)."""
+    return [] if batch_size is None else ["--batch-size", str(batch_size)]
 
 
 def _job(testbed: Testbed, module: str, args: list[str], timeout: float) -> None:
@@ -113,7 +122,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
     tag = rate_tag(rate_bps)
     coll, train, codec = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
                           out / f"compress-{tag}.csv")
-    prof = profile_path(out, rate_bps, model, batch_size)
+    prof = profile_path(out, rate_bps, model, describe(model, "model", batch_size)[1])
     need_coll = not planned["collective"] <= ResultTable(coll, COLLECTIVE_KEYS).done_keys()
     need_train = not planned["train"] <= ResultTable(train, TRAIN_KEYS).done_keys()
     need_prof = not prof.exists()
@@ -133,7 +142,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
             _say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
             _job(testbed, "gradcomp.evaluation.benches.train",
                  ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
-                  "--model", model, "--batch-size", str(batch_size), "--warmup", str(warmup),
+                  "--model", model, *_batch_args(batch_size), "--warmup", str(warmup),
                   "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
                   "--bandwidth", repr(rate_bps)], timeout=1800)
         if need_prof or need_codec:
@@ -142,7 +151,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                                                         ("encode/decode costs", need_codec))
                                 if need) + " on every worker at once")
             _job(testbed, "gradcomp.evaluation.testbed.validate",
-                 ["--model", model, "--batch-size", str(batch_size), "--methods",
+                 ["--model", model, *_batch_args(batch_size), "--methods",
                   ",".join(methods), *(["--profile-out", str(prof)] if need_prof else []),
                   *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
     # Other work on the machine disturbs the timings: keep the load seen while measuring.
@@ -167,8 +176,8 @@ def concurrent_job(argv=None) -> int:
     args = argparse.ArgumentParser(description=concurrent_job.__doc__.splitlines()[0])
     args.add_argument("--profile-out")
     args.add_argument("--codec-out")
-    args.add_argument("--model", choices=tuple(MODELS), default="mlp")
-    args.add_argument("--batch-size", type=int, default=64)
+    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
+    args.add_argument("--batch-size", type=int, default=None)
     args.add_argument("--methods", default="")
     a = args.parse_args(argv)
     init_from_env("gloo")
@@ -261,7 +270,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
-                   batch_size: int = 64, warmup: int = 3, iterations: int = 10,
+                   batch_size: int | None = None, warmup: int = 3, iterations: int = 10,
                    bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
                    contention: float = 1.0, collective_sizes=None,
                    progress: bool = True) -> pd.DataFrame:
@@ -282,7 +291,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
-    tables = [predict_rate(out, rate, planned, model, batch_size, contention)
+    tables = [predict_rate(out, rate, planned, model, spec["batch_size"], contention)
               for rate in rates]
     table = pd.concat(tables, ignore_index=True)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
