@@ -1,6 +1,7 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
 from ..evaluation.analyses.advise import advise, verdict
+from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
@@ -46,6 +47,11 @@ def add_advise(sub) -> None:
     topology_options(ad)
     ad.add_argument("--algorithms", help="with --topology: comma-separated all-reduce "
                     f"algorithms of {', '.join(ALGORITHMS)} (default: all)")
+    ad.add_argument("--measured", help="a `bench train` CSV of your runs (one workload; "
+                    "--profile its profile, from bench train --profile-out): the model's "
+                    "iteration time for each run beside the measured one")
+    ad.add_argument("--collectives", help="with --measured: a `bench collective` CSV of the "
+                    "same cluster, whose fits are the network (else --bandwidth, --latency)")
     ad.set_defaults(run=_advise, workers=None, latency=None)  # None: see network_defaults
 
 
@@ -101,5 +107,21 @@ def _advise(args) -> None:
     columns = TTA_COLUMNS if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
         "speedup", "compression", "codec_s", "costs"]
-    emit(args, {"verdict": answer, "ranking": ranking.to_dict("records")},
-         table(ranking, columns) + "\n\n" + answer)
+    payload = {"verdict": answer, "ranking": ranking.to_dict("records")}
+    text = table(ranking, columns) + "\n\n" + answer
+    if args.measured or args.collectives:
+        runs = _measured(args, costs, latency)
+        payload["measured"] = runs.to_dict("records")
+        text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
+                 "(t_iter in s):\n" + table(runs, runs.columns) + "\n" + error_summary(runs))
+    emit(args, payload, text)
+
+
+def _measured(args, costs, latency):
+    if not args.measured:
+        raise ValueError("--collectives is not allowed without --measured: it would be ignored")
+    train = read_table(args.measured, "measured", "a `gradcomp bench train` CSV")
+    collectives = None if args.collectives is None else read_table(
+        args.collectives, "collectives", "a `gradcomp bench collective` CSV")
+    return measured_vs_predicted(train, args.profile, args.bandwidth, latency or 0.0,
+                                 collectives, costs)

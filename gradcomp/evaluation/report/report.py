@@ -11,7 +11,6 @@ Inputs (any may be missing; its sections then say so): ``compress.csv`` (`bench_
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +18,13 @@ import pandas as pd
 
 from ... import names
 from ..analyses.advise import advise, verdict
+from ..analyses.measured import train_predictions
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
-from ..model.bucketing import DDP
-from ..model.fit import codec_costs, fit_codec, fit_collectives, network_from_fit, summary, validate
-from ..model.methods import resolve
-from ..model.timeline import predict
+from ..model.fit import codec_costs, fit_codec, fit_collectives, summary
 from ..profiles.profiles import load_profile
 from . import plots
 from .converge_report import convergence_section
@@ -71,34 +68,6 @@ def load_tables(results_dir) -> dict[str, pd.DataFrame]:
     """The measurement tables of `results_dir` by file name (empty when missing)."""
     return {name: ResultTable(Path(results_dir) / name).frame()
             for name in TABLES}
-
-
-def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
-                      costs: dict) -> pd.DataFrame:
-    """Per measured training run: the model's iteration time from the independent
-    measurements (the model's `profile`, the collective fits as the network, the codec fits;
-    contention 1, nothing fitted to the runs) and the relative error. "ddp" runs are
-    modelled as method none."""
-    fits = {c: f for c, f in collective_fits.items()
-            if c in ("allreduce", "allgather") and 0 < f.params["bandwidth_bps"] < math.inf}
-    if "allreduce" not in fits:
-        raise ValueError("the collective bench gave no usable all-reduce fit (bandwidth not "
-                         "positive and finite): cannot model the training runs")
-    nominal = fits["allreduce"].params["bandwidth_bps"]
-    predicted, origin = [], []
-    for row in train.itertuples():
-        name = "none" if row.method == "ddp" else row.method
-        network = network_from_fit(fits, int(row.world_size), nominal)
-        # bench_train passes bucket_cap_mb to DDP, and torch then gives the first bucket
-        # the same cap (the 1 MiB first bucket is for the default cap only).
-        cap = float(row.bucket_cap_mb)
-        pred = predict(profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
-                       baseline_s=math.nan)
-        predicted.append(pred.t_iter_s)
-        origin.append("fitted" if name in costs else "assumed")
-    check = validate(predicted, train["t_iter_s"])
-    return check.table.assign(method=list(train["method"]), costs=origin,
-                              workers=list(train["world_size"]))
 
 
 def _md(frame: pd.DataFrame, columns: dict) -> str:
