@@ -52,6 +52,8 @@ def add_bench(sub) -> None:
     be.add_argument("--bucket-cap-mb", type=number("bucket_cap_mb", minimum=0, above=True),
                     help="train: DDP's bucket cap, MB (default "
                     f"{default_of(bench_train.bench_train, 'bucket_cap_mb'):g})")
+    be.add_argument("--profile-out", help="train: also measure the workload's profile (rank 0, "
+                    "the others waiting) and save it here (.json), for advise --measured")
     be.add_argument("--autocast", choices=AUTOCAST, help="train: forward and loss under bf16 "
                     "autocast (default none)")
     be.add_argument("--metric", choices=converge.METRICS,
@@ -75,7 +77,7 @@ USED_BY = {"methods": ("compress", "train", "converge"), "collectives": ("collec
            "device": ("compress",), "repeats": ("compress", "collective", "blocksparse", "train"),
            "densities": ("blocksparse",), "block_size": ("blocksparse",),
            "numel": ("blocksparse",), "model": ("train",), "batch_size": ("train", "converge"),
-           "bucket_cap_mb": ("train",), "autocast": ("train",),
+           "bucket_cap_mb": ("train",), "autocast": ("train",), "profile_out": ("train",),
            "task": ("converge",), "metric": ("converge",),
            "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
            "blocksparse": ("blocksparse",)}
@@ -133,6 +135,7 @@ def _bench(args) -> None:
             split(args.methods), out=args.out, progress=progress,
             **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
                     bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
+                    profile_out=args.profile_out,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
     if not is_rank_zero():  # under torchrun rank 0 reports
