@@ -144,7 +144,7 @@ def test_resume_skips_finished_runs_and_reruns_only_the_missing_one(sweep, tmp_p
                                                                     monkeypatch):
     out, frame = sweep
     calls = []
-    monkeypatch.setattr(converge, "spawn", lambda fn, world, backend, todo, *a:
+    monkeypatch.setattr(converge, "launch", lambda fn, world, backend, todo, *a:
                         calls.append([key for key, _ in todo]))
     again = bench_converge(out=out, **QUICK_ARGS)
     assert not calls
@@ -251,7 +251,7 @@ def test_cli_bench_converge_resumes_and_advise_ranks_by_time_to_accuracy(sweep, 
                                                                          monkeypatch):
     out, frame = sweep
     calls = []
-    monkeypatch.setattr(converge, "spawn", lambda fn, world, backend, todo, *a:
+    monkeypatch.setattr(converge, "launch", lambda fn, world, backend, todo, *a:
                         calls.append(todo))
     assert cli.main(["bench", "converge", "--quick", "--out", str(out), "--json"]) == 0
     assert not calls and len(json.loads(capsys.readouterr().out)) == len(frame)

@@ -205,8 +205,8 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     def no_spawn(*args):
         raise AssertionError("a finished run measured again")
 
-    monkeypatch.setattr(bench_collective, "spawn", no_spawn)
-    monkeypatch.setattr(bench_train, "spawn", no_spawn)
+    monkeypatch.setattr(bench_collective, "launch", no_spawn)
+    monkeypatch.setattr(bench_train, "launch", no_spawn)
     calls.clear()
     run(out, **small)
     assert not calls

@@ -143,3 +143,17 @@ def test_bench_train_joins_torchrun_and_rank_zero_writes(tmp_path):
     assert (rows["world_size"] == 2).all() and (rows["backend"] == "gloo").all()
     assert (rows["autocast"] == "bf16").all() and (rows["bucket_cap_mb"] == 1.0).all()
     assert done.stdout.count("fp16") == 1  # rank 0 printed the table, once
+
+
+def test_the_readme_vision_example_loads_from_its_file_and_learns():
+    workload = load_workload(str(Path(__file__).parent / "data" / "user_vision.py") +
+                             ":small_cnn", batch_size=16)
+    assert workload.batches(0, 0)[0].shape == (16, 3, 32, 32)
+    before = workload.scores(workload.model)["accuracy"]
+    opt = torch.optim.SGD(workload.model.parameters(), lr=0.01, momentum=0.9)
+    for step in range(20):
+        opt.zero_grad()
+        inputs, labels = workload.batches(0, step)
+        workload.loss(workload.model(inputs), labels).backward()
+        opt.step()
+    assert workload.scores(workload.model)["accuracy"] > max(before, 0.5)
