@@ -274,7 +274,7 @@ def test_cli_bench_converge_resumes_and_advise_ranks_by_time_to_accuracy(sweep, 
 
 @pytest.mark.parametrize("argv, option", [
     (["bench", "converge", "--target", "1.5"], "target"),
-    (["bench", "converge", "--task", "mnist"], "--task"),
+    (["bench", "converge", "--task", "mnist"], "task='mnist' is not allowed"),
     (["bench", "converge", "--max-iters", "0"], "--max-iters"),
     (["advise", "--convergence", "CONVERGE", "--target", "0.5"], "target=0.5"),
 ])
