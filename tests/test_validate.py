@@ -38,7 +38,7 @@ def test_bad_rates_and_methods_are_named(capsys):
 
     for argv, named in ((["--rates", "fast"], "rates='fast'"),
                         (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
-                        (["--model", "big"], "--model")):
+                        (["--model", "big"], "model='big' is not allowed")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
