@@ -50,7 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ... import comm
-from ...checks import check_int
+from ...checks import check_choice, check_int
 from ...compressors import compressor
 from ..common.env import (barrier, check_backend, environment, launch, local_device,
                           under_torchrun, workers)
@@ -197,9 +197,7 @@ def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bp
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
             or not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: it must be > 0")
-    if autocast not in AUTOCAST:
-        raise ValueError(f"autocast={autocast!r} is not allowed: choose one of "
-                         f"{', '.join(map(repr, AUTOCAST))}")
+    check_choice(autocast, "autocast", AUTOCAST)
     _, batch_size = describe(model, "model", batch_size)
     return {"model": model, "batch_size": batch_size,
             "warmup": warmup, "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
