@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradcomp"
-LAYERS = ["kernels", "compressors", "comm", "integrations", "evaluation", "cli"]  # bottom to top
+LAYERS = ["kernels", "compressors", "comm", "fsdp", "integrations", "evaluation", "cli"]  # bottom to top
 EVALUATION_LAYERS = ["common", "profiles", "model", "benches", "analyses", "report", "testbed",
                      "run"]
 MAX_MODULES_PER_FOLDER = 12

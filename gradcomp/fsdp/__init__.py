@@ -1,0 +1,12 @@
+"""Compressed gradient communication for FSDP2 (`torch.distributed.fsdp.fully_shard`):
+
+    state = gradcomp.fsdp.register(model, "int8")
+
+replaces the reduce-scatter of every FSDP module of `model` by an all-to-all of compressed
+chunks that each shard's owner decodes and sums in float32 (`alltoall`).
+"""
+from .register import METHODS, fsdp_modules, register
+from .reduce_scatter import CompressedReduceScatter
+from .state import FSDPState
+
+__all__ = ["CompressedReduceScatter", "FSDPState", "METHODS", "fsdp_modules", "register"]
