@@ -6,6 +6,7 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 import gradcomp
@@ -165,12 +166,12 @@ def resume_cases(rank, world_size):
 
 
 def converge_case(rank, world_size, method="int8", max_iters=600, eval_every=20):
-    """Train the teacher task's student (fully_shard) with `method` (None: FSDP's own
-    reduce-scatter) as the convergence benchmark does: SGD lr 0.04, momentum 0.9, 64 examples
-    per rank per step; stop at the target test accuracy."""
+    """Train the teacher task's student (fully_shard) with `method` as the convergence benchmark
+    does: SGD lr 0.04, momentum 0.9, 64 examples per rank per step; stop at the target test
+    accuracy."""
     task, target = load_task("teacher"), DEFAULT_TARGETS["teacher"]
     model = build()
-    state = gradcomp.fsdp.register(model, method) if method else None
+    state = gradcomp.fsdp.register(model, method)
     opt = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
     gen = torch.Generator().manual_seed(1000 + rank)
     accuracy, iters = 0.0, 0
@@ -184,21 +185,21 @@ def converge_case(rank, world_size, method="int8", max_iters=600, eval_every=20)
             with torch.no_grad():
                 accuracy = (model(task.x_test).argmax(1) == task.y_test).float().mean().item()
     return dict(iters=iters, accuracy=accuracy, target=target,
-                ratio=state.bytes_ratio() if state else None,
-                rows=len(state.telemetry_rows()) if state else 0,
+                ratio=state.bytes_ratio(), rows=len(state.telemetry_rows()),
                 params=[p.full_tensor() for p in model.parameters()])
 
 
 def two_rank_cases(rank, world_size, out_dir):
+    torch.set_num_threads(1)  # two ranks on a loaded 2-core machine
     return dict(direct=direct_cases(rank, world_size), model=model_cases(rank, world_size),
                 resume=resume_cases(rank, world_size),
-                converge={"int8": converge_case(rank, world_size),
-                          "fsdp": converge_case(rank, world_size, None)})
+                converge=converge_case(rank, world_size))
 
 
 def four_rank_cases(rank, world_size, out_dir):
+    torch.set_num_threads(1)
     return dict(direct=direct_cases(rank, world_size),
-                model={"fp32": model_cases_fp32(rank, world_size)})
+                model={"fp32": model_cases_fp32(rank, world_size)}, hsdp=hsdp_cases(rank))
 
 
 def model_cases_fp32(rank, world_size):
@@ -209,4 +210,44 @@ def model_cases_fp32(rank, world_size):
         log = []
         record(model, log)
         out[method] = dict(grads=one_backward(model, rank), log=log, rows=state.telemetry_rows())
+    return out
+
+
+class RecordingHook:
+    """Wraps a module's all-reduce hook and keeps copies of its input and output."""
+
+    def __init__(self, inner, log):
+        self.inner, self.log = inner, log
+
+    def __call__(self, reduce_output):
+        before = reduce_output.clone()
+        self.inner(reduce_output)
+        self.log.append(dict(input=before, output=reduce_output.clone()))
+
+
+HSDP = {"none": ("none", {}), "bf16": ("bf16", {}), "int8": ("int8", {}),
+        "powersgd": ("powersgd", {"rank": 2})}
+
+
+def hsdp_cases(rank):
+    """HSDP on a 2 x 2 mesh (replicate, shard): native HSDP, and the model sharded over the
+    shard dimension with gradcomp's replica all-reduce (each method), and with int8 inside the
+    shard group plus int4 across the replicas."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    replicas = mesh.get_group("replicate")
+    out = {"native": one_backward(build(mesh=mesh), rank)}
+    for case, (method, options) in HSDP.items():
+        model = build(mesh=mesh["shard"])
+        state = gradcomp.fsdp.register_replicas(model, replicas, method, **options)
+        log = []
+        for module in gradcomp.fsdp.fsdp_modules(model):
+            group = module._get_fsdp_state()._fsdp_param_group
+            if group is not None:
+                module.set_all_reduce_hook(RecordingHook(group._all_reduce_hook, log))
+        out[case] = dict(grads=one_backward(model, rank), log=log, rows=state.telemetry_rows())
+    model = build(mesh=mesh["shard"])
+    inside = gradcomp.fsdp.register(model, "int8")
+    across = gradcomp.fsdp.register_replicas(model, replicas, "int4")
+    out["int8_int4"] = dict(grads=one_backward(model, rank), inside=inside.telemetry_rows(),
+                            across=across.telemetry_rows())
     return out

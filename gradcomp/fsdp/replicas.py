@@ -1,0 +1,57 @@
+"""HSDP with a compressed replica all-reduce: the model is sharded by `fully_shard` over the
+shard dimension of a 2-D mesh only, and each FSDP module's all-reduce hook
+(`FSDPModule.set_all_reduce_hook`) averages its reduce-scatter output across the replicas
+through the DDP hook's communicators (`gradcomp.comm`): any DDP method, PowerSGD included on
+the shards' own matrices.
+
+    mesh = init_device_mesh("cuda", (replicas, shard), mesh_dim_names=("replicate", "shard"))
+    fully_shard(block, mesh=mesh["shard"]); fully_shard(model, mesh=mesh["shard"])
+    gradcomp.fsdp.register(model, "int8")                      # inside a shard group
+    gradcomp.fsdp.register_replicas(model, mesh.get_group("replicate"), "int4")  # across
+
+The hook averages over the replicas; FSDP has averaged over the shard group (or divides by
+its size afterwards), so each shard ends with the mean over every rank.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..comm.communicators import Bucket
+from ..comm.hooks import average, build_state
+from ..comm.state import HookState
+from .register import fsdp_modules
+
+
+class ReplicaAllReduce:
+    """The all-reduce hook of FSDP module `index`: average its reduce-scatter output across
+    `state`'s process group (the replicas), then return (FSDP waits for nothing)."""
+
+    def __init__(self, state: HookState, index: int, module):
+        self.state = state
+        self.index = index
+        self.module = module
+        self.calls = 0
+
+    def shard_shapes(self) -> list[torch.Size]:
+        """The padded shard shapes laid end to end in the reduce-scatter output (PowerSGD
+        compresses each as a matrix)."""
+        group = self.module._get_fsdp_state()._fsdp_param_group
+        return [p.padded_sharded_param_size for p in group.fsdp_params]
+
+    def __call__(self, reduce_output: torch.Tensor) -> None:
+        iteration, self.calls = self.calls, self.calls + 1
+        self.state.iteration = max(self.state.iteration, self.calls)
+        bucket = Bucket(reduce_output.view(-1), self.index, self.shard_shapes)
+        average(self.state, bucket, iteration).wait()
+
+
+def register_replicas(model, replicate_group, method: str = "bf16", **options) -> HookState:
+    """Average the gradients of every FSDP module of `model` across `replicate_group` with the
+    DDP hook's `method` and options (`gradcomp.comm.build_state`; compression from the first
+    iteration unless `start_iter` says otherwise). Returns the `HookState` (telemetry rows:
+    `bucket` is the FSDP module's index; `state_dict()` per rank)."""
+    options.setdefault("start_iter", 0)
+    state = build_state(method, process_group=replicate_group, **options)
+    for index, module in enumerate(fsdp_modules(model)):
+        module.set_all_reduce_hook(ReplicaAllReduce(state, index, module))
+    return state
