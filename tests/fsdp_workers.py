@@ -199,7 +199,8 @@ def two_rank_cases(rank, world_size, out_dir):
 def four_rank_cases(rank, world_size, out_dir):
     torch.set_num_threads(1)
     return dict(direct=direct_cases(rank, world_size),
-                model={"fp32": model_cases_fp32(rank, world_size)}, hsdp=hsdp_cases(rank))
+                model={"fp32": model_cases_fp32(rank, world_size)}, hsdp=hsdp_cases(rank),
+                levels=two_level_cases(rank))
 
 
 def model_cases_fp32(rank, world_size):
@@ -250,4 +251,18 @@ def hsdp_cases(rank):
     across = gradcomp.fsdp.register_replicas(model, replicas, "int4")
     out["int8_int4"] = dict(grads=one_backward(model, rank), inside=inside.telemetry_rows(),
                             across=across.telemetry_rows())
+    return out
+
+
+def two_level_cases(rank):
+    """The model sharded over all 4 ranks, its reduce-scatter in two steps over a 2 x 2 mesh
+    (2 nodes of 2 ranks): uncompressed, and int8 inside a node with int4 across."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("node", "local"))
+    out = {}
+    for case, (inside, across) in {"none": ("none", "none"), "int8_int4": ("int8", "int4")}.items():
+        model = build()
+        state = gradcomp.fsdp.register(model, inside, mesh=mesh, across=across)
+        log = []
+        record(model, log)
+        out[case] = dict(grads=one_backward(model, rank), log=log, rows=state.telemetry_rows())
     return out

@@ -266,5 +266,45 @@ def test_bad_method_and_options_name_what_is_allowed():
         gradcomp.fsdp.register(model, "int8", ratio=0.1)
     with pytest.raises(ValueError, match="telemetry_limit=-1 is not allowed"):
         gradcomp.fsdp.register(model, "int8", telemetry_limit=-1)
+    with pytest.raises(ValueError, match="across and across_options need mesh="):
+        gradcomp.fsdp.register(model, "int8", across="int4")
+    with pytest.raises(ValueError, match="mesh='x' is not allowed: give a 2-D DeviceMesh"):
+        gradcomp.fsdp.register(model, "int8", mesh="x")
+    with pytest.raises(ValueError, match="across='qsgd' is not allowed.*'int4'"):
+        gradcomp.fsdp.register(model, "int8", mesh="x", across="qsgd")
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         gradcomp.fsdp.register(object(), "int8")
+
+
+
+# -- the 2-level reduce-scatter on 4 ranks: 2 nodes (ranks 0, 1 and 2, 3) of 2 ranks ---------
+def test_two_level_none_equals_fsdp_up_to_summation_order(four):
+    for run in four:
+        for a, b in zip(run["levels"]["none"]["grads"], run["model"]["fp32"]["fsdp"]):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_two_level_int8_inside_int4_across_within_bound(four):
+    logs = [run["levels"]["int8_int4"]["log"] for run in four]
+    assert len(logs[0]) == 3
+    worst = 0.0
+    for calls in zip(*logs):
+        inputs = [c["input"].double() for c in calls]
+        top = [x.abs().max() for x in inputs]  # bounds every block's max of that rank
+        # Step 1: each rank's int8 error; step 2: int4 of each node's partial sum, whose
+        # values are at most the sum of the node's ranks' maxima.
+        bound = sum(top) / 254 + (top[0] + top[1]) / 14 + (top[2] + top[3]) / 14
+        bound = bound * (1 + 1e-5) + 1e-6
+        for owner, call in enumerate(calls):
+            exact = sum(x.view(4, -1)[owner] for x in inputs)
+            err = (call["output"].double() - exact).abs().max()
+            assert err <= bound
+            worst = max(worst, err.item())
+    assert worst > 0
+    rows = four[0]["levels"]["int8_int4"]["rows"]
+    assert {r["method"] for r in rows} == {"int8 (inside)", "int4 (across)"}
+    flat = {r["numel"] for r in rows if r["method"] == "int8 (inside)"}
+    # The two steps' uncompressed bytes add up to the flat reduce-scatter's (W - 1) C values.
+    original = sum(r["bytes_original"] for r in rows)
+    assert original == sum(n // 4 * 3 * 4 for n in flat)
+    assert sum(r["bytes_sent"] for r in rows) < 0.3 * original

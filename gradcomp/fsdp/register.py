@@ -7,6 +7,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from ..checks import check_choice
 from ..compressors import compressor as build_compressor
+from .levels import TwoLevels
 from .reduce_scatter import CompressedReduceScatter
 from .state import FSDPState
 
@@ -29,16 +30,30 @@ def fsdp_modules(model) -> list[FSDPModule]:
 
 
 def register(model, method: str = "int8", *, error_feedback: bool | None = None,
-             telemetry_limit: int = 100_000, **options) -> FSDPState:
+             telemetry_limit: int = 100_000, mesh=None, across: str | None = None,
+             across_options: dict | None = None, **options) -> FSDPState:
     """Make every FSDP module of `model` reduce-scatter its gradients compressed by `method`
     (one of `METHODS`, built as `gradcomp.compressor(method, error_feedback=..., **options)`),
     summed in float32 by each shard's owner. FSDP keeps the scaling: the modules are told
     `set_force_sum_reduction_for_comms(True)`, so FSDP divides after the sum (by the data-parallel
     size, or the factor given to `set_gradient_divide_factor`). Returns the `FSDPState`
-    (checkpoint it with `state_dict()`, per rank)."""
+    (checkpoint it with `state_dict()`, per rank).
+
+    With `mesh`, a 2-D DeviceMesh over the FSDP group's ranks (dimension 0 across nodes,
+    dimension 1 inside a node), the reduce-scatter runs in two steps (`levels`): `method` inside
+    each node, then `across` (default: `method`, with `across_options`) between nodes, e.g.
+    ``register(model, "int8", mesh=mesh, across="int4")``."""
     check_choice(method, "method", METHODS)
     comp = build_compressor(method, error_feedback=error_feedback, **options)
-    state = FSDPState(comp, telemetry_limit=telemetry_limit)
+    levels = None
+    if mesh is not None:
+        across = method if across is None else check_choice(across, "across", METHODS)
+        outer = build_compressor(across, error_feedback=error_feedback, **(across_options or {}))
+        levels = TwoLevels(mesh, outer)
+    elif across is not None or across_options is not None:
+        raise ValueError("across and across_options need mesh=: the 2-D DeviceMesh "
+                         "(across nodes, inside a node) of the 2-level reduce-scatter")
+    state = FSDPState(comp, telemetry_limit=telemetry_limit, levels=levels)
     modules = fsdp_modules(model)
     for index, module in enumerate(modules):
         module.set_force_sum_reduction_for_comms(True)

@@ -10,7 +10,9 @@ import torch.distributed as dist
 from ..checks import check_int
 from ..comm.telemetry import BucketRecord, Telemetry, mark
 from ..compressors import Compressor
+from ..compressors.base import work_dtype
 from . import alltoall
+from .levels import TwoLevels
 
 
 class FSDPState:
@@ -21,6 +23,8 @@ class FSDPState:
         of its whole local (unsharded) gradient, not a shard of it, so a checkpoint of this
         state is per rank and as large as the model's gradients.
     telemetry_limit: how many per-call records to keep (0: none).
+    levels: the 2-level variant's mesh and across-nodes method (`TwoLevels`; None: one
+        reduce-scatter over the FSDP group); `compressor` then runs inside each node.
 
     Telemetry rows are like the DDP hook's, one per reduce-scatter: `bucket` is the FSDP
     module's index (in `model.modules()` order), `bytes_original` what FSDP's own
@@ -28,17 +32,21 @@ class FSDPState:
     `bytes_sent` what this one sends instead.
     """
 
-    def __init__(self, compressor: Compressor, telemetry_limit: int = 100_000):
+    def __init__(self, compressor: Compressor, telemetry_limit: int = 100_000,
+                 levels: TwoLevels | None = None):
         if not isinstance(compressor, Compressor):
             raise TypeError("compressor must be a gradcomp Compressor, e.g. "
                             "gradcomp.compressor('int8')")
         self.compressor = compressor
+        self.levels = levels
         self.telemetry_limit = check_int(telemetry_limit, "telemetry_limit", 0)
         self.telemetry = Telemetry(telemetry_limit) if telemetry_limit else None
         self.calls: dict[int, int] = {}  # FSDP module index -> reduce-scatters done
         rank = dist.get_rank() if dist.is_initialized() else 0
         self.rank, self.world_size = rank, dist.get_world_size() if dist.is_initialized() else 1
         compressor.set_rank(rank)
+        if levels is not None:
+            levels.across.set_rank(rank)
 
     @property
     def iteration(self) -> int:
@@ -48,18 +56,39 @@ class FSDPState:
 
     def reduce_scatter(self, module_index: int, output: torch.Tensor, flat: torch.Tensor,
                        group, average: bool) -> None:
-        """Reduce-scatter `flat` into `output` over `group`, compressed, and record it."""
+        """Reduce-scatter `flat` into `output` over `group`, compressed, and record it (one
+        record per step of the 2-level variant)."""
         calls = self.calls.get(module_index, 0)
         self.calls[module_index] = calls + 1
+        itemsize = flat.element_size()
+        if self.levels is None:
+            self._step(self.compressor, self.compressor.name, output, flat, group, average,
+                       (calls, module_index), itemsize)
+            return
+        levels = self.levels
+        levels.check_group(group)
+        partial = torch.empty(flat.numel() // levels.per_node, dtype=work_dtype(flat.dtype),
+                              device=flat.device)
+        self._step(self.compressor, f"{self.compressor.name} (inside)", partial,
+                   levels.spread(flat), levels.inside_group, False, (calls, module_index),
+                   itemsize)
+        self._step(levels.across, f"{levels.across.name} (across)", output, partial,
+                   levels.across_group, False, (calls, module_index), itemsize)
+        if average:
+            output.div_(dist.get_world_size(group))
+
+    def _step(self, compressor, label, output, flat, group, average, where, itemsize) -> None:
+        """One compressed reduce-scatter over `group`, recorded; `itemsize`: the bytes per
+        value FSDP's own reduce-scatter would send."""
         parts = dist.get_world_size(group)
         rec = None
         if self.telemetry is not None:
-            original = flat.numel() // parts * (parts - 1) * flat.element_size()
-            rec = self.telemetry.start(BucketRecord(calls, module_index, self.compressor.name,
-                                                    flat.numel(), original, 0), flat.device)
+            original = flat.numel() // parts * (parts - 1) * itemsize
+            rec = self.telemetry.start(BucketRecord(where[0], where[1], label, flat.numel(),
+                                                    original, 0), flat.device)
         marks = None if rec is None else lambda: rec.marks.append(mark(flat.device))
-        sent = alltoall.reduce_scatter(self.compressor, output, flat, group,
-                                       key=module_index, average=average, marks=marks)
+        sent = alltoall.reduce_scatter(compressor, output, flat, group, key=where[1],
+                                       average=average, marks=marks)
         if rec is not None:
             rec.marks.append(mark(flat.device))
             rec.bytes_sent = sent
@@ -76,8 +105,11 @@ class FSDPState:
         return sum(r["bytes_sent"] for r in rows) / original if original else float("nan")
 
     def state_dict(self) -> dict[str, Any]:
+        across = self.levels.across if self.levels is not None else None
         return {"method": self.compressor.name, "options": self.compressor.options(),
+                "across": None if across is None else (across.name, across.options()),
                 "calls": dict(self.calls), "compressor": self.compressor.state_dict(),
+                "across_compressor": None if across is None else across.state_dict(),
                 "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -91,6 +123,12 @@ class FSDPState:
             raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
                              f"{saved[1]}; this model runs {mine[0]!r} with {mine[1]}: register "
                              "the same method and options before loading")
+        across = self.levels.across if self.levels is not None else None
+        mine_across = None if across is None else (across.name, across.options())
+        if state.get("across") != mine_across:
+            raise ValueError(f"this checkpoint was saved with across={state.get('across')}; "
+                             f"this model runs across={mine_across}: register the same 2-level "
+                             "methods before loading")
         if (state["rank"], state["world_size"]) != (self.rank, self.world_size):
             raise ValueError(f"this checkpoint holds the state of rank {state['rank']} of "
                              f"{state['world_size']}; this is rank {self.rank} of "
@@ -98,3 +136,5 @@ class FSDPState:
                              "rank's state and load each rank its own")
         self.calls = dict(state["calls"])
         self.compressor.load_state_dict(state["compressor"])
+        if across is not None:
+            across.load_state_dict(state["across_compressor"])
