@@ -1,6 +1,6 @@
 """The package's shape, as DESIGN.md states it: small folders and modules, no module using
-another's private names, imports pointing down the layers (cli -> evaluation -> comm ->
-compressors -> kernels, `checks` for all; integrations above comm, imported by nothing; inside
+another's private names, imports pointing down the layers (cli -> evaluation -> fsdp -> comm ->
+compressors -> kernels, `checks` for all; integrations above fsdp, imported by nothing; inside
 evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> common) and
 no import circles."""
 import ast
