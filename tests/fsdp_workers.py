@@ -10,6 +10,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 import gradcomp
+import gradcomp.comm
 import gradcomp.fsdp
 from gradcomp.evaluation.benches.tasks import DEFAULT_TARGETS, load_task
 from gradcomp.fsdp import alltoall
@@ -193,7 +194,8 @@ def two_rank_cases(rank, world_size, out_dir):
     torch.set_num_threads(1)  # two ranks on a loaded 2-core machine
     return dict(direct=direct_cases(rank, world_size), model=model_cases(rank, world_size),
                 resume=resume_cases(rank, world_size),
-                converge=converge_case(rank, world_size))
+                converge=converge_case(rank, world_size),
+                mismatch=mismatch_case(rank))  # last: FSDP's backward ends in an exception
 
 
 def four_rank_cases(rank, world_size, out_dir):
@@ -266,3 +268,14 @@ def two_level_cases(rank):
         record(model, log)
         out[case] = dict(grads=one_backward(model, rank), log=log, rows=state.telemetry_rows())
     return out
+
+
+def mismatch_case(rank):
+    """Rank 0 registers int8 and rank 1 int4: the first reduce-scatter must raise on both."""
+    model = build()
+    gradcomp.fsdp.register(model, "int8" if rank == 0 else "int4")
+    try:
+        one_backward(model, rank)
+    except gradcomp.comm.RankMismatch as exc:
+        return str(exc)
+    return None

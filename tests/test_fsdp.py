@@ -254,6 +254,13 @@ def test_hsdp_int8_inside_the_shard_group_int4_across_replicas(four):
         assert torch.equal(a, b)
 
 
+def test_ranks_with_different_methods_all_raise_before_exchanging(two):
+    for run in two:
+        assert run["mismatch"] is not None
+        assert "method" in run["mismatch"] and "'int8'" in run["mismatch"]
+        assert "'int4'" in run["mismatch"]
+
+
 def test_bad_method_and_options_name_what_is_allowed():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="method='qsgd' is not allowed.*'int8'"):

@@ -14,8 +14,11 @@ its size afterwards), so each shard ends with the mean over every rank.
 """
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
+from ..comm.agreement import check_agreement
 from ..comm.communicators import Bucket
 from ..comm.hooks import average, build_state
 from ..comm.state import HookState
@@ -38,7 +41,20 @@ class ReplicaAllReduce:
         group = self.module._get_fsdp_state()._fsdp_param_group
         return [p.padded_sharded_param_size for p in group.fsdp_params]
 
+    def settings(self, flat: torch.Tensor) -> dict[str, str]:
+        """What every replica must agree on (see `gradcomp.comm.agreement`)."""
+        comp = self.state.compressor
+        random = comp.shared_state() if comp.shared_randomness else b""
+        return {"method": comp.name, "options": repr(sorted(comp.options().items())),
+                "hook options": repr(sorted(self.state.hook_options().items())),
+                "shard": f"module {self.index}, {flat.numel()} x {str(flat.dtype)[6:]}",
+                "iteration": str(self.calls),
+                "shared random state": hashlib.sha256(random).hexdigest()[:12]}
+
     def __call__(self, reduce_output: torch.Tensor) -> None:
+        if not self.state.agreed:
+            check_agreement(self.settings(reduce_output), self.state.ranks, reduce_output.device)
+            self.state.agreed = True
         iteration, self.calls = self.calls, self.calls + 1
         self.state.iteration = max(self.state.iteration, self.calls)
         bucket = Bucket(reduce_output.view(-1), self.index, self.shard_shapes)

@@ -2,12 +2,15 @@
 residuals, the call counts and the telemetry; `state_dict()` checkpoints it."""
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..checks import check_int
+from ..comm.agreement import check_agreement
+from ..comm.ranks import Ranks
 from ..comm.telemetry import BucketRecord, Telemetry, mark
 from ..compressors import Compressor
 from ..compressors.base import work_dtype
@@ -42,6 +45,7 @@ class FSDPState:
         self.telemetry_limit = check_int(telemetry_limit, "telemetry_limit", 0)
         self.telemetry = Telemetry(telemetry_limit) if telemetry_limit else None
         self.calls: dict[int, int] = {}  # FSDP module index -> reduce-scatters done
+        self.agreed = False  # across ranks, in this process since the last resume
         rank = dist.get_rank() if dist.is_initialized() else 0
         self.rank, self.world_size = rank, dist.get_world_size() if dist.is_initialized() else 1
         compressor.set_rank(rank)
@@ -58,6 +62,9 @@ class FSDPState:
                        group, average: bool) -> None:
         """Reduce-scatter `flat` into `output` over `group`, compressed, and record it (one
         record per step of the 2-level variant)."""
+        if not self.agreed:
+            check_agreement(self.settings(), Ranks(group), flat.device)
+            self.agreed = True
         calls = self.calls.get(module_index, 0)
         self.calls[module_index] = calls + 1
         itemsize = flat.element_size()
@@ -76,6 +83,16 @@ class FSDPState:
                    levels.across_group, False, (calls, module_index), itemsize)
         if average:
             output.div_(dist.get_world_size(group))
+
+    def settings(self) -> dict[str, str]:
+        """What every rank must agree on (compared across ranks at the first reduce-scatter in
+        a process and after each resume): different methods would exchange different sizes."""
+        comps = [self.compressor] + ([self.levels.across] if self.levels is not None else [])
+        random = b"".join(c.shared_state() for c in comps if c.shared_randomness)
+        return {"method": " / ".join(c.name for c in comps),
+                "options": " / ".join(repr(sorted(c.options().items())) for c in comps),
+                "iteration": repr(sorted(self.calls.items())),
+                "shared random state": hashlib.sha256(random).hexdigest()[:12]}
 
     def _step(self, compressor, label, output, flat, group, average, where, itemsize) -> None:
         """One compressed reduce-scatter over `group`, recorded; `itemsize`: the bytes per
@@ -135,6 +152,7 @@ class FSDPState:
                              f"{self.world_size}: residuals are per rank, so save every "
                              "rank's state and load each rank its own")
         self.calls = dict(state["calls"])
+        self.agreed = False
         self.compressor.load_state_dict(state["compressor"])
         if across is not None:
             across.load_state_dict(state["across_compressor"])
