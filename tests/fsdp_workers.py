@@ -253,7 +253,28 @@ def hsdp_cases(rank):
     across = gradcomp.fsdp.register_replicas(model, replicas, "int4")
     out["int8_int4"] = dict(grads=one_backward(model, rank), inside=inside.telemetry_rows(),
                             across=across.telemetry_rows())
+    out["resume"] = hsdp_resume(rank, mesh)
     return out
+
+
+def hsdp_resume(rank, mesh, steps=4, save_at=2):
+    """PowerSGD across replicas: train, save the model and the replica state mid-way, resume."""
+    def fresh(seed):
+        model = build(mesh=mesh["shard"], seed=seed)
+        state = gradcomp.fsdp.register_replicas(model, mesh.get_group("replicate"), "powersgd",
+                                                rank=2)
+        return model, state
+
+    model, state = fresh(0)
+    train_steps(model, state, rank, save_at, 0.05)
+    saved_model = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    saved_state = copy.deepcopy(state.state_dict())
+    train_steps(model, state, rank, steps, 0.05, start=save_at)
+    again, resumed = fresh(1)
+    again.load_state_dict(saved_model)
+    resumed.load_state_dict(copy.deepcopy(saved_state))
+    train_steps(again, resumed, rank, steps, 0.05, start=save_at)
+    return dict(straight=local_params(model), resumed=local_params(again))
 
 
 def two_level_cases(rank):

@@ -239,6 +239,12 @@ def test_hsdp_powersgd_compresses_the_shard_matrices_and_replicas_agree(four):
             assert torch.equal(a, b) and torch.isfinite(a).all()
 
 
+def test_hsdp_powersgd_resumes_bit_for_bit(four):
+    for run in four:
+        res = run["hsdp"]["resume"]
+        assert all(torch.equal(a, b) for a, b in zip(res["straight"], res["resumed"]))
+
+
 def test_hsdp_int8_inside_the_shard_group_int4_across_replicas(four):
     run = four[0]["hsdp"]["int8_int4"]
     assert {r["method"] for r in run["inside"]} == {"int8"}

@@ -70,17 +70,16 @@ class FSDPState:
         itemsize = flat.element_size()
         if self.levels is None:
             self._step(self.compressor, self.compressor.name, output, flat, group, average,
-                       (calls, module_index), itemsize)
+                       calls, module_index, itemsize)
             return
         levels = self.levels
         levels.check_group(group)
         partial = torch.empty(flat.numel() // levels.per_node, dtype=work_dtype(flat.dtype),
                               device=flat.device)
         self._step(self.compressor, f"{self.compressor.name} (inside)", partial,
-                   levels.spread(flat), levels.inside_group, False, (calls, module_index),
-                   itemsize)
+                   levels.spread(flat), levels.inside_group, False, calls, module_index, itemsize)
         self._step(levels.across, f"{levels.across.name} (across)", output, partial,
-                   levels.across_group, False, (calls, module_index), itemsize)
+                   levels.across_group, False, calls, module_index, itemsize)
         if average:
             output.div_(dist.get_world_size(group))
 
@@ -94,17 +93,18 @@ class FSDPState:
                 "iteration": repr(sorted(self.calls.items())),
                 "shared random state": hashlib.sha256(random).hexdigest()[:12]}
 
-    def _step(self, compressor, label, output, flat, group, average, where, itemsize) -> None:
-        """One compressed reduce-scatter over `group`, recorded; `itemsize`: the bytes per
-        value FSDP's own reduce-scatter would send."""
+    def _step(self, compressor, label, output, flat, group, average, iteration, module_index,
+              itemsize) -> None:
+        """One compressed reduce-scatter over `group`, recorded as `label`; `itemsize`: the
+        bytes per value FSDP's own reduce-scatter would send."""
         parts = dist.get_world_size(group)
         rec = None
         if self.telemetry is not None:
             original = flat.numel() // parts * (parts - 1) * itemsize
-            rec = self.telemetry.start(BucketRecord(where[0], where[1], label, flat.numel(),
-                                                    original, 0), flat.device)
+            rec = self.telemetry.start(BucketRecord(iteration, module_index, label,
+                                                    flat.numel(), original, 0), flat.device)
         marks = None if rec is None else lambda: rec.marks.append(mark(flat.device))
-        sent = alltoall.reduce_scatter(compressor, output, flat, group, key=where[1],
+        sent = alltoall.reduce_scatter(compressor, output, flat, group, key=module_index,
                                        average=average, marks=marks)
         if rec is not None:
             rec.marks.append(mark(flat.device))
