@@ -194,7 +194,7 @@ def two_rank_cases(rank, world_size, out_dir):
     torch.set_num_threads(1)  # two ranks on a loaded 2-core machine
     return dict(direct=direct_cases(rank, world_size), model=model_cases(rank, world_size),
                 resume=resume_cases(rank, world_size),
-                converge=converge_case(rank, world_size),
+                converge=converge_case(rank, world_size), bench=bench_case(rank, out_dir),
                 mismatch=mismatch_case(rank))  # last: FSDP's backward ends in an exception
 
 
@@ -300,3 +300,24 @@ def mismatch_case(rank):
     except gradcomp.comm.RankMismatch as exc:
         return str(exc)
     return None
+
+
+def bench_case(rank, out_dir):
+    """The FSDP training benchmark's measuring part on this group (tiny model, 2 iterations);
+    rank 0 returns the table and what a second sweep would still have to run."""
+    import os
+
+    from gradcomp.evaluation.benches import train_fsdp
+    from gradcomp.evaluation.common.env import environment
+    from gradcomp.evaluation.common.store import ResultTable
+
+    spec = train_fsdp.make_spec("tiny", batch_size=16, warmup=1, iterations=2)
+    table = ResultTable(os.path.join(out_dir, "fsdp_train.csv"), train_fsdp.KEY_COLUMNS)
+    methods = ["fsdp", "int8"]
+    plan = train_fsdp.plan_runs(methods, spec, 2, "gloo", environment()["device_name"], table)
+    train_fsdp.run_fsdp_methods(list(plan.values()), spec, table, "gloo")
+    dist.barrier()
+    if rank != 0:
+        return None
+    left = set(plan) - table.done_keys()
+    return dict(frame=table.frame(), left=left)

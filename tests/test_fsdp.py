@@ -204,6 +204,16 @@ def test_int8_trains_the_convergence_task_to_its_target_with_under_0_3x_the_byte
                                                  two[1]["converge"]["params"]))
 
 
+def test_fsdp_training_bench_appends_a_row_per_method(two):
+    bench = two[0]["bench"]
+    frame = bench["frame"].set_index("method")
+    assert sorted(frame.index) == ["fsdp", "int8"] and bench["left"] == set()
+    assert (frame["t_iter_s"] > 0).all() and (frame["parallelism"] == "fsdp").all()
+    assert frame.loc["fsdp", "ratio"] == 1.0
+    assert 3.5 < frame.loc["int8", "ratio"] < 4.0  # 1 byte + a 4-byte scale per 256 values
+    assert frame.loc["int8", "encode_s"] > 0 and frame.loc["int8", "world_size"] == 2
+
+
 # -- HSDP on 4 ranks, a 2 x 2 mesh: ranks 0, 1 and 2, 3 shard; 0, 2 and 1, 3 are replicas -----
 def test_hsdp_none_equals_native_hsdp_bit_for_bit(four):
     for run in four:
@@ -285,6 +295,11 @@ def test_bad_method_and_options_name_what_is_allowed():
         gradcomp.fsdp.register(model, "int8", mesh="x")
     with pytest.raises(ValueError, match="across='qsgd' is not allowed.*'int4'"):
         gradcomp.fsdp.register(model, "int8", mesh="x", across="qsgd")
+    from gradcomp.evaluation.benches import train_fsdp
+    with pytest.raises(ValueError, match="model='huge' is not allowed: choose one of 'mlp'"):
+        train_fsdp.make_spec("huge")
+    with pytest.raises(ValueError, match="method='qsgd' is not allowed: choose one of 'fsdp'"):
+        train_fsdp.bench_train_fsdp(["qsgd"], model="tiny")
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         gradcomp.fsdp.register(object(), "int8")
 
