@@ -274,7 +274,14 @@ def hsdp_resume(rank, mesh, steps=4, save_at=2):
     again.load_state_dict(saved_model)
     resumed.load_state_dict(copy.deepcopy(saved_state))
     train_steps(again, resumed, rank, steps, 0.05, start=save_at)
-    return dict(straight=local_params(model), resumed=local_params(again))
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, saved_state)
+    try:  # rank 2's state on rank 0: the same replica-group rank, another shard
+        fresh(0)[1].load_state_dict(everyone[(rank + 2) % 4])
+        refused = None
+    except ValueError as exc:
+        refused = str(exc)
+    return dict(straight=local_params(model), resumed=local_params(again), refused=refused)
 
 
 def two_level_cases(rank):

@@ -253,6 +253,7 @@ def test_hsdp_powersgd_resumes_bit_for_bit(four):
     for run in four:
         res = run["hsdp"]["resume"]
         assert all(torch.equal(a, b) for a, b in zip(res["straight"], res["resumed"]))
+        assert "replica state of global rank" in res["refused"]
 
 
 def test_hsdp_int8_inside_the_shard_group_int4_across_replicas(four):

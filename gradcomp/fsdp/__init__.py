@@ -10,9 +10,9 @@ chunks that each shard's owner decodes and sums in float32 (`alltoall`), and
 compresses HSDP's all-reduce across replicas with the DDP hook's communicators (`replicas`).
 """
 from .register import METHODS, fsdp_modules, register
-from .replicas import ReplicaAllReduce, register_replicas
+from .replicas import ReplicaAllReduce, ReplicaState, register_replicas
 from .reduce_scatter import CompressedReduceScatter
 from .state import FSDPState
 
-__all__ = ["CompressedReduceScatter", "FSDPState", "METHODS", "ReplicaAllReduce", "fsdp_modules",
-           "register", "register_replicas"]
+__all__ = ["CompressedReduceScatter", "FSDPState", "METHODS", "ReplicaAllReduce", "ReplicaState",
+           "fsdp_modules", "register", "register_replicas"]

@@ -15,8 +15,10 @@ its size afterwards), so each shard ends with the mean over every rank.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from ..comm.agreement import check_agreement
 from ..comm.communicators import Bucket
@@ -61,13 +63,39 @@ class ReplicaAllReduce:
         average(self.state, bucket, iteration).wait()
 
 
-def register_replicas(model, replicate_group, method: str = "bf16", **options) -> HookState:
+class ReplicaState(HookState):
+    """The DDP hook's state for the replica all-reduce; its checkpoint also names the global
+    rank, since ranks of different shard groups have the same rank among their replicas but
+    hold different shards' residuals and memories."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "global_rank": dist.get_rank()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("global_rank") if isinstance(state, dict) else None
+        if saved is not None and saved != dist.get_rank():
+            raise ValueError(f"this checkpoint holds the replica state of global rank {saved}; "
+                             f"this is rank {dist.get_rank()}: the state is per rank (it holds "
+                             "this rank's shards), so load each rank its own")
+        super().load_state_dict(state)
+
+
+def register_replicas(model, replicate_group, method: str = "bf16", **options) -> ReplicaState:
     """Average the gradients of every FSDP module of `model` across `replicate_group` with the
     DDP hook's `method` and options (`gradcomp.comm.build_state`; compression from the first
-    iteration unless `start_iter` says otherwise). Returns the `HookState` (telemetry rows:
-    `bucket` is the FSDP module's index; `state_dict()` per rank)."""
+    iteration unless `start_iter` says otherwise; "auto" is not offered here). Returns the
+    `ReplicaState` (telemetry rows: `bucket` is the FSDP module's index; `state_dict()` per
+    rank)."""
+    if method == "auto":
+        raise ValueError("method='auto' is not allowed for the replica all-reduce: choose a "
+                         "method by name (e.g. 'bf16', 'int8', 'powersgd')")
     options.setdefault("start_iter", 0)
-    state = build_state(method, process_group=replicate_group, **options)
+    checked = build_state(method, process_group=replicate_group, **options)
+    state = ReplicaState(checked.compressor, process_group=replicate_group,
+                         start_iter=checked.start_iter,
+                         min_compression_rate=checked.min_compression_rate,
+                         telemetry_limit=checked.telemetry_limit,
+                         communicator=checked.communicator, block_size=checked.block_size)
     for index, module in enumerate(fsdp_modules(model)):
         module.set_all_reduce_hook(ReplicaAllReduce(state, index, module))
     return state
