@@ -41,13 +41,16 @@ def register(model, method: str = "int8", *, error_feedback: bool | None = None,
 
     With `mesh`, a 2-D DeviceMesh over the FSDP group's ranks (dimension 0 across nodes,
     dimension 1 inside a node), the reduce-scatter runs in two steps (`levels`): `method` inside
-    each node, then `across` (default: `method`, with `across_options`) between nodes, e.g.
+    each node, then `across` with `across_options` (default: `method` with its options) between
+    nodes, e.g.
     ``register(model, "int8", mesh=mesh, across="int4")``."""
     check_choice(method, "method", METHODS)
     comp = build_compressor(method, error_feedback=error_feedback, **options)
     levels = None
     if mesh is not None:
-        across = method if across is None else check_choice(across, "across", METHODS)
+        if across is None:  # the same method and options at both levels
+            across, across_options = method, options if across_options is None else across_options
+        check_choice(across, "across", METHODS)
         outer = build_compressor(across, error_feedback=error_feedback, **(across_options or {}))
         levels = TwoLevels(mesh, outer)
     elif across is not None or across_options is not None:
