@@ -1,0 +1,185 @@
+"""The performance model of one FSDP2 (`fully_shard`) iteration, with FSDP's own reduce-scatter
+or gradcomp's compressed one (`gradcomp.fsdp`). Not yet validated against measurements.
+
+Units: the profile's gradients, in backward order, grouped into FSDP units of about `unit_mb`
+(a unit closes when it reaches the size; in practice one unit per block). A unit's forward
+time is its share of the profile's forward time by parameter count; its backward time is the
+profile's, from the ready time of its last gradient.
+
+Three resources, each serving its work in issue order: *compute* (each unit's forward and
+backward), *codec* (encode and decode of compressed reduce-scatters) and *comm* (all-gathers
+of parameters and reduce-scatters of gradients, one at a time, sharing the network):
+
+* forward, units in forward order: the all-gather of unit u + 1 is issued when unit u's
+  forward starts (FSDP2 prefetches one unit); unit u's forward starts when its parameters are
+  gathered and the previous forward is done;
+* backward, units in backward order: each unit's parameters are gathered again
+  (`reshard_after_forward`), the next unit's prefetched when a unit's backward starts; when a
+  unit's backward ends its gradient is reduce-scattered: encode -> exchange -> decode. With
+  `blocking` the next unit's backward waits for that (FSDP calls a reduce-scatter with
+  `async_op=False`: on a CPU with gloo the backward thread waits for it).
+
+Costs, alpha-beta with the network's all-gather latency alpha and bandwidth B (a ring
+reduce-scatter moves what a ring all-gather does): all-gather of a unit of S parameter bytes
+``(p-1) alpha + (p-1)/p S/B``; FSDP's reduce-scatter (method ``none``) the same for its gradient
+bytes plus (p-1) adds of S/p bytes (priced as `Network.cost` prices an all-reduce's); a compressed reduce-scatter is an
+all-to-all of the p chunks' payloads, ``(p-1) alpha + (p-1) w/B`` with w the wire bytes of one
+chunk of n/p values, after an encode of the n values and before a decode of p payloads of
+n/p values (the method's fitted `a + b n` per application).
+
+Output (`FSDPPrediction`): t_iter = end of the last backward or decode + optimizer;
+exposed communication = t_iter - optimizer - (forward + backward compute);
+speedup = t_iter(FSDP's own) / t_iter(method).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ...checks import check_bool, check_number
+from ..profiles.profiles import Profile, load_profile
+from .bucketing import MIB
+from .methods import MethodCost, resolve
+from .network import Network
+
+
+@dataclass
+class FSDPPrediction:
+    """The modelled FSDP iteration; times in seconds; `wire_bytes` one worker sends per
+    iteration (all-gathers and reduce-scatters), `rs_wire_bytes` of those the reduce-scatters'."""
+
+    method: str
+    workers: int
+    bandwidth_bps: float
+    t_iter_s: float
+    forward_end_s: float
+    backward_end_s: float
+    exposed_comm_s: float
+    speedup: float
+    wire_bytes: float
+    rs_wire_bytes: float
+    unit_times: dict = field(repr=False)
+
+    @property
+    def units(self) -> pd.DataFrame:
+        """One row per unit (backward order): sizes and stage times."""
+        return pd.DataFrame(self.unit_times)
+
+
+def units_of(profile: Profile, unit_mb: float) -> list[list[int]]:
+    """Gradient indices (backward order) per unit: a unit closes when it reaches `unit_mb`."""
+    check_number(unit_mb, "unit_mb", 0, above=True)
+    units, current, size = [], [], 0
+    for i, numel in enumerate(profile.sizes):
+        current.append(i)
+        size += numel * profile.dtype_bytes
+        if size >= unit_mb * MIB:
+            units.append(current)
+            current, size = [], 0
+    return units + ([current] if current else [])
+
+
+def predict_fsdp(profile, network: Network, method="none", unit_mb: float = 25.0,
+                 blocking: bool = False, baseline_s: float | None = None) -> FSDPPrediction:
+    """Model one FSDP iteration of `profile` (a Profile or name) on `network` with `method`
+    ("none": FSDP's own reduce-scatter; else a method `resolve` takes whose payload has a fixed
+    size: casts, quantizers, top-k, random-k). `baseline_s`: t_iter of "none", if known."""
+    profile = load_profile(profile)
+    method = resolve(method)
+    check_bool(blocking, "blocking")
+    if method.aggregation not in ("allreduce", "allgather"):
+        raise ValueError(f"method={method.name!r} is not allowed for FSDP: its reduce-scatter "
+                         "takes methods with fixed-size payloads (none, bf16, fp16, int8, "
+                         "int4, topk, randomk)")
+    pred = _simulate(profile, network, method, units_of(profile, unit_mb), blocking)
+    if baseline_s is None:
+        baseline_s = pred.t_iter_s if method.name == "none" else _simulate(
+            profile, network, resolve("none"), units_of(profile, unit_mb), blocking).t_iter_s
+    pred.speedup = baseline_s / pred.t_iter_s
+    return pred
+
+
+def _ring(network: Network, nbytes: float) -> float:
+    """A ring all-gather (or reduce-scatter's transfers) of `nbytes` in all."""
+    p = network.workers
+    if p == 1 or nbytes <= 0:
+        return 0.0
+    return (p - 1) * network.alpha("allgather") + (p - 1) / p * nbytes / network.bytes_per_s(
+        "allgather")
+
+
+def _reduce_scatter(profile: Profile, network: Network, method: MethodCost, numel: int):
+    """(encode s, exchange s, decode s, bytes sent) of one unit's gradient of `numel` values."""
+    p = network.workers
+    raw = numel * profile.dtype_bytes
+    if p == 1:
+        return 0.0, 0.0, 0.0, 0.0
+    if method.name == "none":
+        per_add = (raw / p / network.reduce_bytes_per_s if network.reduce_bytes_per_s
+                   else profile.add_time(raw / p) or 0.0)
+        adds = (p - 1) * per_add
+        return 0.0, _ring(network, raw) + adds, 0.0, raw * (p - 1) / p
+    chunk = math.ceil(numel / p)
+    wire = method.wire([(chunk,)], profile.dtype_bytes)[0]
+    exchange = (p - 1) * network.alpha("allgather") + (p - 1) * wire / network.bytes_per_s(
+        "allgather")
+    encode = method.encode_s([(numel,)])
+    decode = p * method.decode_s([(chunk,)])
+    return encode, exchange, decode, (p - 1) * wire
+
+
+def _simulate(profile: Profile, network: Network, method: MethodCost, units, blocking: bool):
+    total = sum(profile.sizes) or 1
+    numel = [sum(profile.sizes[i] for i in u) for u in units]
+    ready = [0.0] + [profile.ready_s[u[-1]] for u in units]
+    backward = [b - a for a, b in zip(ready, ready[1:])]
+    backward[-1] += max(0.0, profile.backward_s - ready[-1])
+    forward = [profile.forward_s * n / total for n in numel]
+    gather = [_ring(network, n * profile.dtype_bytes) for n in numel]
+    m = len(units)
+    comm = compute = codec = 0.0
+
+    def on_comm(earliest, seconds):
+        nonlocal comm
+        comm = max(comm, earliest) + seconds
+        return comm
+
+    # Forward, units in forward order (the reverse of backward order).
+    gathered = {m - 1: on_comm(0.0, gather[m - 1])}
+    for u in reversed(range(m)):
+        start = max(compute, gathered[u])
+        if u > 0:
+            gathered[u - 1] = on_comm(start, gather[u - 1])
+        compute = start + forward[u]
+    forward_end = compute
+    # Backward, units in backward order: gather again, compute, reduce-scatter.
+    regathered = {0: on_comm(forward_end, gather[0])}
+    rows = {k: [] for k in ("unit", "params", "numel", "backward_start_s", "backward_end_s",
+                            "rs_start_s", "rs_end_s", "rs_bytes")}
+    rs_bytes = 0.0
+    end = forward_end
+    for u in range(m):
+        start = max(compute, regathered[u])
+        if u + 1 < m:
+            regathered[u + 1] = on_comm(start, gather[u + 1])
+        compute = start + backward[u]
+        enc, exchange, dec, sent = _reduce_scatter(profile, network, method, numel[u])
+        codec = max(codec, compute) + enc
+        exchanged = on_comm(codec, exchange)
+        codec = max(codec, exchanged) + dec
+        end = max(end, codec, compute)
+        if blocking:
+            compute = codec
+        rs_bytes += sent
+        for key, value in zip(rows, (u, len(units[u]), numel[u], start, start + backward[u],
+                                     start + backward[u], codec, sent)):
+            rows[key].append(value)
+    t_iter = end + profile.optimizer_s
+    work = profile.forward_s + sum(backward)
+    all_gathers = 2 * sum(n * profile.dtype_bytes for n in numel) * (network.workers - 1) \
+        / network.workers
+    return FSDPPrediction(method.name, network.workers, network.bandwidth_bps, t_iter,
+                          forward_end, compute, max(0.0, end - work), math.nan,
+                          all_gathers + rs_bytes, rs_bytes, rows)
