@@ -24,7 +24,7 @@ from torch.distributed.fsdp import fully_shard
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gradcomp.fsdp  # noqa: E402
-from gradcomp.evaluation.benches.tasks import DEFAULT_TARGETS, load_task  # noqa: E402
+from gradcomp.evaluation.workloads.tasks import teacher  # noqa: E402
 
 CASES = [("fsdp", None, {}), ("none", "none", {}), ("bf16", "bf16", {}), ("fp16", "fp16", {}),
          ("int8", "int8", {}), ("int4", "int4", {}), ("int4+EF", "int4", {"error_feedback": True}),
@@ -32,8 +32,8 @@ CASES = [("fsdp", None, {}), ("none", "none", {}), ("bf16", "bf16", {}), ("fp16"
          ("randomk 0.1+EF", "randomk", {"ratio": 0.1, "error_feedback": True})]
 
 
-def student(task):
-    model = task.model(seed=0)
+def student():
+    model = teacher().model  # weights from seed 0
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
@@ -42,22 +42,20 @@ def student(task):
 
 
 def run_case(rank, method, options, task, target, max_steps=600, every=20):
-    model = student(task)
+    model = student()
     state = gradcomp.fsdp.register(model, method, **options) if method else None
     opt = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
-    gen = torch.Generator().manual_seed(1000 + rank)
     accuracy, steps, times = 0.0, 0, []
     while steps < max_steps and accuracy < target:
-        idx = torch.randint(0, len(task.y_train), (64,), generator=gen)
+        x, y = task.batches(rank, steps)
         start = time.perf_counter()
         opt.zero_grad()
-        nn.functional.cross_entropy(model(task.x_train[idx]), task.y_train[idx]).backward()
+        nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         times.append(time.perf_counter() - start)
         steps += 1
         if steps % every == 0:
-            with torch.no_grad():
-                accuracy = (model(task.x_test).argmax(1) == task.y_test).float().mean().item()
+            accuracy = task.scores(model)["accuracy"]
     ratio = state.bytes_ratio() if state else 1.0
     return steps, accuracy, ratio, statistics.median(times) * 1e3
 
@@ -65,7 +63,8 @@ def run_case(rank, method, options, task, target, max_steps=600, every=20):
 def worker(rank, store):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    task, target = load_task("teacher"), DEFAULT_TARGETS["teacher"]
+    task = teacher()
+    target = task.target
     rows = [(name, *run_case(rank, method, opts, task, target)) for name, method, opts in CASES]
     if rank == 0:
         print(f"teacher task, target {target}, 2 gloo ranks, torch {torch.__version__}")

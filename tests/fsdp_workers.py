@@ -12,7 +12,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 import gradcomp
 import gradcomp.comm
 import gradcomp.fsdp
-from gradcomp.evaluation.benches.tasks import DEFAULT_TARGETS, load_task
+from gradcomp.evaluation.workloads.tasks import teacher
 from gradcomp.fsdp import alltoall
 
 CHUNK = 1000  # elements per rank in the direct reduce-scatter cases (not a multiple of a block)
@@ -170,21 +170,20 @@ def converge_case(rank, world_size, method="int8", max_iters=600, eval_every=20)
     """Train the teacher task's student (fully_shard) with `method` as the convergence benchmark
     does: SGD lr 0.04, momentum 0.9, 64 examples per rank per step; stop at the target test
     accuracy."""
-    task, target = load_task("teacher"), DEFAULT_TARGETS["teacher"]
+    task = teacher()
+    target = task.target
     model = build()
     state = gradcomp.fsdp.register(model, method)
     opt = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
-    gen = torch.Generator().manual_seed(1000 + rank)
     accuracy, iters = 0.0, 0
     while iters < max_iters and accuracy < target:
-        idx = torch.randint(0, len(task.y_train), (64,), generator=gen)
+        x, y = task.batches(rank, iters)
         opt.zero_grad()
-        nn.functional.cross_entropy(model(task.x_train[idx]), task.y_train[idx]).backward()
+        nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         iters += 1
         if iters % eval_every == 0:
-            with torch.no_grad():
-                accuracy = (model(task.x_test).argmax(1) == task.y_test).float().mean().item()
+            accuracy = task.scores(model)["accuracy"]
     return dict(iters=iters, accuracy=accuracy, target=target,
                 ratio=state.bytes_ratio(), rows=len(state.telemetry_rows()),
                 params=[p.full_tensor() for p in model.parameters()])
