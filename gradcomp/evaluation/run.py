@@ -27,7 +27,7 @@ LOCAL_WORKERS = 2
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
 # training iterations; None: the benchmark's own default.
 SETTINGS = {
-    True: dict(sizes=[2**10, 2**14, 2**18, 2**22], compress_repeats=3,
+    True: dict(sizes=[2**k for k in range(10, 23, 2)], compress_repeats=7,
                collective_sizes=[4, 2**10, 2**16, 2**20, 2**24], collective_repeats=5,
                collective_warmup=2, iterations=5),
     False: dict(sizes=None, compress_repeats=5, collective_sizes=None, collective_repeats=10,
