@@ -160,5 +160,5 @@ def hardware_note(profile_device: str, table: CostTable) -> str | None:
         return None
     both_gpu = is_gpu(profile_device) and is_gpu(table.device)
     return (f"mixed hardware: {compute} compute with {table.device} codec costs"
-            + (", two different GPUs: the codecs would be slower on the profile's"
+            + (", two different GPUs: the codecs would be slower on the profile's GPU"
                if both_gpu else ""))

@@ -72,36 +72,36 @@ def _columns(table: pd.DataFrame, needed: tuple, what: str) -> pd.DataFrame:
     return table
 
 
-def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
-    if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
-        raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
-                         f"vary (got {len(y)})")
-    # Costs cannot be negative: least squares over the coefficients that stay >= 0 (drop the
-    # negative ones and refit until none is left; noise can otherwise give a < 0 or alpha < 0).
-    coef, free = np.zeros(len(names)), list(range(len(names)))
+def _nonneg_lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares over the coefficients that stay >= 0 (negative ones dropped, refitted)."""
+    coef, free = np.zeros(X.shape[1]), list(range(X.shape[1]))
     while free:
         solution, *_ = np.linalg.lstsq(X[:, free], y, rcond=None)
         if (solution >= 0).all():
             coef[free] = solution
             break
         free = [f for f, c in zip(free, solution) if c > 0]
+    return coef
+
+
+def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
+    if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
+        raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
+                         f"vary (got {len(y)})")
+    # Costs cannot be negative (noise can otherwise give alpha < 0).
+    coef = _nonneg_lstsq(X, y)
     fitted = X @ coef
     return Fit(label, dict(zip(names, map(float, coef))), _r2(y, fitted), y - fitted, len(y))
 
 
 def _weighted_line(n: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(a, b) >= 0 minimising sum((y - a - b*n)^2 / y): between absolute errors (the largest
-    sizes decide alone) and relative ones (the smallest count as much as those priced)."""
-    weight = 1 / np.sqrt(np.maximum(y, max(float(y.max()), 1e-30) * 1e-9))
-    X = np.column_stack([np.ones_like(n), n]) * weight[:, None]
-    coef, free = np.zeros(2), [0, 1]
-    while free:
-        solution, *_ = np.linalg.lstsq(X[:, free], y * weight, rcond=None)
-        if (solution >= 0).all():
-            coef[free] = solution
-            break
-        free = [f for f, c in zip(free, solution) if c > 0]
-    return coef
+    """(a, b) >= 0 minimising sum((y - a - b*n)^2 / t), t the time a plain fit gives at n
+    (floored at 0.1% of its largest): between absolute errors (the largest sizes decide
+    alone) and relative ones (the smallest count as much as those priced)."""
+    X = np.column_stack([np.ones_like(n), n])
+    first = X @ _nonneg_lstsq(X, y)
+    weight = 1 / np.sqrt(np.maximum(first, max(float(first.max()), 1e-30) * 1e-3))
+    return _nonneg_lstsq(X * weight[:, None], y * weight)
 
 
 def _relative(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
