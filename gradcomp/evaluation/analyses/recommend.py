@@ -64,6 +64,8 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
     half = sixteen_bit(profile_device)
     parts = []
     for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce")):
+        if best["variant"] == base:
+            continue
         ref = plain.loc[base] if base in plain.index else None
         if ref is not None and not math.isnan(ref["time_to_target_s"]):
             parts.append(f"{_ratio(ref, best, 'time_to_target_s'):.2f}x sooner than {label} "
@@ -79,7 +81,7 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
     return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
             f"{best['iterations_to_target']:.0f} iterations x {best['t_iter_s'] * 1e3:.1f} ms "
             f"= {best['time_to_target_s']:.3g} s (iterations measured, iteration time "
-            f"predicted); {'; '.join(parts)}.{tail}")
+            f"predicted){'; ' + '; '.join(parts) if parts else ''}.{tail}")
 
 
 def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_device: str,
