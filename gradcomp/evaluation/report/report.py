@@ -26,6 +26,7 @@ from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
+from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
 from ..model.cost_tables import CostTable, cost_table, default_costs
 from ..model.fit import (codec_costs, fit_codec, fit_collectives, network_from_fit, poor_fits,
                          summary, validate)
