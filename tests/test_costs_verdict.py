@@ -163,6 +163,16 @@ def test_one_verdict_never_recommends_a_method_that_did_not_converge():
                                                                QUESTION)
 
 
+def test_a_baseline_the_table_does_not_price_is_said_not_compared():
+    runs = convergence_runs({("none", False): 70, ("bf16", False): 70, ("qsgd", False): 70})
+    costs = measured_table(linear_table("qsgd"))  # no bf16 row: bf16 is not priced
+    tta = time_to_accuracy(runs, "resnet50", 8, "1gbit", costs.costs)
+    line = recommend_by_accuracy(tta, costs, "cpu", QUESTION)
+    assert "**qsgd**" in line and "sooner than fp32 DDP" in line
+    assert "no comparison with the bf16 all-reduce: bf16 is not priced by table `measured`" \
+        in line and "sooner than the bf16" not in line
+
+
 def test_without_convergence_runs_only_lossless_casts_are_recommended():
     h100 = cost_table("h100")
     ranking = advise("resnet50", 8, "1gbit", ["fp16", "topk", "randomk"], h100.costs)

@@ -2,7 +2,8 @@
 network and method (or every method)."""
 from ..compressors import names
 from ..evaluation.analyses.advise import advise, verdict
-from ..evaluation.analyses.recommend import recommend_by_accuracy, recommend_by_iteration
+from ..evaluation.analyses.recommend import (recommend_by_accuracy, recommend_by_iteration,
+                                             sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
@@ -123,13 +124,13 @@ def _advise(args) -> None:
     convergence = None if args.convergence is None else read_table(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     workers, latency = network_defaults(args)
-    methods = [m for m in (split(args.methods) or names())
+    device = load_profile(args.profile).device
+    methods = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
                if resolve(m) and costs.priced(m)]  # unknown names: an error naming them
     ranking = advise(args.profile, workers, args.bandwidth, methods=methods,
                      costs=costs.costs, bucketing=args.bucketing, latency_s=latency,
                      convergence=convergence, task=args.task, target=args.target,
                      topology=args.topology, algorithms=split(args.algorithms))
-    device = load_profile(args.profile).device
     if args.topology:
         answer = verdict(ranking)
     elif convergence is not None:

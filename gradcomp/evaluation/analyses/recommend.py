@@ -67,7 +67,10 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
         if best["variant"] == base:
             continue
         ref = plain.loc[base] if base in plain.index else None
-        if ref is not None and not math.isnan(ref["time_to_target_s"]):
+        if not table.priced(base):
+            parts.append(f"no comparison with {label}: {base} is not priced by table "
+                         f"`{table.name}` ({table.excluded.get(base, 'not in it')})")
+        elif ref is not None and not math.isnan(ref["time_to_target_s"]):
             parts.append(f"{_ratio(ref, best, 'time_to_target_s'):.2f}x sooner than {label} "
                          f"({ref['iterations_to_target']:.0f} iterations x "
                          f"{ref['t_iter_s'] * 1e3:.1f} ms)")
@@ -93,11 +96,13 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
     best = safe.iloc[0]
     by = rows.set_index("method")
     half = sixteen_bit(profile_device)
-    half = half if half in by.index else "bf16"
-    parts = [f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration than "
-             f"{label}" for base, label in (("none", "fp32 DDP"),
-                                            (half, f"the {half} all-reduce"))
-             if base in by.index and base != best["method"]]
+    parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
+              f"than {label}") if base in by.index else
+             (f"no comparison with {label}: {base} is not priced by table `{table.name}` "
+              f"({table.excluded.get(base, 'not in it')})") if not table.priced(base) else
+             f"no comparison with {label}: {base} was not ranked"
+             for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce"))
+             if base != best["method"]]
     other = rows[~rows["method"].isin(SAFE)]
     unverified = "" if other.empty or other.iloc[0]["t_iter_s"] >= best["t_iter_s"] else (
         f" Faster per iteration but unverified: {other.iloc[0]['method']} "

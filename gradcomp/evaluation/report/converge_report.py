@@ -62,10 +62,11 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 
 def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
-                        costs=None, latency_s: float = 0.0
+                        costs=None, latency_s: float = 0.0, costs_label: str | None = None
                         ) -> tuple[list[str], pd.DataFrame | None]:
     """The section's markdown lines for results folder `out`, and its `time_to_accuracy`
-    table (None when the folder gives none), for the report's recommendation."""
+    table (None when the folder gives none), for the report's recommendation; `costs_label`
+    names the codec costs in the text (default: fitted / assumed)."""
     out = Path(out)
     lines = ["## Convergence", ""]
     if not (out / CONVERGE).exists():
@@ -94,7 +95,7 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         f"{row['metric']} {'>=' if row['metric'] == 'accuracy' else '<='} {row['target']:g} "
         f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
-        f"for `{first['profile']}` on {workers} workers (costs {first['costs']}), so the "
+        f"for `{first['profile']}` on {workers} workers (codec costs {costs_label or first['costs']}), so the "
         f"time to target is iterations x predicted iteration time (`{TTA}`); the "
         "recommendation above is its fastest variant that reached the target and is priced.",
         "",

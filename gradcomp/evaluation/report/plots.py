@@ -182,7 +182,7 @@ def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
     ax.set_xlabel("iteration time (ms)")
     ax.set_ylabel("method")
     ax.legend(loc="lower right")
-    ax.set_title(title or "Training iteration time: measured vs predicted by the model "
+    fig.suptitle(title or "Training iteration time: measured vs predicted by the model "
                           "(label: relative error)", fontsize="medium")
     return save(fig, path)
 

@@ -269,7 +269,9 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: di
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""]
     _save_csv(table, out / VALIDATION)
-    plots.predicted_vs_measured(table, out / "predicted_vs_measured.png")
+    plots.predicted_vs_measured(table.assign(method=[
+        m if c in ("fitted", "none") else f"{m} (assumed)"
+        for m, c in zip(table["method"], table["costs"])]), out / "predicted_vs_measured.png")
     rel = table["rel_error"].abs()
     row = train.iloc[0]
     return lines + [
@@ -327,7 +329,7 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     ranking_lines, ranking = _ranking(out, profile, workers, bandwidth, bucketing, latency_s,
                                       methods, table)
     convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing,
-                                           table.costs, latency_s)
+                                           table.costs, latency_s, table.label)
     if tta is not None:
         verdict = recommend_by_accuracy(tta, table, prof.device, question)
         best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
