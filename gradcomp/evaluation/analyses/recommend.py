@@ -79,6 +79,12 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
                          f"{label}, which did not reach the target")
         else:
             parts.append(f"no {label} run to compare with")
+    ref = plain.loc["none"] if "none" in plain.index else None
+    if ref is not None and best["variant"] != "none" and \
+            ref["iterations_min"] <= best["iterations_to_target"] <= ref["iterations_max"]:
+        parts.append(f"its iteration count lies within fp32 DDP's seed spread "
+                     f"({ref['iterations_min']:.0f}-{ref['iterations_max']:.0f}), so the gain "
+                     "is the iteration time")
     goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
             f"{best['target']:g} on task '{best['task']}'")
     return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
