@@ -99,6 +99,16 @@ def test_named_cost_tables_and_bad_names():
     assert measured.device == "cpu" and set(measured.costs) == {"qsgd"}
 
 
+def test_the_shipped_h100_table_is_the_committed_measurement():
+    from pathlib import Path
+
+    from gradcomp.evaluation.model import cost_tables
+
+    meta = json.loads((cost_tables.DATA / "h100.json").read_text())
+    committed = Path(__file__).parent.parent / meta["file"]
+    assert (cost_tables.DATA / "h100.csv").read_bytes() == committed.read_bytes()
+
+
 def test_the_question_is_priced_on_its_own_device(tmp_path):
     assert load_profile("resnet50").device == "NVIDIA V100"
     assert load_profile("gpt2").device == "NVIDIA V100"

@@ -33,8 +33,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            contention: float = 1.0, convergence=None, task=None,
            target=None, topology=None, algorithms=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
-    `BASELINES` none and bf16 always), fastest first: predicted t_iter, SF, speedup vs none, compression, the
-    per-iteration encode + decode time and where the costs came from.
+    `BASELINES` none and bf16 always), fastest first: predicted t_iter, SF, speedup vs none,
+    compression, the per-iteration encode + decode time and where the costs came from.
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
     one row per measured variant instead, ranked by predicted time to the target

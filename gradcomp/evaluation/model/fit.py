@@ -6,8 +6,9 @@ validation of predictions against measured runs.
   the largest), and a point further than `OUTLIER` (relative) and 4x the median from the
   line is dropped and the line refitted, up to a third of the points (a measurement
   disturbed by load; never at the smallest or largest size, where costs legitimately bend
-  away from a line: cache sizes, launch overheads). `fit_problem` says when a fit is too poor to price with (R^2 < `R2_MIN`, unless
-  every point lies within `FLAT_WITHIN` of a line that does not grow with size).
+  away from a line: cache sizes, launch overheads). `fit_problem` says when a fit is too
+  poor to price with (R^2 < `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a
+  line that does not grow with size).
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an

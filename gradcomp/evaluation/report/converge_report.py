@@ -95,7 +95,8 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         f"{row['metric']} {'>=' if row['metric'] == 'accuracy' else '<='} {row['target']:g} "
         f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
-        f"for `{first['profile']}` on {workers} workers (codec costs {costs_label or first['costs']}), so the "
+        f"for `{first['profile']}` on {workers} workers (codec costs "
+        f"{costs_label or first['costs']}), so the "
         f"time to target is iterations x predicted iteration time (`{TTA}`); the "
         "recommendation above is its fastest variant that reached the target and is priced.",
         "",

@@ -280,7 +280,8 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: di
         f"workers, median of {int(row['iterations'])} iterations after {int(row['warmup'])} "
         f"warm-up. Predicted from this run's other measurements only: the model's profile "
         f"(`{TRAIN_PROFILE}`), the collective fits as the network and this machine's usable "
-        "codec fits (methods without one: assumed costs, as the costs column says); contention 1; no parameter fitted to these runs. "
+        "codec fits (methods without one: assumed costs, as the costs column says); "
+        "contention 1; no parameter fitted to these runs. "
         "`ddp` (DDP without a hook) is modelled as `none`.", "",
         f"Relative error: mean |e| {rel.mean():.1%}, max |e| {rel.max():.1%} "
         "(`train_validation.csv`).", "", _md(table, {

@@ -44,7 +44,8 @@ def line_styles(labels) -> dict:
 def halo_widths(lines: dict, log: bool = False, close: float = 0.02) -> dict:
     """{label: line width} for `lines` ({label: (x, y)}) drawn in their order on one axes,
     so that none hides another: a line that later lines run on (within `close` of the axes'
-    y-range wherever both run, the other interpolated at its points; `log`: in log10 y) is widened by 2.4 points per such
+    y-range wherever both run, the other interpolated at its points; `log`: in log10 y)
+    is widened by 2.4 points per such
     later line, leaving a rim of its colour around them. Draw wider lines first."""
     def values(y):
         y = np.asarray(y, float)
