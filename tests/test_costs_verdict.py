@@ -127,6 +127,19 @@ def test_the_question_is_priced_on_its_own_device(tmp_path):
         "bf16" and sixteen_bit("cpu") == "bf16"
 
 
+def test_run_asks_for_costs_before_measuring_a_profile_of_no_device(tmp_path):
+    from gradcomp.evaluation.run import run
+
+    data = json.loads(save_profile(load_profile("resnet50"), tmp_path / "p.json").read_text())
+    data.pop("device")  # as a profile saved before profiles carried their device
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="unrecorded device .* give --costs"):
+        run(tmp_path / "r", profile=tmp_path / "old.json", progress=False)
+    with pytest.raises(ValueError, match="costs='h200' is not allowed"):
+        run(tmp_path / "r", costs="h200", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
 def test_every_ranking_holds_the_bf16_baseline():
     table = advise("resnet50", 8, "10gbit", ["topk"])
     assert set(table["method"]) == {"none", "bf16", "topk"}

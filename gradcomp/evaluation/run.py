@@ -21,7 +21,7 @@ from ..checks import check_choice
 from .model.bucketing import POLICIES
 from .model.network import Network
 from .analyses.recommend import sixteen_bit
-from .model.cost_tables import MEASURED, cost_table
+from .model.cost_tables import MEASURED, cost_table, default_costs
 from .profiles.profiles import load_profile
 from .report.report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
 
@@ -59,7 +59,9 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     `cost_tables` name or CSV; None: the table of the profile's device). The baselines
     (none, bf16, and fp16 for a GPU without bf16) are always measured."""
     prof = load_profile(profile)
-    if costs is not None and costs != MEASURED:  # "measured": this run's compress.csv
+    if costs is None:
+        default_costs(prof.device, measured=True)  # a profile of no recorded device: ask now
+    elif costs != MEASURED:  # "measured": this run's compress.csv
         cost_table(costs)
     Network(workers, bandwidth, latency_s)  # bad input fails here, before minutes of measuring
     check_choice(bucketing, "bucketing", tuple(POLICIES))
@@ -72,7 +74,7 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     out.mkdir(parents=True, exist_ok=True)
     _say(progress, f"results in {out}")
     methods = None if methods is None else list(dict.fromkeys(
-        [*methods, "bf16", sixteen_bit(prof.device)]))
+        [*methods, "none", "bf16", sixteen_bit(prof.device)]))
     _say(progress, "1/5 encode/decode cost of each method")
     bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
                    out=out / COMPRESS, progress=progress)
