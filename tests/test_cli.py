@@ -81,9 +81,13 @@ def test_advise_ranks_methods_and_gives_a_verdict():
     out = run("advise", "--profile", "resnet50", "--workers", "8", "--bandwidth", "100gbit",
               "--methods", "fp16,topk")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith(("No:", "Yes:"))
+    last = out.stdout.strip().splitlines()[-1]
+    # One recommendation, priced with the GPU table (the V100 profile's device is another GPU).
+    assert last.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute with "
+                           "NVIDIA H100 80GB HBM3 codec costs")
+    assert "codec costs from table `h100`" in last and "No convergence runs" in last
     data = json.loads(run("advise", "--bandwidth", "1gbit", "--json").stdout)
-    assert data["verdict"].startswith("Yes:")
+    assert data["costs"] == "h100" and "**fp16 all-reduce**" in data["verdict"]  # V100: no bf16
     assert {r["method"] for r in data["ranking"]} == set(gradcomp.names())
 
 

@@ -33,7 +33,8 @@ def test_advise_on_a_topology():
     out = json.loads(run("advise", "--topology", "random:2", "--algorithms", "ring,forest",
                          "--methods", "fp16", "--json").stdout)
     assert {r["algorithm"] for r in out["ranking"]} == {"ring", "forest"}
-    assert len(out["ranking"]) == 4 and "all-reduce" in out["verdict"]
+    # fp16 and the baselines none and bf16, on each algorithm
+    assert len(out["ranking"]) == 6 and "all-reduce" in out["verdict"]
 
 
 def test_bad_topology_options_are_parser_errors(tmp_path):

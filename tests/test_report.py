@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.advise import advise
+from gradcomp.evaluation.analyses.recommend import recommend_by_iteration
 from gradcomp.evaluation.analyses.whatif import sweep
 from gradcomp.evaluation.benches import collective as bench_collective
 from gradcomp.evaluation.benches import compress as bench_compress
@@ -19,8 +20,9 @@ from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
 from gradcomp.evaluation.report import plots
-from gradcomp.evaluation.report.report import (ASSUMED, COLLECTIVE, COMPRESS, TRAIN,
-                                               TRAIN_PROFILE, write_report)
+from gradcomp.evaluation.model.cost_tables import cost_table
+from gradcomp.evaluation.report.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
+                                               write_report)
 from gradcomp.evaluation.run import run
 
 METHODS = ("none", "fp16", "topk")
@@ -70,7 +72,7 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
         "speedup.png": (plots.speedup_vs_bandwidth(curves.assign(costs="a"), tmp_path /
                                                    "speedup.png"), (12, 5.5)),
         "codec.png": (plots.codec_costs(compress, tmp_path / "codec.png",
-                                        fit_codec(compress)), (12, 5.5)),
+                                        fit_codec(compress)), (14, 6.5)),
         "coll.png": (plots.collective_times(collective, tmp_path / "coll.png",
                                             fit_collectives(collective)), (8, 5)),
         "heat.png": (plots.scaling_heatmap(heat, tmp_path / "heat.png"), (13, 5)),
@@ -89,18 +91,33 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     path = report.path
     assert report.folder == folder and path == folder / "report.md"
     text = path.read_text()
-    compress = ResultTable(folder / COMPRESS).frame()
-    measured = verdict(advise("resnet50", 8, "10gbit", list(METHODS), compress))
-    assumed = verdict(advise("resnet50", 8, "10gbit", list(METHODS)))
-    assert measured in text and assumed in text
-    device = compress["device_name"].iloc[0]
-    assert report.verdicts == (f"- **Encode/decode costs measured on {device}:** {measured}",
-                               f"- **Encode/decode costs {ASSUMED}:** {assumed}")
-    assert all(line in text.splitlines() for line in report.verdicts)
-    for heading in ("## Verdict", "### Ranking", "## Encode/decode costs", "## Collectives",
+    # One recommendation: no convergence runs, so among fp32/fp16/bf16 only, priced with
+    # the GPU table of the (V100) profile's device, the mix of two GPUs said first.
+    h100 = cost_table("h100")
+    ranking = advise("resnet50", 8, "10gbit", list(METHODS), h100.costs)
+    expected = recommend_by_iteration(ranking, h100, "NVIDIA V100",
+                                      "`resnet50` on 8 workers at 10 Gbit/s, ddp bucketing")
+    assert report.verdicts == (expected,)
+    assert expected.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute "
+                               "with NVIDIA H100 80GB HBM3 codec costs")
+    assert "**fp16 all-reduce**" in expected and "No convergence runs" in expected
+    assert expected in text.splitlines()
+    measured = write_report(folder, "resnet50", 8, "10gbit", costs="measured").verdicts
+    assert len(measured) == 1 and "NVIDIA V100 compute with cpu codec costs" in measured[0]
+    ranked = pd.read_csv(folder / "advise.csv")
+    fits = pd.read_csv(folder / "codec_fits.csv")
+    excluded = set(fits[fits["status"] == "excluded"]["method"])
+    assert set(ranked["method"]) == (set(METHODS) - excluded) | {"none", "bf16"}
+    assert set(ranked["cost_table"]) == {"measured"}
+    for method in excluded:  # never priced silently: named with the reason
+        assert re.search(rf"Not priced \(codec fit excluded.*{method} \((en|de)code: R\^2",
+                         (folder / "report.md").read_text())
+    text = path.read_text()
+    for heading in ("## Verdict", "### Supporting ranking", "## Encode/decode costs",
+                    "## Collectives",
                     "## Training: measured vs predicted", "## Environment"):
         assert heading in text
-    for method in METHODS:
+    for method in ranked["method"]:
         assert re.search(rf"^\| *\d+ \| {method} ", text, re.M)  # in the ranking
     fits = pd.read_csv(folder / "collective_fits.csv").set_index("collective")
     assert fits.loc["allreduce", "alpha_s"] == pytest.approx(ALPHA_S, rel=1e-6)
@@ -120,7 +137,7 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     assert environment()["torch_version"] in text
 
 
-def test_report_without_codec_measurements_uses_the_assumed_costs(tmp_path):
+def test_report_without_codec_measurements_uses_a_named_table(tmp_path):
     with pytest.raises(ValueError, match="results=.* no such folder"):
         write_report(tmp_path / "typo", "resnet50", 8, "100gbit")
     assert not (tmp_path / "typo").exists()
@@ -134,10 +151,12 @@ def test_report_without_codec_measurements_uses_the_assumed_costs(tmp_path):
                                                    **env})
     report = write_report(tmp_path, "resnet50", 8, "100gbit")
     text = report.path.read_text()
-    assert verdict(advise("resnet50", 8, "100gbit")) in text
-    assert report.verdicts == (
-        f"- **Encode/decode costs {ASSUMED}:** {verdict(advise('resnet50', 8, '100gbit'))}",)
-    assert "Not measured in this run" in text and "Not available" in text
+    assert len(report.verdicts) == 1 and "codec costs from table `h100`" in report.verdicts[0]
+    assert "Not measured on this machine" in text and "Not available" in text
+    assumed = write_report(tmp_path, "resnet50", 8, "100gbit", costs="assumed").verdicts[0]
+    assert "NVIDIA V100 compute with assumed codec costs" in assumed
+    with pytest.raises(ValueError, match="costs='measured' is not allowed here: nothing was"):
+        write_report(tmp_path, "resnet50", 8, "100gbit", costs="measured")
 
 
 def test_report_prices_the_question_with_its_latency_and_bucketing(tmp_path):
@@ -189,15 +208,16 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
                         or real(*a, **k))
     report = run(tmp_path / "r", **small)
     out = report.folder
-    assert out == tmp_path / "r" and len(calls) == 1  # only the missing row
+    assert out == tmp_path / "r" and len(calls) == 3  # only the missing rows
     after = ResultTable(out / COMPRESS).frame()
-    assert len(after) == 4
+    assert len(after) == 6  # none, fp16 and the bf16 baseline at two sizes
     pd.testing.assert_frame_equal(after.iloc[:3], before)
     assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
-    assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16"]
+    assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16", "bf16"]
     text = (out / "report.md").read_text()
     assert report.path == out / "report.md"
-    assert report.verdicts and all(line in text.splitlines() for line in report.verdicts)
+    assert len(report.verdicts) == 1 and report.verdicts[0] in text.splitlines()
+    assert report.verdicts[0].startswith("- **Recommendation** (mixed hardware")
     assert "## Verdict" in text and "## Training: measured vs predicted" in text
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
         assert png_size(out / link)[0] > 0

@@ -1,15 +1,21 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
+from ..compressors import names
 from ..evaluation.analyses.advise import advise, verdict
 from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
+from ..evaluation.analyses.recommend import (recommend_by_accuracy, recommend_by_iteration,
+                                             sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
 from ..evaluation.common.store import read_table
 from ..evaluation.common.units import format_rate
+from ..evaluation.model.cost_tables import cost_table, default_costs
+from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
-from .common import (default_of, emit, fraction, network_defaults, network_options, number,
-                     split, table, topology_options)
+from ..evaluation.profiles.profiles import load_profile
+from .common import (costs_option, default_of, emit, fraction, network_defaults,
+                     network_options, number, split, table, topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
 
@@ -26,6 +32,7 @@ def add_whatif(sub) -> None:
                     default=default_of(required_compression, "target_sf"),
                     help="scaling factor to reach, in (0, 1]")
     wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
+    costs_option(wi)
     topology_options(wi)
     wi.add_argument("--algorithm", choices=ALGORITHMS,
                     help=f"with --topology: the all-reduce algorithm (default: {ALGORITHM})")
@@ -33,10 +40,11 @@ def add_whatif(sub) -> None:
 
 
 def add_advise(sub) -> None:
-    ad = sub.add_parser("advise", help="rank methods by predicted iteration time and say "
-                        "whether compression is worth it")
+    ad = sub.add_parser("advise", help="recommend one method (by time to accuracy with "
+                        "--convergence) with its speedup over fp32 DDP and a 16-bit "
+                        "all-reduce; rank methods by predicted iteration time")
     network_options(ad)
-    ad.add_argument("--costs", help="a `bench compress` CSV with measured encode/decode costs")
+    costs_option(ad)
     ad.add_argument("--methods", help="comma-separated methods (default: all)")
     ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
                     "its target (measured iterations x predicted iteration time)")
@@ -55,6 +63,17 @@ def add_advise(sub) -> None:
     ad.set_defaults(run=_advise, workers=None, latency=None)  # None: see network_defaults
 
 
+def chosen_costs(args):
+    """The cost table of --costs, else of the profile's device (`default_costs`)."""
+    device = load_profile(args.profile).device
+    return cost_table(args.costs if args.costs is not None else default_costs(device, False))
+
+
+def _question(args, workers) -> str:
+    return (f"`{load_profile(args.profile).name}` on {workers} workers at "
+            f"{format_rate(args.bandwidth)}, {args.bucketing} bucketing")
+
+
 def _whatif(args) -> None:
     on = dict(topology=args.topology, algorithm=args.algorithm)
     workers, latency = network_defaults(args)
@@ -62,21 +81,33 @@ def _whatif(args) -> None:
     if args.sweep and (args.topology or args.algorithm):
         raise ValueError("--sweep is not allowed with --topology or --algorithm: the sweep "
                          "varies one bandwidth for all links; scale the topology file instead")
+    codecs = args.method != "none" and args.compression is None
+    costs = chosen_costs(args) if codecs or args.costs is not None else None
+    if codecs:
+        resolve(args.method)  # an unknown name is an error naming the methods
+    if costs is not None and codecs and not costs.priced(args.method):
+        raise ValueError(f"method={args.method!r} is not priced by costs={costs.name!r}: "
+                         + costs.excluded.get(args.method.split("+")[0],
+                                              "it is not in the table"))
+    fitted = None if costs is None else costs.costs
     if args.sweep:
         frame = sweep(args.profile, workers=workers, methods=[args.method],
-                      ratios=[args.compression] if args.compression else (), **common)
+                      ratios=[args.compression] if args.compression else (), costs=fitted,
+                      **common)
         emit(args, frame.to_dict("records"),
              table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
                            "speedup"]))
         return
     pred = scenario(args.profile, workers, args.bandwidth, args.method,
-                    ratio=args.compression, **common, **on)
+                    ratio=args.compression, costs=fitted, **common, **on)
     need = required_compression(args.profile, workers, args.bandwidth,
                                 target_sf=args.target_sf, **common, **on)
     row = {**pred.as_row(), "required_compression": need.ratio,
-           "required_compression_reason": need.reason, "target_sf": args.target_sf}
+           "required_compression_reason": need.reason, "target_sf": args.target_sf,
+           "costs": None if costs is None else costs.name}
     lines = [f"{args.profile} on {pred.workers} workers at {format_rate(args.bandwidth)} "
              f"({args.bucketing} bucketing), method {pred.method}"
+             + (f", codec costs {costs.label}" if codecs else "")
              + (f", topology {args.topology}, {args.algorithm or ALGORITHM} all-reduce"
                 if args.topology else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
@@ -84,8 +115,8 @@ def _whatif(args) -> None:
              f"  compression needed for SF {args.target_sf}: "
              + (f"{need.ratio:.3g}x" if need.ratio != float("inf")
                 else f"unreachable ({need.reason})")]
-    if args.method != "none" and args.compression is None and not args.topology:
-        even = break_even_bandwidth(args.profile, workers, args.method, **common)
+    if codecs and not args.topology:
+        even = break_even_bandwidth(args.profile, workers, args.method, costs=fitted, **common)
         row["break_even_bandwidth_bps"] = even
         lines.append(f"  {args.method} beats none below {format_rate(even)}"
                      if 0 < even < float("inf") else
@@ -94,20 +125,27 @@ def _whatif(args) -> None:
 
 
 def _advise(args) -> None:
-    costs = None if args.costs is None else read_table(
-        args.costs, "costs", "a `gradcomp bench compress` CSV")
+    costs = chosen_costs(args)
     convergence = None if args.convergence is None else read_table(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     workers, latency = network_defaults(args)
-    ranking = advise(args.profile, workers, args.bandwidth, methods=split(args.methods),
-                     costs=costs, bucketing=args.bucketing, latency_s=latency,
+    device = load_profile(args.profile).device
+    methods = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
+               if resolve(m) and costs.priced(m)]  # unknown names: an error naming them
+    ranking = advise(args.profile, workers, args.bandwidth, methods=methods,
+                     costs=costs.costs, bucketing=args.bucketing, latency_s=latency,
                      convergence=convergence, task=args.task, target=args.target,
                      topology=args.topology, algorithms=split(args.algorithms))
-    answer = verdict(ranking)
+    if args.topology:
+        answer = verdict(ranking)
+    elif convergence is not None:
+        answer = recommend_by_accuracy(ranking, costs, device, _question(args, workers))
+    else:
+        answer = recommend_by_iteration(ranking, costs, device, _question(args, workers))
     columns = TTA_COLUMNS if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
         "speedup", "compression", "codec_s", "costs"]
-    payload = {"verdict": answer, "ranking": ranking.to_dict("records")}
+    payload = {"verdict": answer, "costs": costs.name, "ranking": ranking.to_dict("records")}
     text = table(ranking, columns) + "\n\n" + answer
     if args.measured or args.collectives:
         runs = _measured(args, costs, latency)
@@ -124,4 +162,4 @@ def _measured(args, costs, latency):
     collectives = None if args.collectives is None else read_table(
         args.collectives, "collectives", "a `gradcomp bench collective` CSV")
     return measured_vs_predicted(train, args.profile, args.bandwidth, latency or 0.0,
-                                 collectives, costs)
+                                 collectives, costs.costs)

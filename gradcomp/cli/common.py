@@ -12,6 +12,7 @@ import torch
 from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
 from ..evaluation.common.units import parse_rate
+from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
 from ..evaluation.model.bucketing import POLICIES
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # --device of compressors, bench, profile
@@ -114,6 +115,17 @@ def network_options(p) -> None:
                    default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
                    "small first bucket) or Horovod tensor fusion (5 ms cycle, 64 MB buffer)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def costs_option(p, measured: bool = False) -> None:
+    """--costs: the codec-cost table a question is priced with (`cost_tables`); checked
+    where it is used, so that a bad name gets the library's message."""
+    names = [n for n in NAMES if measured or n != MEASURED]
+    p.add_argument("--costs", help=f"codec costs: {', '.join(names)} (built-in: "
+                   f"{', '.join(BUILTIN_TABLES)}, measured on that GPU) or a `gradcomp bench "
+                   "compress` CSV; default: the table of the profile's device (h100 for a GPU "
+                   "profile" + (", this run's measurements for a profile measured here"
+                                if measured else "") + ")")
 
 
 def topology_options(p) -> None:

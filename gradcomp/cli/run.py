@@ -1,6 +1,6 @@
 """`gradcomp run` (the main job: measure, fit, report) and `gradcomp report` (rewrite the
 report of a results folder)."""
-from .common import emit, network_options
+from .common import costs_option, emit, network_options
 
 
 def add_run(sub) -> None:
@@ -11,6 +11,7 @@ def add_run(sub) -> None:
                     "existing one is resumed, finished rows are skipped")
     rn.add_argument("--full", action="store_true", help="full sweeps instead of the quick "
                     "default (minutes on 2 CPU cores)")
+    costs_option(rn, measured=True)
     rn.set_defaults(run=_run)
 
 
@@ -18,6 +19,7 @@ def add_report(sub) -> None:
     re_ = sub.add_parser("report", help="(re)write plots and report.md for a results folder")
     network_options(re_)
     re_.add_argument("results", help="a folder written by `gradcomp run`")
+    costs_option(re_, measured=True)
     re_.set_defaults(run=_report)
 
 
@@ -26,7 +28,7 @@ def _run(args) -> None:
 
     report = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
                  bandwidth=args.bandwidth, bucketing=args.bucketing, latency_s=args.latency,
-                 progress=not args.json)
+                 progress=not args.json, costs=args.costs)
     emit(args, {"results": str(report.folder), "report": str(report.path),
                 "verdicts": list(report.verdicts)},
          f"results in {report.folder}\nreport: {report.path}\n\n" + "\n".join(report.verdicts))
@@ -37,5 +39,6 @@ def _report(args) -> None:
 
     report = write_report(args.results, profile=args.profile, workers=args.workers,
                           bandwidth=args.bandwidth, bucketing=args.bucketing,
-                          latency_s=args.latency)
-    emit(args, {"report": str(report.path)}, f"wrote {report.path}")
+                          latency_s=args.latency, costs=args.costs)
+    emit(args, {"report": str(report.path), "verdicts": list(report.verdicts)},
+         f"wrote {report.path}\n\n" + "\n".join(report.verdicts))

@@ -20,6 +20,8 @@ from .benches.train import bench_train
 from ..checks import check_choice
 from .model.bucketing import POLICIES
 from .model.network import Network
+from .analyses.recommend import sixteen_bit
+from .model.cost_tables import MEASURED, cost_table, default_costs
 from .profiles.profiles import load_profile
 from .report.report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
 
@@ -27,7 +29,7 @@ LOCAL_WORKERS = 2
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
 # training iterations; None: the benchmark's own default.
 SETTINGS = {
-    True: dict(sizes=[2**10, 2**14, 2**18, 2**22], compress_repeats=3,
+    True: dict(sizes=[2**k for k in range(10, 23, 2)], compress_repeats=7,
                collective_sizes=[4, 2**10, 2**16, 2**20, 2**24], collective_repeats=5,
                collective_warmup=2, iterations=5),
     False: dict(sizes=None, compress_repeats=5, collective_sizes=None, collective_repeats=10,
@@ -44,7 +46,7 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         bandwidth=BANDWIDTH, bucketing: str = "ddp", latency_s: float = 0.0,
         progress: bool = True, methods=None, model: str = "mlp",
         sizes=None, collective_sizes=None, iterations: int | None = None,
-        converge_iters: int | None = None) -> Report:
+        converge_iters: int | None = None, costs=None) -> Report:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
     tables); return the `Report`: the folder, its ``report.md`` and the verdicts computed
     there. The question: `profile` on `workers` at `bandwidth`, with `bucketing` and a
@@ -53,8 +55,14 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     Smaller runs: `methods` (names; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
-    `converge_iters`."""
-    load_profile(profile)
+    `converge_iters`. `costs`: the codec-cost table the question is priced with (a
+    `cost_tables` name or CSV; None: the table of the profile's device). The baselines
+    (none, bf16, and fp16 for a GPU without bf16) are always measured."""
+    prof = load_profile(profile)
+    if costs is None:
+        default_costs(prof.device, measured=True)  # a profile of no recorded device: ask now
+    elif costs != MEASURED:  # "measured": this run's compress.csv
+        cost_table(costs)
     Network(workers, bandwidth, latency_s)  # bad input fails here, before minutes of measuring
     check_choice(bucketing, "bucketing", tuple(POLICIES))
     plan = {**SETTINGS[bool(quick)]}
@@ -65,7 +73,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         Path("results") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     _say(progress, f"results in {out}")
-    methods = None if methods is None else list(methods)
+    methods = None if methods is None else list(dict.fromkeys(
+        [*methods, "none", "bf16", sixteen_bit(prof.device)]))
     _say(progress, "1/5 encode/decode cost of each method")
     bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
                    out=out / COMPRESS, progress=progress)
@@ -87,6 +96,6 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
-    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s)
+    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs)
     _say(progress, f"report: {report.path}")
     return report

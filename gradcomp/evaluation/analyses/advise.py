@@ -25,15 +25,16 @@ from ..profiles.profiles import load_profile
 from .time_to_accuracy import time_to_accuracy, tta_verdict
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
+BASELINES = ("none", "bf16")  # rows every ranking holds
 
 
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
            target=None, topology=None, algorithms=None) -> pd.DataFrame:
-    """One row per method (default: every registered gradcomp method with its defaults, and
-    `none` always), fastest first: predicted t_iter, SF, speedup vs none, compression, the
-    per-iteration encode + decode time and where the costs came from.
+    """One row per method (default: every registered gradcomp method with its defaults; the
+    `BASELINES` none and bf16 always), fastest first: predicted t_iter, SF, speedup vs none,
+    compression, the per-iteration encode + decode time and where the costs came from.
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
     one row per measured variant instead, ranked by predicted time to the target
@@ -66,8 +67,9 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
                     for a in (algorithms or ALGORITHMS)}
     fitted = as_costs(costs)
     chosen = list(names() if methods is None else methods)
-    if not any(m == "none" or getattr(m, "name", None) == "none" for m in chosen):
-        chosen.insert(0, "none")
+    for i, baseline in enumerate(BASELINES):  # always ranked: fp32 DDP and a bf16 all-reduce
+        if not any(m == baseline or getattr(m, "name", None) == baseline for m in chosen):
+            chosen.insert(i, baseline)
     base = predict(profile, next(iter(networks.values())) if topology is None else
                    network_on(topology, "ring", latency_s, efficiency, workers, bandwidth),
                    "none", bucketing, contention).t_iter_s

@@ -24,9 +24,11 @@ from ..profiles.profiles import load_profile
 COLUMNS = ("method", "workers", "bucket_cap_mb", "measured", "predicted", "rel_error", "costs")
 
 
-def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict) -> pd.DataFrame:
+def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict,
+                 excluded=()) -> pd.DataFrame:
     """Per run of `train`: measured and predicted t_iter and the relative error, on
-    `network_of(workers)`, with `costs` ({method: (encode, decode)}; others assumed)."""
+    `network_of(workers)`, with `costs` ({method: (encode, decode)}; others assumed, column
+    costs says which: "assumed (fit excluded)" for the methods in `excluded`)."""
     predicted, origin = [], []
     for row in train.itertuples():
         name = "none" if row.method == "ddp" else row.method
@@ -36,7 +38,8 @@ def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict) -> pd.Da
         pred = predict(profile, network_of(int(row.world_size)), resolve(name, costs),
                        DDP(cap, first_bucket_mb=cap), baseline_s=math.nan)
         predicted.append(pred.t_iter_s)
-        origin.append("fitted" if name in costs else "assumed")
+        origin.append("none" if name == "none" else "fitted" if name in costs else
+                      "assumed (fit excluded)" if name in excluded else "assumed")
     check = validate(predicted, train["t_iter_s"])
     return check.table.assign(method=list(train["method"]), costs=origin,
                               workers=list(train["world_size"]),
@@ -44,7 +47,7 @@ def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict) -> pd.Da
 
 
 def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
-                      costs: dict) -> pd.DataFrame:
+                      costs: dict, excluded=()) -> pd.DataFrame:
     """`predict_runs` on the network of `collective_fits` (`fit.fit_collectives`)."""
     fits = {c: f for c, f in collective_fits.items()
             if c in ("allreduce", "allgather") and 0 < f.params["bandwidth_bps"] < math.inf}
@@ -52,7 +55,8 @@ def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
         raise ValueError("the collective bench gave no usable all-reduce fit (bandwidth not "
                          "positive and finite): cannot model the training runs")
     nominal = fits["allreduce"].params["bandwidth_bps"]
-    return predict_runs(train, profile, lambda p: network_from_fit(fits, p, nominal), costs)
+    return predict_runs(train, profile, lambda p: network_from_fit(fits, p, nominal), costs,
+                        excluded)
 
 
 def measured_vs_predicted(train: pd.DataFrame, profile, bandwidth=None, latency_s: float = 0.0,

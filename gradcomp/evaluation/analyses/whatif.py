@@ -34,12 +34,13 @@ def default_bandwidths(points: int = 25) -> np.ndarray:
 def scenario(profile, workers: int | None, bandwidth, method="none", ratio: float | None = None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, aggregation: str = "allreduce", topology=None,
-           algorithm: str | None = None) -> Prediction:
+           algorithm: str | None = None, costs=None) -> Prediction:
     """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
     compression `ratio` sent by `aggregation` when given. With a `topology` (see
     `topology.network_on`, built for `workers` and `bandwidth`; a file's worker count must
     match `workers`, or give None), all-reduces run `algorithm` on it (None: forest).
-    `latency_s` None: the topology's, else 0. A `ratio` replaces the method, so a `method`
+    `latency_s` None: the topology's, else 0. `costs`: encode / decode costs as for `sweep`
+    (None: the assumed floors). A `ratio` replaces the method, so a `method`
     other than "none" beside it, or an `algorithm` without a `topology`, is a ValueError."""
     if ratio is not None and not (isinstance(method, str) and method == "none"):
         raise ValueError(f"method={getattr(method, 'name', method)!r} with ratio={ratio!r} is "
@@ -51,6 +52,7 @@ def scenario(profile, workers: int | None, bandwidth, method="none", ratio: floa
                          "choose")
     if ratio is not None:
         method = MethodCost.fixed_ratio(ratio, aggregation)
+    method = resolve(method, as_costs(costs))
     if topology is None:
         network = Network(workers, bandwidth, 0.0 if latency_s is None else latency_s,
                           efficiency)

@@ -2,7 +2,13 @@
 validation of predictions against measured runs.
 
 * `fit_codec`: encode / decode ``a + b*numel`` per method (columns method, numel, encode_s,
-  decode_s).
+  decode_s), robust: squared errors weighted by 1/time (so that small sizes count, not only
+  the largest), and a point further than `OUTLIER` (relative) and 4x the median from the
+  line is dropped and the line refitted, up to a third of the points (a measurement
+  disturbed by load; never at the smallest or largest size, where costs legitimately bend
+  away from a line: cache sizes, launch overheads). `fit_problem` says when a fit is too
+  poor to price with (R^2 < `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a
+  line that does not grow with size).
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an
@@ -29,15 +35,24 @@ from .network import COLLECTIVES, Network
 from .timeline import predict
 
 
+R2_MIN = 0.9  # a codec fit with a lower R^2 is not used for pricing (`fit_problem`) ...
+FLAT_WITHIN = 0.2  # ... unless all its points lie this close to it (R^2 ~ 0 for flat costs)
+OUTLIER = 0.5  # a point this far (relative) from the line, and 4x the median, is dropped
+
+
 @dataclass(frozen=True)
 class Fit:
-    """Fitted `params`, R^2, residuals (measured - fitted) and what was fitted (`label`)."""
+    """Fitted `params`, R^2, residuals (measured - fitted) and what was fitted (`label`);
+    for codec fits also the worst |relative residual| of the points used and the sizes of
+    the points `dropped` as outliers."""
 
     label: dict
     params: dict
     r2: float
     residuals: np.ndarray
     n: int
+    worst_rel: float = math.nan
+    dropped: tuple = ()
 
     @property
     def rmse(self) -> float:
@@ -58,40 +73,121 @@ def _columns(table: pd.DataFrame, needed: tuple, what: str) -> pd.DataFrame:
     return table
 
 
-def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
-    if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
-        raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
-                         f"vary (got {len(y)})")
-    # Costs cannot be negative: least squares over the coefficients that stay >= 0 (drop the
-    # negative ones and refit until none is left; noise can otherwise give a < 0 or alpha < 0).
-    coef, free = np.zeros(len(names)), list(range(len(names)))
+def _nonneg_lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares over the coefficients that stay >= 0 (negative ones dropped, refitted)."""
+    coef, free = np.zeros(X.shape[1]), list(range(X.shape[1]))
     while free:
         solution, *_ = np.linalg.lstsq(X[:, free], y, rcond=None)
         if (solution >= 0).all():
             coef[free] = solution
             break
         free = [f for f, c in zip(free, solution) if c > 0]
+    return coef
+
+
+def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
+    if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
+        raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
+                         f"vary (got {len(y)})")
+    # Costs cannot be negative (noise can otherwise give alpha < 0).
+    coef = _nonneg_lstsq(X, y)
     fitted = X @ coef
     return Fit(label, dict(zip(names, map(float, coef))), _r2(y, fitted), y - fitted, len(y))
 
 
+def _weighted_line(n: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(a, b) >= 0 minimising sum((y - a - b*n)^2 / t), t the time a plain fit gives at n
+    (floored at 0.1% of its largest): between absolute errors (the largest sizes decide
+    alone) and relative ones (the smallest count as much as those priced)."""
+    X = np.column_stack([np.ones_like(n), n])
+    first = X @ _nonneg_lstsq(X, y)
+    weight = 1 / np.sqrt(np.maximum(first, max(float(first.max()), 1e-30) * 1e-3))
+    return _nonneg_lstsq(X * weight[:, None], y * weight)
+
+
+def _relative(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    return (y - fitted) / np.maximum(fitted, 1e-30)
+
+
+def robust_line(label: dict, n, y) -> Fit:
+    """The `a + b*n` fit of the module docstring (relative errors, outliers dropped) with
+    R^2, residuals and the worst relative residual over the points kept."""
+    n, y = np.asarray(n, float), np.asarray(y, float)
+    if len(y) < 2 or len(set(n)) < 2:
+        raise ValueError(f"cannot fit {label}: need at least 2 sizes (got {len(set(n))})")
+    keep = np.ones(len(y), bool)
+    most = len(y) // 3
+    while True:
+        coef = _weighted_line(n[keep], y[keep])
+        rel = np.abs(_relative(y, coef[0] + coef[1] * n))
+        if (~keep).sum() >= most or len(set(n[keep])) <= 2:
+            break
+        inner = keep & (n > n.min()) & (n < n.max())  # where a line may bend, not an outlier
+        if not inner.any():
+            break
+        worst = int(np.argmax(np.where(inner, rel, -1)))
+        others = rel[keep & (np.arange(len(y)) != worst)]
+        if rel[worst] <= max(OUTLIER, 4 * float(np.median(others))):
+            break
+        keep[worst] = False
+    fitted = coef[0] + coef[1] * n[keep]
+    return Fit(label, {"a": float(coef[0]), "b": float(coef[1])}, _r2(y[keep], fitted),
+               y[keep] - fitted, int(keep.sum()), float(rel[keep].max()),
+               tuple(int(v) for v in n[~keep]))
+
+
 def fit_codec(table: pd.DataFrame) -> dict[tuple[str, str], Fit]:
-    """{(method, "encode"|"decode"): Fit with params a (s), b (s/element)}."""
+    """{(method, "encode"|"decode"): Fit with params a (s), b (s/element)} by `robust_line`.
+    Judge each with `fit_problem` before pricing with it."""
     _columns(table, ("method", "numel", "encode_s", "decode_s"), "compress-bench")
     fits = {}
     for method, rows in table.groupby("method", sort=False):
         for phase in ("encode", "decode"):
             ok = rows[np.isfinite(rows[f"{phase}_s"].to_numpy(float))]
-            n = ok["numel"].to_numpy(float)
-            X = np.column_stack([np.ones_like(n), n])
-            fits[method, phase] = _lstsq({"method": method, "phase": phase}, X,
-                                         ok[f"{phase}_s"].to_numpy(float), ("a", "b"))
+            fits[method, phase] = robust_line({"method": method, "phase": phase},
+                                              ok["numel"].to_numpy(float),
+                                              ok[f"{phase}_s"].to_numpy(float))
     return fits
 
 
-def codec_costs(fits: dict) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
-    """{method: ((a_enc, b_enc), (a_dec, b_dec))} from `fit_codec`, for `methods.resolve`."""
-    methods = {m for m, _ in fits}
+def fit_status(fit: Fit) -> str:
+    """"unused" (method none: the identity, which the model prices free), "ok" (R^2 >=
+    `R2_MIN`), "flat" (lower R^2, but every point within `FLAT_WITHIN` of
+    the line: a cost that hardly grows with size, where R^2 has nothing to explain; used) or
+    "excluded" (`fit_problem`)."""
+    if fit.label.get("method") == "none":
+        return "unused"
+    if fit.r2 >= R2_MIN:
+        return "ok"
+    return "flat" if fit.worst_rel <= FLAT_WITHIN else "excluded"
+
+
+def fit_problem(fit: Fit) -> str | None:
+    """Why a codec fit is too poor to price with (None when `fit_status` is not
+    "excluded")."""
+    if fit_status(fit) != "excluded":
+        return None
+    return (f"R^2 {fit.r2:.2f} < {R2_MIN:g}, a point {fit.worst_rel:.0%} off the line"
+            + (f" (outliers dropped at {', '.join(f'{v:,}' for v in fit.dropped)} "
+               "elements)" if fit.dropped else ""))
+
+
+def poor_fits(fits: dict) -> dict[str, str]:
+    """{method: why} for the methods of `fit_codec` whose encode or decode fit is poor."""
+    poor = {}
+    for (method, phase), fit in fits.items():
+        why = fit_problem(fit)
+        if why:
+            poor[method] = "; ".join(filter(None, (poor.get(method), f"{phase}: {why}")))
+    return poor
+
+
+def codec_costs(fits: dict, usable_only: bool = False
+                ) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
+    """{method: ((a_enc, b_enc), (a_dec, b_dec))} from `fit_codec`, for `methods.resolve`;
+    `usable_only`: without the methods of `poor_fits`, nor none (priced free)."""
+    poor = {**poor_fits(fits), "none": "the identity"} if usable_only else {}
+    methods = {m for m, _ in fits if m not in poor}
     return {m: tuple((fits[m, p].params["a"], fits[m, p].params["b"])
                      for p in ("encode", "decode")) for m in methods}
 
@@ -101,7 +197,8 @@ def as_costs(costs) -> dict:
     is) or None (empty)."""
     if costs is None:
         return {}
-    return codec_costs(fit_codec(costs)) if isinstance(costs, pd.DataFrame) else dict(costs)
+    return codec_costs(fit_codec(costs), usable_only=True) if isinstance(costs, pd.DataFrame) \
+        else dict(costs)
 
 
 def _design(collective: str, p: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -213,6 +310,15 @@ def validate(predicted, measured) -> Validation:
 
 
 def summary(fits: dict) -> pd.DataFrame:
-    """One row per fit: its label, parameters, R^2, n and RMSE of the residuals."""
-    return pd.DataFrame([{**f.label, **f.params, "r2": f.r2, "n": f.n, "rmse": f.rmse}
-                         for f in fits.values()])
+    """One row per fit: its label, parameters, R^2, n and RMSE of the residuals; for codec
+    fits also the worst |relative residual|, the sizes dropped as outliers and the
+    `fit_problem` ("" when usable)."""
+    rows = []
+    for f in fits.values():
+        row = {**f.label, **f.params, "r2": f.r2, "n": f.n, "rmse": f.rmse}
+        if "phase" in f.label:
+            row.update(worst_rel_residual=f.worst_rel,
+                       dropped=" ".join(map(str, f.dropped)), status=fit_status(f),
+                       problem=fit_problem(f) or "")
+        rows.append(row)
+    return pd.DataFrame(rows)

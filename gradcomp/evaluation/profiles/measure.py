@@ -109,7 +109,7 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
                    f"{torch.__version__}",
                    f"median of {repeats} repeats after {warmup} warm-up; forward includes the "
                    f"loss; optimizer: SGD(momentum=0.9) step on clones; "
-                   f"{len(params) - len(order)} parameters without gradient left out")
+                   f"{len(params) - len(order)} parameters without gradient left out", where)
 
 
 def parse_shape(text: str, option: str = "input_shape") -> list[int]:

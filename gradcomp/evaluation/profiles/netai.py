@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .architectures import Shape
-from .profiles import ASSUMED_MEMORY_BPS, SGD_BYTES_PER_PARAM, Profile
+from .profiles import ASSUMED_MEMORY_BPS, NETAI_DEVICE, SGD_BYTES_PER_PARAM, Profile
 
 #: measured single-GPU iteration time (forward + backward + update), seconds, NetAI 2020
 T_ITER = {"resnet50": 0.12808580219559176, "resnet101": 0.19200599479476405,
@@ -63,4 +63,5 @@ def netai_profile(name: str, log_path, vec_add_path, shapes: list[Shape] | None 
                    f"{ASSUMED_MEMORY_BPS / 1e9:g} GB/s), forward = t_iter - backward - "
                    f"optimizer; shapes from the torchvision architecture")
     return Profile(name, sizes, ready.tolist(), forward, backward, optimizer, dtype_bytes,
-                   shapes, read_vec_add(vec_add_path), SOURCE.format(files=files), assumptions)
+                   shapes, read_vec_add(vec_add_path), SOURCE.format(files=files), assumptions,
+                   NETAI_DEVICE)

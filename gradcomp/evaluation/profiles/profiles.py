@@ -36,6 +36,8 @@ FORMAT = "gradcomp-profile/1"
 ASSUMED_FLOPS = 12e12  # sustained FLOP/s of the V100-like device behind the generated profiles
 ASSUMED_MEMORY_BPS = 800e9  # sustained device memory bandwidth, bytes/s
 SGD_BYTES_PER_PARAM = 20  # SGD with momentum: read w, g, m; write w, m (fp32)
+NETAI_DEVICE = "NVIDIA V100"  # the GPU of the NetAI 2020 measurements
+ASSUMED_DEVICE = "NVIDIA V100"  # the device whose rates the generated profiles assume
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class Profile:
     number of elements; `shapes[i]` its shape (None when unknown: the model then treats each
     tensor as its most nearly square matrix); `vec_add`: (bytes, seconds) points of one
     element-wise add of two vectors on this device, for the reduction work of an all-reduce.
+    `device`: what it was measured on ("NVIDIA V100", "cpu", a CUDA device's name; "" when
+    not recorded), so that a question is priced with codec costs of the same device.
     """
 
     name: str
@@ -59,6 +63,7 @@ class Profile:
     vec_add: tuple[tuple[float, float], ...] | None = None
     source: str = ""
     assumptions: str = ""
+    device: str = ""
     _add_table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -114,7 +119,8 @@ class Profile:
 
 def to_dict(profile: Profile) -> dict:
     return {"format": FORMAT, "name": profile.name, "source": profile.source,
-            "assumptions": profile.assumptions, "dtype_bytes": profile.dtype_bytes,
+            "assumptions": profile.assumptions, "device": profile.device,
+            "dtype_bytes": profile.dtype_bytes,
             "forward_s": profile.forward_s, "backward_s": profile.backward_s,
             "optimizer_s": profile.optimizer_s, "numel": list(profile.sizes),
             "ready_s": list(profile.ready_s),
@@ -133,7 +139,7 @@ def from_dict(data: dict) -> Profile:
     return Profile(data["name"], data["numel"], data["ready_s"], data["forward_s"],
                    data["backward_s"], data["optimizer_s"], data.get("dtype_bytes", 4),
                    data.get("shapes"), data.get("vec_add"), data.get("source", ""),
-                   data.get("assumptions", ""))
+                   data.get("assumptions", ""), data.get("device", ""))
 
 
 def save_profile(profile: Profile, path) -> Path:
@@ -231,4 +237,4 @@ def transformer_profile(name: str, layers: list[Layer], tokens: int, what: str,
                    f"reduction adds as the V100 vec-add measurements of NetAI 2020")
     return Profile(name, sizes, ready, forward, t, optimizer, 4, shapes,
                    _builtin("resnet50").vec_add, "gradcomp.evaluation.profiles.architectures",
-                   assumptions)
+                   assumptions, ASSUMED_DEVICE)

@@ -3,7 +3,8 @@ written atomically, returning the path):
 
 * `convergence_curves`: test loss and test accuracy per method (median over seeds) against the
   iteration, or against the predicted wall time (iteration x the model's t_iter), without and
-  with error feedback side by side, the target drawn;
+  with error feedback side by side, the target drawn; one colour and marker per method, the
+  lines layered (`style.layered`) so that none hides another;
 * `iterations_to_target`: iterations each method needed without and with error feedback,
   methods that did not reach the target marked.
 """
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.time_to_accuracy import variant_label
-from .style import figure, line_styles, save, styled
+from .style import figure, halo_widths, legend_handles, line_styles, save, styled
 
 EF_PANELS = ((False, "without error feedback"), (True, "with error feedback"))
 
@@ -38,6 +39,7 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
     first = curve.iloc[0]
     for col, (ef, panel) in enumerate(EF_PANELS):
         rows = curve[curve["error_feedback"].astype(bool) == ef]
+        drawn = {}
         for case in cases:
             runs = rows[rows["case"] == case]
             if runs.empty:
@@ -46,9 +48,14 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
             x = line.index.to_numpy(float)
             if t_iter is not None:
                 x = x * t_iter.get(runs["variant"].iloc[0], np.nan)
-            for row, metric in enumerate(("test_loss", "test_accuracy")):
-                axes[row, col].plot(x, line[metric], label=case,
-                                    **{**styles[case], "marker": None})
+            drawn[case] = (x, line)
+        for row, metric in enumerate(("test_loss", "test_accuracy")):
+            widths = halo_widths({c: (x, line[metric]) for c, (x, line) in drawn.items()},
+                                 log=metric == "test_loss")
+            for i, (case, (x, line)) in enumerate(drawn.items()):
+                axes[row, col].plot(x, line[metric], label=case, **styles[case],
+                                    linewidth=widths[case], markersize=6,
+                                    markevery=(i % 3, 3), zorder=2 + 1 / widths[case])
         axes[0, col].set_title(panel, fontsize="medium")
         axes[0, col].set_yscale("log")
         target_row = 1 if first["metric"] == "accuracy" else 0
@@ -59,13 +66,9 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
                                 f"{tta['workers'].iloc[0]} workers")
     axes[0, 0].set_ylabel("test loss")
     axes[1, 0].set_ylabel("test accuracy")
-    handles, labels = [], []
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    handles, labels = legend_handles(styles)
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small",
+               title="method\n(error feedback:\nright column)")
     against = "iteration" if t_iter is None else "predicted wall time"
     fig.suptitle(title or f"Convergence on task '{first['task']}' vs {against} "
                           f"(median over seeds; dashed: target)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyses.time_to_accuracy import select, time_to_accuracy, tta_verdict, unreached
+from ..analyses.time_to_accuracy import select, time_to_accuracy, unreached
 from ..benches.converge import CONVERGE, load_curves
 from ..common.store import ResultTable, write_atomic
 from . import converge_plots
@@ -62,9 +62,11 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 
 def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
-                        costs=None, latency_s: float = 0.0) -> tuple[list[str], str | None]:
-    """The section's markdown lines for results folder `out`, and its time-to-accuracy
-    verdict line (None when the folder gives none)."""
+                        costs=None, latency_s: float = 0.0, costs_label: str | None = None
+                        ) -> tuple[list[str], pd.DataFrame | None]:
+    """The section's markdown lines for results folder `out`, and its `time_to_accuracy`
+    table (None when the folder gives none), for the report's recommendation; `costs_label`
+    names the codec costs in the text (default: fitted / assumed)."""
     out = Path(out)
     lines = ["## Convergence", ""]
     if not (out / CONVERGE).exists():
@@ -86,7 +88,6 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
     first, row = tta.iloc[0], chosen.iloc[0]
     seeds = sorted(chosen["seed"].unique())
     missed = unreached(tta)
-    verdict = f"- **Time to accuracy:** {tta_verdict(tta)}"
     lines += [
         f"Task `{row['task']}` trained with DDP on {int(row['world_size'])} {row['backend']} "
         f"workers (batch {int(row['batch_size'])} per worker, SGD lr {row['lr']:g}, momentum "
@@ -94,13 +95,17 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         f"{row['metric']} {'>=' if row['metric'] == 'accuracy' else '<='} {row['target']:g} "
         f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
-        f"for `{first['profile']}` on {workers} workers (costs {first['costs']}), so the "
-        f"time to target is iterations x predicted iteration time (`{TTA}`).", "",
-        verdict, "",
+        f"for `{first['profile']}` on {workers} workers (codec costs "
+        f"{costs_label or first['costs']}), so the "
+        f"time to target is iterations x predicted iteration time (`{TTA}`); the "
+        "recommendation above is its fastest variant that reached the target and is priced.",
+        "",
         f"Reached the target on every seed: {len(tta) - len(missed)} of {len(tta)} variants"
         + (f"; not: {', '.join(missed)}." if missed else "."), "",
         _table(pd.DataFrame({
-            "rank": tta["rank"], "method": tta["variant"],
+            "rank": tta["rank"],
+            "method": [v + (" (not converged)" if math.isnan(i) else "") for v, i in
+                       zip(tta["variant"], tta["iterations_to_target"])],
             "iterations to target": [_iterations(r) for _, r in tta.iterrows()],
             "vs none": [_fmt(v, ".2f") + ("x" if not math.isnan(v) else "")
                         for v in tta["iterations_vs_none"]],
@@ -117,4 +122,4 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         "![loss and accuracy vs iteration](convergence_iterations.png)", "",
         "![loss and accuracy vs predicted wall time](convergence_time.png)", "",
         "![iterations to target](iterations_to_target.png)", ""]
-    return lines, verdict
+    return lines, tta

@@ -19,9 +19,10 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import NullFormatter
 
+from ..model.fit import fit_problem
 from ..model.network import Network
 from .style import DPI  # noqa: F401 - the figures' resolution, part of this module's face
-from .style import figure, line_styles, save, styled
+from .style import figure, halo_widths, legend_handles, line_styles, save, styled
 
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
 
@@ -36,10 +37,13 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
     fig, axes = figure(size, len(panels), sharey=True)
     for ax, panel in zip(axes[0], panels):
         rows = sweep if panel is None else sweep[sweep["costs"] == panel]
-        for method in methods:
-            line = rows[rows["method"] == method].sort_values("bandwidth_bps")
-            ax.plot(line["bandwidth_bps"] / 1e9, line["speedup"], label=method, markersize=3,
-                    **styles[method])
+        lines = {m: rows[rows["method"] == m].sort_values("bandwidth_bps") for m in methods}
+        widths = halo_widths({m: (r["bandwidth_bps"], r["speedup"]) for m, r in lines.items()},
+                             log=True)
+        for i, (method, line) in enumerate(lines.items()):
+            ax.plot(line["bandwidth_bps"] / 1e9, line["speedup"], label=method,
+                    **styles[method], linewidth=widths[method], markersize=5,
+                    markevery=(i % 4, 4), zorder=2 + 1 / widths[method])
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
         ax.set_xscale("log")
         ax.set_xlim(1, 400)
@@ -47,10 +51,15 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
         if panel is not None:
             ax.set_title(f"encode/decode costs: {panel}", fontsize="medium")
     speedups = sweep["speedup"].to_numpy(float)
-    if np.nanmax(speedups) / max(np.nanmin(speedups), 1e-12) > 20:
+    lo, hi = np.nanmin(speedups), np.nanmax(speedups)
+    if hi / max(lo, 1e-12) > 4:  # spread the curves near 1
         axes[0, 0].set_yscale("log")
-    axes[0, 0].set_ylabel("speedup over uncompressed (x)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
+        ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 15, 20, 30, 50,
+                             100) if lo / 1.2 <= t <= hi * 1.2]
+        axes[0, 0].yaxis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axes[0, 0].yaxis.set_minor_formatter(NullFormatter())
+    axes[0, 0].set_ylabel("speedup over fp32 DDP (x)")
+    handles, labels = legend_handles(styles)
     fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled speedup of each method vs bandwidth: {row['profile']}, "
@@ -59,10 +68,12 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
 
 
 @styled
-def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(12, 5.5),
+def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6.5),
                 title=None):
     """Measured encode and decode seconds vs elements (log-log) per method, from a
-    compress-bench table; dashed lines: the fits `fit.fit_codec` when given."""
+    compress-bench table: markers, one colour and marker per method; with the fits of
+    `fit.fit_codec`, each method's fitted a + b*n as a line of its colour through its points
+    (dotted when `fit.fit_problem` excludes it), points dropped as outliers hollow."""
     methods = list(dict.fromkeys(table["method"]))
     styles = line_styles(methods)
     fig, axes = figure(size, 2, sharey=True)
@@ -71,23 +82,30 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(12, 5
         for method in methods:
             rows = table[table["method"] == method].sort_values("numel")
             style = styles[method]
-            ax.plot(rows["numel"], rows[f"{phase}_s"], markersize=4, label=method,
-                    **{**style, "linestyle": "none" if fits else style["linestyle"]})
-            if fits and (method, phase) in fits:
-                p = fits[method, phase].params
-                fitted = p["a"] + p["b"] * grid
+            fit = (fits or {}).get((method, phase))
+            dropped = rows["numel"].isin(fit.dropped if fit else ())
+            ax.plot(rows["numel"][~dropped], rows[f"{phase}_s"][~dropped], markersize=5,
+                    label=method, color=style["color"], marker=style["marker"],
+                    linestyle="none" if fits else "-")
+            ax.plot(rows["numel"][dropped], rows[f"{phase}_s"][dropped], markersize=7,
+                    color=style["color"], marker=style["marker"], linestyle="none",
+                    markerfacecolor="none")
+            if fit:
+                fitted = fit.params["a"] + fit.params["b"] * grid
                 ax.plot(grid[fitted > 0], fitted[fitted > 0], color=style["color"],
-                        linestyle=style["linestyle"], linewidth=1)
+                        linestyle=":" if fit_problem(fit) else "-", linewidth=1.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("tensor size (elements)")
         ax.set_title(f"{phase} (per application)", fontsize="medium")
     axes[0, 0].set_ylabel("time (s)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    handles, labels = legend_handles(styles)
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small",
+               title="method" + ("\nmarkers: measured\nline: fit a + b*n\ndotted: fit "
+                                 "excluded\nhollow: outlier\n(dropped)" if fits else ""))
     device = table["device_name"].iloc[0] if "device_name" in table else table["device"].iloc[0]
     fig.suptitle(title or f"Measured encode and decode time vs tensor size on {device}"
-                 + (" (markers; lines: fitted a + b*n)" if fits else ""))
+                 + (", with each method's fitted a + b*n" if fits else ""))
     return save(fig, path)
 
 
@@ -137,10 +155,11 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
         ax.invert_yaxis()
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         ax.set_ylabel("workers")
-        ax.set_title(method, fontsize="medium")
+        ax.set_title({"none": "none (fp32 DDP)"}.get(method, method), fontsize="medium")
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
-                          f"{row['bucketing']} bucketing")
+                          f"{row['bucketing']} bucketing"
+                 + (f", codec costs {row['costs']}" if "costs" in sweep else ""))
     return save(fig, path)
 
 
@@ -163,7 +182,7 @@ def predicted_vs_measured(table: pd.DataFrame, path, size=(9, 6), title=None):
     ax.set_xlabel("iteration time (ms)")
     ax.set_ylabel("method")
     ax.legend(loc="lower right")
-    ax.set_title(title or "Training iteration time: measured vs predicted by the model "
+    fig.suptitle(title or "Training iteration time: measured vs predicted by the model "
                           "(label: relative error)", fontsize="medium")
     return save(fig, path)
 

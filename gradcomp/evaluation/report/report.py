@@ -17,14 +17,17 @@ from pathlib import Path
 import pandas as pd
 
 from ... import names
-from ..analyses.advise import advise, verdict
+from ..analyses.advise import advise
 from ..analyses.measured import train_predictions
+from ..analyses.recommend import recommend_by_accuracy, recommend_by_iteration
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
-from ..model.fit import codec_costs, fit_codec, fit_collectives, summary
+from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
+from ..model.cost_tables import CostTable, cost_table, default_costs
+from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
 from . import plots
 from .converge_report import convergence_section
@@ -35,7 +38,6 @@ TRAIN_PROFILE = "train_profile.json"
 SWEEP, VALIDATION = "speedup_sweep.csv", "train_validation.csv"
 HEAT_WORKERS = (2, 4, 8, 16, 32, 64, 128)
 HEAT_BANDWIDTHS = tuple(g * 1e9 for g in (1, 2.5, 5, 10, 25, 40, 100, 200, 400))
-ASSUMED = "assumed (memory-bound floors)"
 ENV_COLUMNS = ("device_name", "cpu", "torch_version", "gradcomp_version", "python_version",
                "hostname")
 
@@ -43,9 +45,8 @@ ENV_COLUMNS = ("device_name", "cpu", "torch_version", "gradcomp_version", "pytho
 @dataclass(frozen=True)
 class Report:
     """What `write_report` wrote: the results `folder`, the `path` of its ``report.md`` and
-    the `verdicts` the report computed, as they stand there (markdown list items): one per
-    source of encode/decode costs, then time to accuracy when the folder's convergence runs
-    give one."""
+    the `verdicts` as they stand there (markdown list items): exactly one, the
+    recommendation (`analyses.recommend`)."""
     folder: Path
     path: Path
     verdicts: tuple[str, ...]
@@ -90,87 +91,117 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
 
-def _advice(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
-            sources) -> tuple[list[str], list[str], str | None]:
-    """The verdict and ranking sections, their verdict lines, and the best method other
-    than none (first source; None when there is none)."""
-    verdicts, tables = [], []
-    for label, costs in sources.items():
-        table = advise(profile, workers, bandwidth, methods, costs, bucketing, latency_s)
-        tables.append(table.assign(cost_source=label))
-        verdicts.append(f"- **Encode/decode costs {label}:** {verdict(table)}")
-    lines = ["## Verdict", "", *verdicts]
-    _save_csv(pd.concat(tables, ignore_index=True), out / "advise.csv")
+def question_text(profile, workers, bandwidth, bucketing, latency_s) -> str:
     p = load_profile(profile)
-    lines += ["", f"Question: profile `{p.name}` on {workers} workers at "
-                  f"{format_rate(parse_rate(bandwidth))}, {bucketing} bucketing"
-                  + (f", latency {latency_s * 1e6:g} us per hop" if latency_s else "")
-                  + ". Profile "
-                  f"source: {p.source or 'not recorded'}"]
-    if len(sources) > 1:
-        lines.append("The profile's device and the device whose encode/decode costs were "
-                     "measured may differ: the verdicts with measured and with assumed costs "
-                     "show how much that matters.")
-    lines.append("")
-    for label, table in zip(sources, tables):
-        lines += [f"### Ranking, costs {label}", "", _md(table, {
-            "rank": ("rank", _num("d")), "method": ("method", _text),
-            "aggregation": ("aggregation", _text),
-            "t_iter_s": ("iteration (ms)", _num(".2f", 1e3)), "sf": ("SF", _num(".3f")),
-            "speedup": ("speedup", _num(".2f")), "compression": ("compression", _num(".3g")),
-            "exposed_comm_s": ("exposed comm (ms)", _num(".2f", 1e3)),
-            "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)), "costs": ("costs", _text)}),
-            ""]
-    others = tables[0][tables[0]["method"] != "none"]["method"]
-    return lines, verdicts, others.iloc[0] if len(others) else None
+    return (f"`{p.name}` on {workers} workers at {format_rate(parse_rate(bandwidth))}, "
+            f"{bucketing} bucketing" + (f", latency {latency_s * 1e6:g} us per hop"
+                                        if latency_s else ""))
 
 
-def _whatif(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods, sources,
-            best: str | None) -> list[str]:
-    curves = pd.concat([sweep(profile, workers=workers, methods=methods, costs=costs,
-                              bucketing=bucketing, latency_s=latency_s).assign(costs=label)
-                        for label, costs in sources.items()], ignore_index=True)
+def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
+             table: CostTable) -> tuple[list[str], pd.DataFrame]:
+    """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
+    table prices, and its section."""
+    ranking = advise(profile, workers, bandwidth, [m for m in methods if table.priced(m)],
+                     table.costs, bucketing, latency_s)
+    _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
+    p = load_profile(profile)
+    excluded = table.excluded
+    lines = [f"Profile source: {p.source or 'not recorded'} (device: "
+             f"{p.device or 'not recorded'}). Codec costs: {table.provenance}.", ""]
+    if table.changed:
+        lines += [f"Kernels changed since table `{table.name}` was measured: "
+                  f"{', '.join(table.changed)} (see the encode/decode section).", ""]
+    if excluded:
+        lines += ["Not priced (codec fit excluded, never ranked or recommended): "
+                  + "; ".join(f"{m} ({why})" for m, why in excluded.items()) + ".", ""]
+    lines += [f"### Supporting ranking: predicted time per iteration, costs {table.label}", "",
+              "Iteration time only (convergence not included); `none` is fp32 DDP and "
+              "`bf16` a bf16 all-reduce, the two baselines (`advise.csv`).", "",
+              _md(ranking, {
+                  "rank": ("rank", _num("d")), "method": ("method", _text),
+                  "aggregation": ("aggregation", _text),
+                  "t_iter_s": ("iteration (ms)", _num(".2f", 1e3)), "sf": ("SF", _num(".3f")),
+                  "speedup": ("speedup vs fp32", _num(".2f")),
+                  "compression": ("compression", _num(".3g")),
+                  "exposed_comm_s": ("exposed comm (ms)", _num(".2f", 1e3)),
+                  "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)),
+                  "costs": ("costs", _text)}), ""]
+    return lines, ranking
+
+
+def _whatif(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
+            table: CostTable, best: str | None) -> list[str]:
+    methods = [m for m in dict.fromkeys(["none", "bf16", *methods]) if table.priced(m)]
+    curves = sweep(profile, workers=workers, methods=methods, costs=table.costs,
+                   bucketing=bucketing, latency_s=latency_s).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
     plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png")
-    label, costs = next(iter(sources.items()))
-    shown = ["none"] + ([best] if best else [])
-    heat = sweep(profile, HEAT_BANDWIDTHS, HEAT_WORKERS, shown, costs=costs,
-                 bucketing=bucketing, latency_s=latency_s).assign(costs=label)
+    shown = list(dict.fromkeys(["none"] + ([best] if best else [])))
+    heat = sweep(profile, HEAT_BANDWIDTHS, HEAT_WORKERS, shown, costs=table.costs,
+                 bucketing=bucketing, latency_s=latency_s).assign(costs=table.name)
     _save_csv(heat, out / "scaling_sweep.csv")
     plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
     return ["## What if", "",
-            "Modelled speedup over uncompressed for every method, 1-400 Gbit/s "
-            "(`speedup_sweep.csv`):", "", "![speedup vs bandwidth](speedup_vs_bandwidth.png)",
-            "", "Scaling factor over bandwidth x workers, uncompressed"
-                + (f" and {best} (the best other method at {format_rate(parse_rate(bandwidth))}"
-                   f", costs {label})" if best else "") + " (`scaling_sweep.csv`):", "",
-            "![scaling factor](scaling_heatmap.png)", ""]
+            f"Modelled speedup over fp32 DDP for every priced method, 1-400 Gbit/s, codec "
+            f"costs {table.label} (`speedup_vs_bandwidth.png`, `speedup_sweep.csv`):", "",
+            "![speedup vs bandwidth](speedup_vs_bandwidth.png)", "",
+            "Scaling factor over bandwidth x workers, fp32 DDP"
+            + (f" and the recommended method's {best}" if best and best != "none" else "")
+            + " (`scaling_sweep.csv`):", "", "![scaling factor](scaling_heatmap.png)", ""]
 
 
-def _codec(out: Path, compress: pd.DataFrame, fits: dict) -> list[str]:
+def _fit_table(fits: dict, order) -> str:
+    table = summary(fits)
+    wide = table.pivot(index="method", columns="phase",
+                       values=["a", "b", "r2", "worst_rel_residual", "n", "status"])
+    wide.columns = [f"{v}_{p}" for v, p in wide.columns]
+    wide = wide.reindex([m for m in dict.fromkeys(order) if m in wide.index]).reset_index()
+    return _md(wide, {
+        "method": ("method", _text),
+        "a_encode": ("encode a (us)", _num(".3g", 1e6)),
+        "b_encode": ("encode b (ns/el.)", _num(".3g", 1e9)),
+        "r2_encode": ("encode R^2", _num(".3f")),
+        "worst_rel_residual_encode": ("encode worst", _num(".0%")),
+        "status_encode": ("encode fit", _text),
+        "a_decode": ("decode a (us)", _num(".3g", 1e6)),
+        "b_decode": ("decode b (ns/el.)", _num(".3g", 1e9)),
+        "r2_decode": ("decode R^2", _num(".3f")),
+        "worst_rel_residual_decode": ("decode worst", _num(".0%")),
+        "status_decode": ("decode fit", _text),
+        "n_encode": ("points", _num(".0f"))})
+
+
+FIT_RULE = ("Fit: `a + b*numel` by least squares weighted by 1/time (small sizes count), a "
+            "point > 50% and 4x the median off the line dropped as an outlier (up to a third; "
+            "`codec_fits.csv` names them); worst: the largest |relative residual| of the "
+            "points used. A fit with R^2 < 0.9 is excluded and its method not priced, unless "
+            "every point lies within 20% of it (`flat`: a cost that hardly grows with size, "
+            "where R^2 has nothing to explain).")
+
+
+def _codec(out: Path, compress: pd.DataFrame, fits: dict, table: CostTable) -> list[str]:
     lines = ["## Encode/decode costs", ""]
     if compress.empty:
-        return lines + ["Not measured in this run (no `compress.csv`): the model used the "
-                        "assumed memory-bound floors.", ""]
-    table = summary(fits)
-    _save_csv(table, out / "codec_fits.csv")
-    plots.codec_costs(compress, out / "codec_costs.png", fits)
-    wide = table.pivot(index="method", columns="phase", values=["a", "b", "r2", "n"])
-    wide.columns = [f"{v}_{p}" for v, p in wide.columns]
-    wide = wide.reindex(list(dict.fromkeys(compress["method"]))).reset_index()
-    device = compress["device_name"].iloc[0]
-    sizes = ", ".join(f"{n:,}" for n in sorted(compress["numel"].unique()))
-    return lines + [f"Fitted `a + b*numel` per application on {device} (sizes {sizes} "
-                    "elements; `codec_fits.csv`):", "", _md(wide, {
-                        "method": ("method", _text),
-                        "a_encode": ("encode a (us)", _num(".3g", 1e6)),
-                        "b_encode": ("encode b (ns/element)", _num(".3g", 1e9)),
-                        "r2_encode": ("encode R^2", _num(".3f")),
-                        "a_decode": ("decode a (us)", _num(".3g", 1e6)),
-                        "b_decode": ("decode b (ns/element)", _num(".3g", 1e9)),
-                        "r2_decode": ("decode R^2", _num(".3f")),
-                        "n_encode": ("sizes", _num(".0f"))}),
-                    "", "![encode and decode costs](codec_costs.png)", ""]
+        lines += ["Not measured on this machine in this run (no `compress.csv`).", ""]
+    else:
+        _save_csv(summary(fits), out / "codec_fits.csv")
+        plots.codec_costs(compress, out / "codec_costs.png", fits)
+        device = compress["device_name"].iloc[0]
+        sizes = ", ".join(f"{n:,}" for n in sorted(compress["numel"].unique()))
+        poor = poor_fits(fits)
+        lines += [f"Measured on this machine ({device}; sizes {sizes} elements; "
+                  "`codec_fits.csv`). " + FIT_RULE, "", _fit_table(fits, compress["method"]),
+                  "", "Excluded here: " + ("; ".join(f"{m} ({why})" for m, why in
+                                                    poor.items()) if poor else "none") + ".",
+                  "", "![encode and decode costs](codec_costs.png)", ""]
+    if table.fits and table.name != "measured":
+        lines += [f"The question is priced with table {table.label}: {table.provenance}.", "",
+                  _fit_table(table.fits, [m for m, _ in table.fits]), "",
+                  *[f"- {note}" for note in table.notes], ""]
+    elif not table.fits:
+        lines += [f"The question is priced with {table.label}: {table.provenance}.", ""]
+    return lines
 
 
 def _collectives(out: Path, collective: pd.DataFrame, fits: dict) -> list[str]:
@@ -190,18 +221,23 @@ def _collectives(out: Path, collective: pd.DataFrame, fits: dict) -> list[str]:
         "", "![collective times](collective_times.png)", ""]
 
 
-def _train(out: Path, train: pd.DataFrame, collective_fits: dict, costs: dict) -> list[str]:
+def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: dict
+           ) -> list[str]:
     lines = ["## Training: measured vs predicted", ""]
     profile_path = out / TRAIN_PROFILE
     if train.empty or not collective_fits or not profile_path.exists():
         return lines + ["Not available: needs `train.csv`, `train_profile.json` and "
                         "`collective.csv` from this run.", ""]
     try:
-        table = train_predictions(train, load_profile(profile_path), collective_fits, costs)
+        table = train_predictions(train, load_profile(profile_path), collective_fits,
+                                  codec_costs(codec_fits, usable_only=True),
+                                  poor_fits(codec_fits))
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""]
     _save_csv(table, out / VALIDATION)
-    plots.predicted_vs_measured(table, out / "predicted_vs_measured.png")
+    plots.predicted_vs_measured(table.assign(method=[
+        m if c in ("fitted", "none") else f"{m} (assumed)"
+        for m, c in zip(table["method"], table["costs"])]), out / "predicted_vs_measured.png")
     rel = table["rel_error"].abs()
     row = train.iloc[0]
     return lines + [
@@ -209,8 +245,9 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, costs: dict) -
         f"{int(row['batch_size'])} per worker), {int(row['world_size'])} {row['backend']} "
         f"workers, median of {int(row['iterations'])} iterations after {int(row['warmup'])} "
         f"warm-up. Predicted from this run's other measurements only: the model's profile "
-        f"(`{TRAIN_PROFILE}`), the collective fits as the network and the codec fits (methods "
-        "without them: assumed costs); contention 1; no parameter fitted to these runs. "
+        f"(`{TRAIN_PROFILE}`), the collective fits as the network and this machine's usable "
+        "codec fits (methods without one: assumed costs, as the costs column says); "
+        "contention 1; no parameter fitted to these runs. "
         "`ddp` (DDP without a hook) is modelled as `none`.", "",
         f"Relative error: mean |e| {rel.mean():.1%}, max |e| {rel.max():.1%} "
         "(`train_validation.csv`).", "", _md(table, {
@@ -237,36 +274,46 @@ def _environment(tables: dict) -> list[str]:
 
 
 def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="10gbit",
-                 bucketing: str = "ddp", latency_s: float = 0.0) -> Report:
-    """Analyse the tables in `results_dir` and write ``report.md`` there: the verdict and
-    ranking for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop),
-    what-if curves, the fits, the training validation, the figures and the environment.
-    Returns its path and verdicts (`Report`). A folder that does not exist or holds none of
+                 bucketing: str = "ddp", latency_s: float = 0.0, costs=None) -> Report:
+    """Analyse the tables in `results_dir` and write ``report.md`` there: one recommendation
+    for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), priced with
+    the codec-cost table `costs` (a `cost_tables` name or CSV; None: the table of the
+    profile's device, `cost_tables.default_costs`), the supporting ranking, what-if curves,
+    the fits, the training validation, convergence, the figures and the environment.
+    Returns its path and verdict (`Report`). A folder that does not exist or holds none of
     the measurement tables is a ValueError: the report would claim numbers it has not."""
     out = Path(results_dir)
     check_results(out)
     tables = load_tables(out)
     compress, collective, train = tables[COMPRESS], tables[COLLECTIVE], tables[TRAIN]
+    prof = load_profile(profile)
+    table = cost_table(costs if costs is not None else
+                       default_costs(prof.device, not compress.empty), compress)
     codec_fits = fit_codec(compress) if not compress.empty else {}
-    costs = codec_costs(codec_fits)
     collective_fits = fit_collectives(collective) if not collective.empty else {}
-    methods = list(dict.fromkeys(compress["method"])) if costs else names()
-    sources = {ASSUMED: {}}
-    if costs:
-        sources = {f"measured on {compress['device_name'].iloc[0]}": costs, **sources}
+    methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
+    question = question_text(profile, workers, bandwidth, bucketing, latency_s)
+    ranking_lines, ranking = _ranking(out, profile, workers, bandwidth, bucketing, latency_s,
+                                      methods, table)
+    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing,
+                                           table.costs, latency_s, table.label)
+    if tta is not None:
+        verdict = recommend_by_accuracy(tta, table, prof.device, question)
+        best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
+    else:
+        verdict = recommend_by_iteration(ranking, table, prof.device, question)
+        best = ranking[ranking["method"].isin(("none", "bf16", "fp16"))
+                       & ranking["method"].map(table.priced)]
+    best_method = best["method"].iloc[0] if len(best) else None
     lines = ["# gradcomp evaluation report", "",
-             f"Results folder `{out}`; all numbers below were computed from its tables.", ""]
-    advice, verdicts, best = _advice(out, profile, workers, bandwidth, bucketing, latency_s,
-                                     methods, sources)
-    lines += advice
-    lines += _whatif(out, profile, workers, bandwidth, bucketing, latency_s, methods, sources,
-                     best)
-    lines += _codec(out, compress, codec_fits)
+             f"Results folder `{out}`; all numbers below were computed from its tables.", "",
+             "## Verdict", "", verdict, "", *ranking_lines]
+    lines += _whatif(out, profile, workers, bandwidth, bucketing, latency_s, methods, table,
+                     best_method)
+    lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
-    lines += _train(out, train, collective_fits, costs)
-    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing, costs,
-                                           latency_s)
+    lines += _train(out, train, collective_fits, codec_fits)
     lines += convergence
     lines += _environment(tables)
     path = write_atomic(out / "report.md", "\n".join(lines))
-    return Report(out, path, (*verdicts, *([tta] if tta else [])))
+    return Report(out, path, (verdict,))

@@ -1,0 +1,119 @@
+"""One recommendation a user can act on, with its speedup over fp32 DDP and over a 16-bit
+all-reduce (bf16; fp16 on GPUs without bf16 support).
+
+With convergence runs (`recommend_by_accuracy`): the variant (method, options, error
+feedback) with the shortest predicted time to accuracy among those that reached the target
+on every seed and are priced by the cost table; a variant that did not converge, or whose
+codec fit was excluded, is never recommended (the line names them).
+
+Without convergence runs (`recommend_by_iteration`): nothing says how a lossy method slows
+learning, so only methods whose convergence is not in question (`SAFE`: fp32, fp16, bf16)
+are recommended, by predicted iteration time; the fastest other method is named as
+unverified, with the command that would check it.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ..model.cost_tables import CostTable, hardware_note
+
+SAFE = ("none", "bf16", "fp16")
+NO_BF16 = ("V100", "P100", "P40", "P4", "T4", "K80", "M40")  # GPUs without bf16 arithmetic
+
+
+def sixteen_bit(device: str) -> str:
+    """The 16-bit all-reduce a user of `device` would run: bf16, or fp16 where the GPU has
+    no bf16 support (Volta and older, Turing)."""
+    return "fp16" if any(tag in (device or "") for tag in NO_BF16) else "bf16"
+
+
+def _name(method: str) -> str:
+    return {"none": "fp32 DDP (no compression)", "bf16": "bf16 all-reduce",
+            "fp16": "fp16 all-reduce"}.get(method, method)
+
+
+def _head(profile_device: str, table: CostTable, question: str) -> str:
+    mix = hardware_note(profile_device, table)
+    return ("- **Recommendation**" + (f" ({mix})" if mix else "") + f" for {question}, "
+            f"codec costs from table `{table.name}`: ")
+
+
+def _ratio(ref, best, column: str) -> float:
+    return ref[column] / best[column] if ref is not None else math.nan
+
+
+def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: str,
+                          question: str) -> str:
+    """The recommendation line from a `time_to_accuracy` table priced with `table`."""
+    priced = tta["method"].map(table.priced)
+    reached = tta["time_to_target_s"].notna()
+    candidates = tta[priced & reached]
+    unpriced = list(tta[~priced]["variant"])
+    failed = list(tta[~reached]["variant"])
+    tail = ("" if not failed else f" Never recommended, did not reach the target: "
+            f"{', '.join(failed)}.") + ("" if not unpriced else
+                                        f" Not priced (codec fit excluded or not in the "
+                                        f"table): {', '.join(unpriced)}.")
+    head = _head(profile_device, table, question)
+    if candidates.empty:
+        return head + f"none: no priced variant reached the target.{tail}"
+    best = candidates.iloc[0]
+    plain = tta[~tta["error_feedback"]].set_index("method")
+    half = sixteen_bit(profile_device)
+    parts = []
+    for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce")):
+        if best["variant"] == base:
+            continue
+        ref = plain.loc[base] if base in plain.index else None
+        if not table.priced(base):
+            parts.append(f"no comparison with {label}: {base} is not priced by table "
+                         f"`{table.name}` ({table.excluded.get(base, 'not in it')})")
+        elif ref is not None and not math.isnan(ref["time_to_target_s"]):
+            parts.append(f"{_ratio(ref, best, 'time_to_target_s'):.2f}x sooner than {label} "
+                         f"({ref['iterations_to_target']:.0f} iterations x "
+                         f"{ref['t_iter_s'] * 1e3:.1f} ms)")
+        elif ref is not None:
+            parts.append(f"{_ratio(ref, best, 't_iter_s'):.2f}x faster per iteration than "
+                         f"{label}, which did not reach the target")
+        else:
+            parts.append(f"no {label} run to compare with")
+    ref = plain.loc["none"] if "none" in plain.index else None
+    if ref is not None and best["variant"] != "none" and \
+            ref["iterations_min"] <= best["iterations_to_target"] <= ref["iterations_max"]:
+        parts.append(f"its iteration count lies within fp32 DDP's seed spread "
+                     f"({ref['iterations_min']:.0f}-{ref['iterations_max']:.0f}), so the gain "
+                     "is the iteration time")
+    goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
+            f"{best['target']:g} on task '{best['task']}'")
+    return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
+            f"{best['iterations_to_target']:.0f} iterations x {best['t_iter_s'] * 1e3:.1f} ms "
+            f"= {best['time_to_target_s']:.3g} s (iterations measured, iteration time "
+            f"predicted){'; ' + '; '.join(parts) if parts else ''}.{tail}")
+
+
+def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_device: str,
+                           question: str) -> str:
+    """The recommendation line from an `advise` ranking when no convergence runs exist."""
+    head = _head(profile_device, table, question)
+    rows = ranking[ranking["method"].map(table.priced)]
+    safe = rows[rows["method"].isin(SAFE)]
+    best = safe.iloc[0]
+    by = rows.set_index("method")
+    half = sixteen_bit(profile_device)
+    parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
+              f"than {label}") if base in by.index else
+             (f"no comparison with {label}: {base} is not priced by table `{table.name}` "
+              f"({table.excluded.get(base, 'not in it')})") if not table.priced(base) else
+             f"no comparison with {label}: {base} was not ranked"
+             for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce"))
+             if base != best["method"]]
+    other = rows[~rows["method"].isin(SAFE)]
+    unverified = "" if other.empty or other.iloc[0]["t_iter_s"] >= best["t_iter_s"] else (
+        f" Faster per iteration but unverified: {other.iloc[0]['method']} "
+        f"({best['t_iter_s'] / other.iloc[0]['t_iter_s']:.2f}x); whether it reaches the "
+        "same accuracy is unknown: run `gradcomp bench converge` and pass --convergence.")
+    return (head + f"**{_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
+            f"iteration{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
+            f"only {', '.join(SAFE)} are recommended without them.{unverified}")

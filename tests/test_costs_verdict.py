@@ -1,0 +1,226 @@
+"""Codec-cost tables by name, robust codec fits (outliers, poor fits flagged and excluded),
+the one recommendation (never a method that did not converge) against fp32 DDP and a 16-bit
+all-reduce, the bf16 baseline row, and the plot styles that keep every line visible."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gradcomp import names
+from gradcomp.compressors import compressor
+from gradcomp.evaluation.analyses.advise import advise
+from gradcomp.evaluation.analyses.recommend import (recommend_by_accuracy,
+                                                    recommend_by_iteration, sixteen_bit)
+from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy
+from gradcomp.evaluation.model.cost_tables import (CostTable, cost_table, default_costs,
+                                                   hardware_note, measured_table)
+from gradcomp.evaluation.model.fit import codec_costs, fit_codec, fit_status, summary
+from gradcomp.evaluation.profiles.profiles import load_profile, save_profile
+from gradcomp.evaluation.report.style import halo_widths, line_styles
+
+SIZES = [2**k for k in range(10, 23, 2)]
+QUESTION = "`resnet50` on 8 workers at 10 Gbit/s, ddp bucketing"
+
+
+def linear_table(method="qsgd", a=50e-6, b=2e-9, noise=0.03, seed=0) -> pd.DataFrame:
+    """A compress-bench-like table of a + b*n with a few % of multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    n = np.array(SIZES, float)
+    return pd.DataFrame({"method": method, "numel": SIZES, "device_name": "cpu",
+                         "encode_s": (a + b * n) * rng.uniform(1 - noise, 1 + noise, len(n)),
+                         "decode_s": (a / 2 + b * n / 4) * rng.uniform(1 - noise, 1 + noise,
+                                                                      len(n))})
+
+
+def test_an_injected_outlier_cannot_wreck_the_fit():
+    table = linear_table()
+    table.loc[table["numel"] == 2**18, "encode_s"] *= 15  # one measurement under load
+    fit = fit_codec(table)["qsgd", "encode"]
+    assert fit.dropped == (2**18,)
+    assert fit.params["b"] == pytest.approx(2e-9, rel=0.05)
+    assert fit.params["a"] == pytest.approx(50e-6, rel=0.3)
+    assert fit.r2 > 0.99 and fit.worst_rel < 0.1 and fit_status(fit) == "ok"
+    # Plain least squares is wrecked by it: the intercept the issue reported.
+    plain = np.polyfit(table["numel"], table["encode_s"], 1)[1]
+    assert plain > 10 * 50e-6
+    row = summary(fit_codec(table)).set_index(["method", "phase"]).loc[("qsgd", "encode")]
+    assert row["dropped"] == str(2**18) and row["status"] == "ok"
+    assert row["worst_rel_residual"] == pytest.approx(fit.worst_rel)
+
+
+def test_a_poor_fit_is_flagged_and_excluded_from_pricing():
+    rng = np.random.default_rng(1)
+    noisy = pd.DataFrame({"method": "int8", "numel": SIZES, "device_name": "cpu",
+                          "encode_s": rng.uniform(1e-4, 1e-2, len(SIZES)),
+                          "decode_s": 1e-5 + 1e-9 * np.array(SIZES, float)})
+    table = pd.concat([noisy, linear_table("topk")], ignore_index=True)
+    fits = fit_codec(table)
+    assert fits["int8", "encode"].r2 < 0.9 and fit_status(fits["int8", "encode"]) == "excluded"
+    assert set(codec_costs(fits, usable_only=True)) == {"topk"}
+    costs = measured_table(table)
+    assert "int8" in costs.excluded and "R^2" in costs.excluded["int8"]
+    assert not costs.priced("int8") and costs.priced("topk") and costs.priced("none")
+    ranking = advise("resnet50", 8, "10gbit", [m for m in ("int8", "topk") if costs.priced(m)],
+                     costs.costs)
+    line = recommend_by_iteration(ranking, costs, "cpu", QUESTION)
+    assert "int8" not in set(ranking["method"]) and "int8" not in line
+
+
+def test_a_flat_cost_is_used_though_its_r2_says_nothing():
+    rng = np.random.default_rng(2)
+    flat = pd.DataFrame({"method": "signsgd", "numel": SIZES,
+                         "encode_s": 250e-6 * rng.uniform(0.95, 1.05, len(SIZES)),
+                         "decode_s": 1e-5 + 1e-9 * np.array(SIZES, float)})
+    fit = fit_codec(flat)["signsgd", "encode"]
+    assert fit.r2 < 0.9 and fit.worst_rel <= 0.2 and fit_status(fit) == "flat"
+    assert "signsgd" in codec_costs(fit_codec(flat), usable_only=True)
+
+
+def test_named_cost_tables_and_bad_names():
+    h100 = cost_table("h100")
+    assert h100.device == "NVIDIA H100 80GB HBM3" and h100.name == "h100"
+    for fact in ("2026-11-22", "cb32034", "benchmarks/results/h100-2026-11-22/compress_h100.csv"):
+        assert fact in h100.provenance
+    assert {"topk", "randomk", "threshold", "powersgd"} <= set(h100.changed)
+    assert "fp16" not in h100.changed
+    assert set(names()) - {"none"} <= set(h100.costs) and not h100.excluded
+    assert {f.n for f in h100.fits.values()} == {9}  # 2^10, 2^12, ..., 2^26, none dropped
+    assert all(h100.priced(m) for m in names())
+    assumed = cost_table("assumed")
+    assert assumed.costs == {} and assumed.priced("topk") and assumed.device == ""
+    for bad in ("h200", "H100", ""):
+        with pytest.raises(ValueError, match=r"costs=.* is not allowed: choose one of 'h100', "
+                                             r"'measured', 'assumed'"):
+            cost_table(bad)
+    with pytest.raises(ValueError, match="costs='measured' is not allowed here"):
+        cost_table("measured")
+    measured = cost_table("measured", linear_table())
+    assert measured.device == "cpu" and set(measured.costs) == {"qsgd"}
+
+
+def test_the_shipped_h100_table_is_the_committed_measurement():
+    from pathlib import Path
+
+    from gradcomp.evaluation.model import cost_tables
+
+    meta = json.loads((cost_tables.DATA / "h100.json").read_text())
+    committed = Path(__file__).parent.parent / meta["file"]
+    assert (cost_tables.DATA / "h100.csv").read_bytes() == committed.read_bytes()
+
+
+def test_the_question_is_priced_on_its_own_device(tmp_path):
+    assert load_profile("resnet50").device == "NVIDIA V100"
+    assert load_profile("gpt2").device == "NVIDIA V100"
+    path = save_profile(load_profile("vgg16"), tmp_path / "p.json")
+    assert load_profile(path).device == "NVIDIA V100"
+    assert default_costs("NVIDIA V100", measured=False) == "h100"
+    assert default_costs("cpu", measured=True) == "measured"
+    with pytest.raises(ValueError, match="give --costs"):
+        default_costs("cpu", measured=False)
+    h100 = cost_table("h100")
+    assert hardware_note("NVIDIA H100 80GB HBM3", h100) is None
+    assert hardware_note("NVIDIA V100", h100).startswith(
+        "mixed hardware: NVIDIA V100 compute with NVIDIA H100 80GB HBM3 codec costs, two "
+        "different GPUs")
+    assert sixteen_bit("NVIDIA V100") == "fp16" and sixteen_bit("NVIDIA H100 80GB HBM3") == \
+        "bf16" and sixteen_bit("cpu") == "bf16"
+
+
+def test_run_asks_for_costs_before_measuring_a_profile_of_no_device(tmp_path):
+    from gradcomp.evaluation.run import run
+
+    data = json.loads(save_profile(load_profile("resnet50"), tmp_path / "p.json").read_text())
+    data.pop("device")  # as a profile saved before profiles carried their device
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="unrecorded device .* give --costs"):
+        run(tmp_path / "r", profile=tmp_path / "old.json", progress=False)
+    with pytest.raises(ValueError, match="costs='h200' is not allowed"):
+        run(tmp_path / "r", costs="h200", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_ranking_holds_the_bf16_baseline():
+    table = advise("resnet50", 8, "10gbit", ["topk"])
+    assert set(table["method"]) == {"none", "bf16", "topk"}
+    assert set(advise("resnet50", 8, "10gbit", ["bf16"])["method"]) == {"none", "bf16"}
+
+
+def convergence_runs(reached: dict) -> pd.DataFrame:
+    """A `bench converge` summary: one seed per (method, error feedback) of `reached`,
+    {(method, ef): iterations or None (not reached)}."""
+    rows = []
+    for (method, ef), iterations in reached.items():
+        rows.append({"task": "teacher", "metric": "accuracy", "target": 0.85,
+                     "method": method, "options": json.dumps(compressor(method).options()),
+                     "error_feedback": ef, "seed": 0, "reached": iterations is not None,
+                     "iterations_to_target": np.nan if iterations is None else iterations,
+                     "max_iters": 200, "final_accuracy": 0.9 if iterations else 0.3,
+                     "diverged": False, "bytes_sent_per_iter": 1000.0, "ratio": 4.0})
+    return pd.DataFrame(rows)
+
+
+def test_one_verdict_never_recommends_a_method_that_did_not_converge():
+    # randomk is the fastest per iteration at 10 Gbit/s, but it never reached the target.
+    runs = convergence_runs({("none", False): 70, ("bf16", False): 70, ("fp16", False): 70,
+                             ("randomk", False): None, ("randomk", True): None,
+                             ("topk", False): 150, ("topk", True): 40})
+    h100 = cost_table("h100")
+    tta = time_to_accuracy(runs, "resnet50", 8, "10gbit", h100.costs)
+    per_iteration = tta.sort_values("t_iter_s").iloc[0]
+    assert per_iteration["method"] == "randomk"
+    line = recommend_by_accuracy(tta, h100, "NVIDIA H100 80GB HBM3", QUESTION)
+    reached = tta[tta["time_to_target_s"].notna()]
+    best = reached.iloc[0]
+    assert best["variant"] == "topk +EF" and "**topk +EF**" in line
+    none = tta[(tta["method"] == "none")].iloc[0]
+    bf16 = tta[(tta["method"] == "bf16")].iloc[0]
+    assert f"{none['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner than fp32 DDP" \
+        in line
+    assert f"{bf16['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner than the bf16 " \
+           "all-reduce" in line
+    assert "did not reach the target: randomk, randomk +EF" in line
+    assert line.startswith("- **Recommendation** for") and "mixed" not in line  # same device
+    # On a V100 the 16-bit baseline is fp16.
+    assert "than the fp16 all-reduce" in recommend_by_accuracy(tta, h100, "NVIDIA V100",
+                                                               QUESTION)
+
+
+def test_a_baseline_the_table_does_not_price_is_said_not_compared():
+    runs = convergence_runs({("none", False): 70, ("bf16", False): 70, ("qsgd", False): 70})
+    costs = measured_table(linear_table("qsgd"))  # no bf16 row: bf16 is not priced
+    tta = time_to_accuracy(runs, "resnet50", 8, "1gbit", costs.costs)
+    line = recommend_by_accuracy(tta, costs, "cpu", QUESTION)
+    assert "**qsgd**" in line and "sooner than fp32 DDP" in line
+    assert "no comparison with the bf16 all-reduce: bf16 is not priced by table `measured`" \
+        in line and "sooner than the bf16" not in line
+
+
+def test_without_convergence_runs_only_lossless_casts_are_recommended():
+    h100 = cost_table("h100")
+    ranking = advise("resnet50", 8, "1gbit", ["fp16", "topk", "randomk"], h100.costs)
+    assert ranking.iloc[0]["method"] in ("topk", "randomk")  # faster per iteration
+    line = recommend_by_iteration(ranking, h100, "NVIDIA H100 80GB HBM3", QUESTION)
+    by = ranking.set_index("method")
+    safe = by.loc[["none", "bf16", "fp16"], "t_iter_s"].idxmin()
+    assert f"**{'bf16 all-reduce' if safe == 'bf16' else 'fp16 all-reduce'}**" in line
+    assert "No convergence runs" in line and "unverified: " + ranking.iloc[0]["method"] in line
+
+
+def test_no_line_hides_another_and_error_feedback_is_dashed():
+    x = np.arange(10.0)
+    same = np.linspace(0.3, 0.9, 10)
+    widths = halo_widths({"none": (x, same), "fp16": (x, same + 1e-4), "bf16": (x, same),
+                          "randomk": (x, same * 0 + 0.3)})
+    assert widths["none"] > widths["fp16"] > widths["bf16"] == widths["randomk"]
+    styles = line_styles(["none", "topk", "topk +EF", *[f"m{i}" for i in range(16)]])
+    assert styles["topk +EF"]["color"] == styles["topk"]["color"]
+    assert styles["topk +EF"]["linestyle"] == "--" and styles["topk"]["linestyle"] == "-"
+    colours = [styles[m]["color"] for m in styles if not m.endswith("+EF")]
+    assert len(set(colours)) == len(colours) == 18
+
+
+def test_cost_table_is_a_plain_value():
+    table = CostTable("x", "cpu", "made here")
+    assert table.costs == {} and table.excluded == {} and not table.priced("topk")
+    assert table.label == "`x` (cpu)"
