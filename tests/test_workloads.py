@@ -116,7 +116,8 @@ def test_a_users_transformer_file_runs_through_every_command(tmp_path):
     assert (summary["iterations_run"] < 30).all() and (summary["target"] == 2.0).all()
     assert len(pd.read_csv(converge.curve_path(conv))) >= len(summary)
     code, out, err = gradcomp_cli("advise", "--profile", profile, "--measured", runs,
-                                  "--workers", 2, "--bandwidth", "10gbit", "--json")
+                                  "--costs", "assumed", "--workers", 2, "--bandwidth", "10gbit",
+                                  "--json")
     assert code == 0, err
     measured = pd.DataFrame(json.loads(out)["measured"])
     assert measured["method"].tolist() == ["ddp", "fp16", "powersgd", "topk"]
