@@ -52,7 +52,7 @@ from ..common.env import barrier, check_backend, environment, init_from_env, loc
 from ..common.store import ResultTable, as_table
 from ..common.timing import Clock
 from ..common.units import parse_rate
-from ..profiles.measure import measure_profile
+from ..profiles.measure import measure_ddp_profile, measure_profile
 from ..profiles.profiles import Profile, save_profile
 from .compress import method_cases
 
@@ -84,11 +84,15 @@ def build_model(name: str = "mlp", batch_size: int = 64, device="cpu", data_seed
 
 
 def model_profile(name: str = "mlp", batch_size: int = 64, device="cpu", repeats: int = 10,
-                  warmup: int = 3) -> Profile:
-    """The profile of a built-in model's iteration, measured on `device`."""
+                  warmup: int = 3, ddp_bucket_cap_mb: float | None = None) -> Profile:
+    """The profile of a built-in model's iteration, measured on `device`; with
+    `ddp_bucket_cap_mb`, as DDP runs it (`measure_ddp_profile`: on every rank at once)."""
     model, x, y = build_model(name, batch_size, device)
-    return measure_profile(model, x, lambda out: F.cross_entropy(out, y), repeats, warmup,
-                           name=f"{name} (batch {batch_size})")
+    loss = lambda out: F.cross_entropy(out, y)  # noqa: E731
+    label = f"{name} (batch {batch_size})"
+    if ddp_bucket_cap_mb is not None:
+        return measure_ddp_profile(model, x, loss, ddp_bucket_cap_mb, repeats, warmup, label)
+    return measure_profile(model, x, loss, repeats, warmup, name=label)
 
 
 def _options_text(name: str, options: dict) -> str:

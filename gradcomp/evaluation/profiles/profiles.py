@@ -45,7 +45,9 @@ class Profile:
     `ready_s[i]`: seconds from the start of backward until gradient i is ready; `sizes[i]` its
     number of elements; `shapes[i]` its shape (None when unknown: the model then treats each
     tensor as its most nearly square matrix); `vec_add`: (bytes, seconds) points of one
-    element-wise add of two vectors on this device, for the reduction work of an all-reduce.
+    element-wise add of two vectors on this device, for the reduction work of an all-reduce;
+    `finalize_s`: work after the last bucket is averaged, before the optimizer (DDP copying
+    the buckets back into the gradients; 0 where not measured, `measure_ddp_profile`).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Profile:
     vec_add: tuple[tuple[float, float], ...] | None = None
     source: str = ""
     assumptions: str = ""
+    finalize_s: float = 0.0
     _add_table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -78,7 +81,8 @@ class Profile:
             raise ValueError(f"{name}: sizes and ready_s must be non-empty and of equal length")
         if min(self.sizes) < 0:
             raise ValueError(f"{name}: parameter sizes must be >= 0")
-        times = (*self.ready_s, self.forward_s, self.backward_s, self.optimizer_s)
+        times = (*self.ready_s, self.forward_s, self.backward_s, self.optimizer_s,
+                 self.finalize_s)
         if not all(math.isfinite(t) and t >= 0 for t in times):
             raise ValueError(f"{name}: times must be finite and >= 0 seconds")
         if any(b < a for a, b in zip(self.ready_s, self.ready_s[1:])):
@@ -93,8 +97,8 @@ class Profile:
 
     @property
     def t_iter_single(self) -> float:
-        """Forward + backward + optimizer: one iteration on one device, seconds."""
-        return self.forward_s + self.backward_s + self.optimizer_s
+        """Forward + backward + finalize + optimizer: one iteration on one device, seconds."""
+        return self.forward_s + self.backward_s + self.finalize_s + self.optimizer_s
 
     @property
     def numel(self) -> int:
@@ -116,7 +120,8 @@ def to_dict(profile: Profile) -> dict:
     return {"format": FORMAT, "name": profile.name, "source": profile.source,
             "assumptions": profile.assumptions, "dtype_bytes": profile.dtype_bytes,
             "forward_s": profile.forward_s, "backward_s": profile.backward_s,
-            "optimizer_s": profile.optimizer_s, "numel": list(profile.sizes),
+            "optimizer_s": profile.optimizer_s, "finalize_s": profile.finalize_s,
+            "numel": list(profile.sizes),
             "ready_s": list(profile.ready_s),
             "shapes": None if profile.shapes is None else [list(s) for s in profile.shapes],
             "vec_add": None if profile.vec_add is None else [list(p) for p in profile.vec_add]}
@@ -133,7 +138,7 @@ def from_dict(data: dict) -> Profile:
     return Profile(data["name"], data["numel"], data["ready_s"], data["forward_s"],
                    data["backward_s"], data["optimizer_s"], data.get("dtype_bytes", 4),
                    data.get("shapes"), data.get("vec_add"), data.get("source", ""),
-                   data.get("assumptions", ""))
+                   data.get("assumptions", ""), data.get("finalize_s", 0.0))
 
 
 def save_profile(profile: Profile, path) -> Path:
