@@ -15,7 +15,7 @@ bytes (at least `EVICT_MIN_BYTES`) was allocated, written and freed (a loop that
 codec back to back finds its data in the caches and its buffers reused, and runs faster
 than the hook does in training).
 
-Columns: method, options, aggregation, numel, rows, cols (the bucket holds one rows x cols
+Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the bucket holds one rows x cols
 tensor), world_size, dtype, device, encode_s, middle_s (NaN but for two-round methods),
 decode_s (the whole bucket's decode: all `world_size` payloads), their spreads, repeats, and
 the environment columns.
@@ -66,32 +66,58 @@ def _evict(nbytes: int, device) -> None:
     del scratch
 
 
+def hook_communicator(name: str, options: dict, bucket: Bucket, world_size: int,
+                      min_compression_rate: float = 1.0):
+    """(compressor, communicator) the hook uses for `bucket` among `world_size` ranks: the
+    method's own, or the uncompressed all-reduce where the method does not make the bucket
+    `min_compression_rate` times smaller (as `HookState.communicator_for`, e.g. "none")."""
+    comp = compressor(name, **options)
+    comp.set_rank(0)
+    ranks = Ranks(world_size=world_size)
+    communicator = build(comp, ranks)
+    if not communicator.pays(bucket, min_compression_rate):
+        communicator = DenseAllReduce(ranks)
+    return comp, communicator
+
+
+def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> dict:
+    """One bucket through the hook's phases, each called as ``timed(fn, *args)`` (which
+    returns (seconds, fn's result)); {phase: seconds} (middle NaN but for two rounds). What
+    the exchange would deliver is made outside the timed calls."""
+    encode_s, sent = timed(communicator.encode, bucket)
+    middle_s = math.nan
+    if isinstance(communicator, TwoRounds):
+        plain, first = sent.wire
+        middle_s, second = timed(comp.next_round, sent.context, first.clone())
+        received = [plain.clone(), second.clone()]
+    elif isinstance(communicator, AllGather):
+        received = [sent.wire[0].clone() for _ in range(world_size)]
+    else:
+        received = [t.clone() for t in sent.wire]
+    decode_s, _ = timed(communicator.decode, sent, received)
+    return {"encode": encode_s, "middle": middle_s, "decode": decode_s}
+
+
 def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
                       device="cpu", dtype=torch.float32, repeats: int = 5, warmup: int = 1,
                       seed: int = 0, min_compression_rate: float = 1.0) -> dict:
     """Median seconds of the hook's encode, middle (two-round methods) and decode of one
-    bucket of `numel` values (one `matrix_shape` tensor) among `world_size` ranks; where the
-    method does not make the bucket `min_compression_rate` times smaller (the hook's option),
-    the hook's uncompressed all-reduce."""
+    bucket of `numel` values (one `matrix_shape` tensor) among `world_size` ranks, through
+    `hook_communicator` (`min_compression_rate`: the hook's option)."""
     check_int(numel, "numel", 1)
     check_int(world_size, "world_size", 1)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
     device = check_device(device)
-    comp = compressor(name, **options)
-    comp.set_rank(0)
-    ranks = Ranks(world_size=world_size)
-    communicator = build(comp, ranks)
     shape = torch.Size(matrix_shape(numel))
     gen = torch.Generator(device=device).manual_seed(seed)
     grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
     buffer = torch.empty_like(grad)
     bucket = Bucket(buffer, 0, lambda: [shape])
-    if not communicator.pays(bucket, min_compression_rate):
-        communicator = DenseAllReduce(ranks)  # as the hook: sent uncompressed (e.g. "none")
+    comp, communicator = hook_communicator(name, options, bucket, world_size,
+                                           min_compression_rate)
     nbytes = numel * grad.element_size()
     clock = Clock(device)
-    two_rounds = isinstance(communicator, TwoRounds)
 
     def timed(fn, *args):
         _evict(nbytes, device)
@@ -105,24 +131,15 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
     times = {phase: [] for phase in PHASES}
     for i in range(warmup + repeats):
         buffer.copy_(grad)
-        encode_s, sent = timed(communicator.encode, bucket)
-        middle_s = math.nan
-        if two_rounds:
-            plain, first = sent.wire
-            middle_s, second = timed(comp.next_round, sent.context, first.clone())
-            received = [plain.clone(), second.clone()]
-        elif isinstance(communicator, AllGather):
-            received = [sent.wire[0].clone() for _ in range(world_size)]
-        else:
-            received = [t.clone() for t in sent.wire]
-        decode_s, _ = timed(communicator.decode, sent, received)
+        seconds = run_phases(comp, communicator, bucket, world_size, timed)
         if i >= warmup:
-            for phase, s in zip(PHASES, (encode_s, middle_s, decode_s)):
-                times[phase].append(s)
+            for phase in PHASES:
+                times[phase].append(seconds[phase])
+    aggregation = ("powersgd" if isinstance(communicator, TwoRounds) else "allreduce"
+                   if isinstance(communicator, DenseAllReduce) else comp.aggregation)
     row = {"method": name, "options": json.dumps(comp.options(), sort_keys=True),
-           "aggregation": "powersgd" if two_rounds else "allreduce"
-           if isinstance(communicator, DenseAllReduce) else comp.aggregation, "numel": numel,
-           "rows": shape[0], "cols": shape[1], "world_size": world_size,
+           "aggregation": aggregation, "communicator": type(communicator).__name__,
+           "numel": numel, "rows": shape[0], "cols": shape[1], "world_size": world_size,
            "dtype": dtype_name(dtype), "device": str(device)}
     for phase, values in times.items():
         series = pd.Series(values, dtype=float)
@@ -143,7 +160,7 @@ def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
         raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
     device = check_device(device)
     table = as_table(out, KEY_COLUMNS)
-    env = environment(device=device)
+    env = environment(world_size=world_size, device=device)  # the ranks priced
     cases = [(name, options, numel, key)
              for name, options in method_cases(methods)
              for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, device,
