@@ -210,3 +210,21 @@ def test_ddp_profile_splits_backward_at_the_last_bucket(one_rank):
 def test_method_cost_checks_middle():
     with pytest.raises(ValueError, match="middle"):
         MethodCost("x", "powersgd", lambda s, b: (0.0, 0.0), middle=(math.nan, 0.0))
+
+
+def _slowest_sweep(out):
+    rank = dist.get_rank()
+    for _ in range(2):  # the second call resumes: every rank skips what rank 0 has
+        bench_hook_path(["topk", "powersgd"], sizes=[4096], world_size=2, repeats=2, warmup=0,
+                        out=out if rank == 0 else None, slowest_rank=True)
+
+
+def test_slowest_rank_sweep_on_two_ranks(tmp_path):
+    from gradcomp.evaluation.common.env import spawn
+
+    out = tmp_path / "hook.csv"
+    spawn(_slowest_sweep, 2, "gloo", str(out))
+    rows = pd.read_csv(out)
+    assert list(rows["method"]) == ["topk", "powersgd"] and rows["slowest_rank"].all()
+    assert (rows["world_size"] == 2).all() and (rows["encode_s"] > 0).all()
+    assert rows["middle_s"].isna().tolist() == [True, False]

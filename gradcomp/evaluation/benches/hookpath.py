@@ -15,10 +15,14 @@ bytes (at least `EVICT_MIN_BYTES`) was allocated, written and freed (a loop that
 codec back to back finds its data in the caches and its buffers reused, and runs faster
 than the hook does in training).
 
+With `slowest_rank` (every rank of a process group runs the same sweep at once, as the
+workers compute side by side in training): each phase starts after a barrier and its time is
+the slowest rank's, since the collective after it waits for that rank.
+
 Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the bucket holds one rows x cols
 tensor), world_size, dtype, device, encode_s, middle_s (NaN but for two-round methods),
-decode_s (the whole bucket's decode: all `world_size` payloads), their spreads, repeats, and
-the environment columns.
+decode_s (the whole bucket's decode: all `world_size` payloads), their spreads, repeats,
+slowest_rank, and the environment columns.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import sys
 
 import pandas as pd
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from ...checks import check_device, check_int
@@ -100,10 +105,12 @@ def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> di
 
 def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
                       device="cpu", dtype=torch.float32, repeats: int = 5, warmup: int = 1,
-                      seed: int = 0, min_compression_rate: float = 1.0) -> dict:
+                      seed: int = 0, min_compression_rate: float = 1.0,
+                      slowest_rank: bool = False) -> dict:
     """Median seconds of the hook's encode, middle (two-round methods) and decode of one
     bucket of `numel` values (one `matrix_shape` tensor) among `world_size` ranks, through
-    `hook_communicator` (`min_compression_rate`: the hook's option)."""
+    `hook_communicator` (`min_compression_rate`: the hook's option; `slowest_rank`: see the
+    module docstring)."""
     check_int(numel, "numel", 1)
     check_int(world_size, "world_size", 1)
     check_int(repeats, "repeats", 1)
@@ -122,6 +129,8 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
     def timed(fn, *args):
         _evict(nbytes, device)
         clock.sync()
+        if slowest_rank:
+            dist.barrier()
         start = clock.mark()
         out = fn(*args)
         end = clock.mark()
@@ -132,6 +141,8 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
     for i in range(warmup + repeats):
         buffer.copy_(grad)
         seconds = run_phases(comp, communicator, bucket, world_size, timed)
+        if slowest_rank:
+            seconds = _slowest(seconds)
         if i >= warmup:
             for phase in PHASES:
                 times[phase].append(seconds[phase])
@@ -146,15 +157,25 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
         row[f"{phase}_s"] = float(series.median())
         row[f"{phase}_spread_s"] = float(series.max() - series.min())
     row["repeats"] = repeats
+    row["slowest_rank"] = slowest_rank
     return row
+
+
+def _slowest(seconds: dict) -> dict:
+    """Every phase's time on the slowest rank (NaN stays NaN)."""
+    times = torch.tensor([seconds[p] for p in PHASES], dtype=torch.float64).nan_to_num(-1.0)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return {p: math.nan if t < 0 else float(t) for p, t in zip(PHASES, times.tolist())}
 
 
 def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
                     dtype=torch.float32, repeats: int = 5, warmup: int = 1, out=None,
-                    progress: bool = False) -> pd.DataFrame:
+                    progress: bool = False, slowest_rank: bool = False) -> pd.DataFrame:
     """`measure_hook_path` of every (method, options) of `methods` (see
     `compress.method_cases`) at every size of `sizes` (elements); rows already in `out` (a
-    path or ResultTable) are skipped. Returns this sweep's rows (measured now or before)."""
+    path or ResultTable) are skipped. Returns this sweep's rows (measured now or before).
+    `slowest_rank`: call it on every rank of the default process group, `out` on rank 0
+    only (which says what to skip; every rank measures the rest together)."""
     sizes = list(sizes) if sizes is not None else [2**k for k in range(12, 23, 2)]
     if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
@@ -166,13 +187,19 @@ def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
              for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, device,
                                                     dtype, env["device_name"]))]
     done = table.done_keys() if table else set()
+    skip = [table is not None and table.key(c[3]) in done for c in cases]
+    if slowest_rank:
+        shared = [skip]
+        dist.broadcast_object_list(shared, src=0)
+        skip = shared[0]
     rows = []
-    for name, options, numel, key in tqdm(cases, desc="hook-path bench", file=sys.stderr,
-                                          disable=not progress):
-        if table is not None and table.key(key) in done:
+    for (name, options, numel, key), skipped in tqdm(list(zip(cases, skip)),
+                                                     desc="hook-path bench", file=sys.stderr,
+                                                     disable=not progress):
+        if skipped:
             continue
         row = {**measure_hook_path(name, options, numel, world_size, device, dtype, repeats,
-                                   warmup), **env}
+                                   warmup, slowest_rank=slowest_rank), **env}
         if table is not None:
             table.append(row)
         rows.append(row)

@@ -11,7 +11,8 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    (`measure_ddp_profile`: DDP's copies into and out of its buckets included) and what each
    method's hook computes per bucket (`benches.hookpath`: encode with error feedback,
    PowerSGD's work between its rounds, decode and aggregation of every rank's payload and the
-   write-back), over bucket sizes;
+   write-back; each phase the slowest rank's, as the collective after it waits for that
+   rank), over bucket sizes;
 4. the model predicts each iteration from that profile, that network (alpha and the fitted
    bandwidth per collective) and those per-bucket costs (`fit.hook_costs`), with DDP's
    buckets as torch forms them.
@@ -197,7 +198,8 @@ def concurrent_job(argv=None) -> int:
             dist.barrier()
             methods = hook_methods(m for m in a.methods.split(",") if m)
             bench_hook_path(methods, list(COMPRESS_SIZES), dist.get_world_size(), repeats=5,
-                            warmup=2, out=a.codec_out if rank == 0 else None)
+                            warmup=2, out=a.codec_out if rank == 0 else None,
+                            slowest_rank=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()
