@@ -19,10 +19,10 @@ With `slowest_rank` (every rank of a process group runs the same sweep at once, 
 workers compute side by side in training): each phase starts after a barrier and its time is
 the slowest rank's, since the collective after it waits for that rank.
 
-Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the bucket holds one rows x cols
-tensor), world_size, dtype, device, encode_s, middle_s (NaN but for two-round methods),
-decode_s (the whole bucket's decode: all `world_size` payloads), their spreads, repeats,
-slowest_rank, and the environment columns.
+Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the
+bucket holds one rows x cols tensor), world_size, dtype, device, encode_s, middle_s (NaN but
+for two-round methods), decode_s (the whole bucket's decode: all `world_size` payloads),
+their spreads, repeats, slowest_rank, and the environment columns.
 """
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ device evenly), so a codec stage of cost c that overlaps backward for its whole 
 k*c and delays the rest of backward by (k-1)*c; gradient ready times move with backward.
 
 Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
-finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer; exposed communication = max(0, end of the last stage - end of backward);
-SF = t_iter_single / t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
+finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
+exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
+/ t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
 """
 from __future__ import annotations
 

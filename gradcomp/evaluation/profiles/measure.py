@@ -130,7 +130,8 @@ def _measure(model, example_inputs, loss_fn, repeats: int, warmup: int, name: st
 
 
 def measure_ddp_profile(model: torch.nn.Module, example_inputs, loss_fn=None,
-                        bucket_cap_mb: float = 25.0, repeats: int = 10, warmup: int = 3, name: str | None = None) -> Profile:
+                        bucket_cap_mb: float = 25.0, repeats: int = 10, warmup: int = 3,
+                        name: str | None = None) -> Profile:
     """`measure_profile` of `model` wrapped in DistributedDataParallel (`bucket_cap_mb`) with
     a comm hook that communicates nothing (see the module docstring). Call it on every rank of
     the default process group at once."""
