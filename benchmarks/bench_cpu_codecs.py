@@ -396,7 +396,7 @@ def main() -> None:
     print(f"# {args.numel:,} float32 values, {torch.get_num_threads()} threads, torch "
           f"{torch.__version__}, {platform.processor() or platform.machine()}, "
           f"median of {args.repeats} (interleaved)")
-    print(f"| case | gradcomp ms | plain ms | ratio |\n| --- | ---: | ---: | ---: |")
+    print("| case | gradcomp ms | plain ms | ratio |\n| --- | ---: | ---: | ---: |")
     for case in cases:
         ours, plain = steps(case)
         assert same(case, ours(x), plain(x)), case  # also the warm-up

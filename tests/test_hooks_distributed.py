@@ -3,7 +3,6 @@ checkpoints resume bit for bit, mismatched seeds and dead ranks raise."""
 import pytest
 import torch
 
-import gradcomp
 from ddp_workers import (HOOKS, METHODS, MISMATCHES, RESUME_AT, dead_rank_case, main_cases,
                          mismatch_cases, resume_cases, spawn)
 

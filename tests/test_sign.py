@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 import gradcomp
 from gradcomp.compressors import option_names
-from gradcomp.compressors.bitpack import unpack
 
 METHODS = ["signsgd", "efsignsgd", "onebit"]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -14,12 +14,19 @@ _ROUND_GROUPS: dict[tuple[int, int], tuple] = {}
 
 class Ranks:
     """`process_group` (None: the default group) and what the hook asks of it; the size and
-    backend are read once, the rank each time (it never changes, and reading it is cheap)."""
+    backend are read once, the rank each time (it never changes, and reading it is cheap).
 
-    def __init__(self, process_group=None):
+    `world_size` given: ranks of that size that exchange nothing (backend "none"), for timing
+    a communicator's own encode and decode without a process group (the hook-path bench)."""
+
+    def __init__(self, process_group=None, world_size: int | None = None):
+        if world_size is not None and (process_group is not None or isinstance(world_size, bool)
+                                       or not isinstance(world_size, int) or world_size < 1):
+            raise ValueError(f"world_size={world_size!r} is not allowed: give an integer >= 1, "
+                             "and no process_group with it")
         self.process_group = process_group
-        self._world_size: int | None = None
-        self._backend: str | None = None
+        self._world_size: int | None = world_size
+        self._backend: str | None = None if world_size is None else "none"
 
     @property
     def group(self):

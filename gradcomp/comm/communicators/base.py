@@ -9,7 +9,7 @@ A hook averages every bucket in the same three steps, whatever the method:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch

@@ -57,7 +57,7 @@ from ..common.env import (barrier, check_backend, environment, launch, local_dev
 from ..common.store import ResultTable, as_table
 from ..common.timing import Clock
 from ..common.units import parse_rate
-from ..profiles.measure import profile_workload
+from ..profiles.measure import measure_ddp_profile, profile_workload
 from ..profiles.profiles import Profile, save_profile
 from ..workloads.contract import AUTOCAST, autocast
 from ..workloads.load import describe, load_workload
@@ -70,10 +70,19 @@ TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
 
 
 def model_profile(name: str = "mlp", batch_size: int | None = 64, device="cpu",
-                  repeats: int = 10, warmup: int = 3, autocast: str = "none") -> Profile:
-    """The profile of workload `name`'s iteration, measured on `device`."""
+                  repeats: int = 10, warmup: int = 3, autocast: str = "none",
+                  ddp_bucket_cap_mb: float | None = None) -> Profile:
+    """The profile of workload `name`'s iteration, measured on `device`; with
+    `ddp_bucket_cap_mb`, as DDP runs it (`measure_ddp_profile`, on rank 0's batch: call it
+    on every rank at once)."""
     label = f"{name} (batch {batch_size})" if batch_size is not None else name
-    return profile_workload(name, device, repeats, warmup, label, batch_size, autocast)
+    if ddp_bucket_cap_mb is None:
+        return profile_workload(name, device, repeats, warmup, label, batch_size, autocast)
+    workload = load_workload(name, "model", batch_size=batch_size)
+    inputs, targets = workload.batch(0, 0, device)
+    return measure_ddp_profile(workload.model.to(device), (inputs,),
+                               lambda out: workload.loss(out, targets), ddp_bucket_cap_mb,
+                               repeats, warmup, label, autocast)
 
 
 def _options_text(name: str, options: dict) -> str:

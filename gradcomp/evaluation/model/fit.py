@@ -2,13 +2,14 @@
 validation of predictions against measured runs.
 
 * `fit_codec`: encode / decode ``a + b*numel`` per method (columns method, numel, encode_s,
-  decode_s), robust: squared errors weighted by 1/time (so that small sizes count, not only
+  decode_s, and further phases such as PowerSGD's "middle"), robust: squared errors weighted by 1/time (so that small sizes count, not only
   the largest), and a point further than `OUTLIER` (relative) and 4x the median from the
   line is dropped and the line refitted, up to a third of the points (a measurement
   disturbed by load; never at the smallest or largest size, where costs legitimately bend
   away from a line: cache sizes, launch overheads). `fit_problem` says when a fit is too
   poor to price with (R^2 < `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a
-  line that does not grow with size).
+  line that does not grow with size). `hook_costs` fits a hook-path bench's phases for the
+  model.
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an
@@ -136,14 +137,18 @@ def robust_line(label: dict, n, y) -> Fit:
                tuple(int(v) for v in n[~keep]))
 
 
-def fit_codec(table: pd.DataFrame) -> dict[tuple[str, str], Fit]:
-    """{(method, "encode"|"decode"): Fit with params a (s), b (s/element)} by `robust_line`.
-    Judge each with `fit_problem` before pricing with it."""
-    _columns(table, ("method", "numel", "encode_s", "decode_s"), "compress-bench")
+def fit_codec(table: pd.DataFrame, phases=("encode", "decode")) -> dict[tuple[str, str], Fit]:
+    """{(method, phase): Fit with params a (s), b (s/element)} for "encode", "decode" and any
+    further `phases` (columns ``<phase>_s``; such a phase is left out for a method without
+    measured values, e.g. "middle" for a one-round method), by `robust_line`. Judge each
+    with `fit_problem` before pricing with it."""
+    _columns(table, ("method", "numel", *(f"{p}_s" for p in phases)), "compress-bench")
     fits = {}
     for method, rows in table.groupby("method", sort=False):
-        for phase in ("encode", "decode"):
+        for phase in phases:
             ok = rows[np.isfinite(rows[f"{phase}_s"].to_numpy(float))]
+            if ok.empty and phase not in ("encode", "decode"):
+                continue
             fits[method, phase] = robust_line({"method": method, "phase": phase},
                                               ok["numel"].to_numpy(float),
                                               ok[f"{phase}_s"].to_numpy(float))
@@ -183,13 +188,29 @@ def poor_fits(fits: dict) -> dict[str, str]:
 
 
 def codec_costs(fits: dict, usable_only: bool = False
-                ) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
-    """{method: ((a_enc, b_enc), (a_dec, b_dec))} from `fit_codec`, for `methods.resolve`;
-    `usable_only`: without the methods of `poor_fits`, nor none (priced free)."""
+                ) -> dict[str, tuple[tuple[float, float], ...]]:
+    """{method: ((a_enc, b_enc), (a_dec, b_dec))} from `fit_codec`, for `methods.resolve`,
+    with a third (a_mid, b_mid) where a "middle" phase was fitted; `usable_only`: without
+    the methods of `poor_fits`, nor none (priced free)."""
     poor = {**poor_fits(fits), "none": "the identity"} if usable_only else {}
     methods = {m for m, _ in fits if m not in poor}
     return {m: tuple((fits[m, p].params["a"], fits[m, p].params["b"])
-                     for p in ("encode", "decode")) for m in methods}
+                     for p in ("encode", "decode", "middle") if (m, p) in fits)
+            for m in methods}
+
+
+def hook_costs(table: pd.DataFrame) -> dict[str, tuple[tuple[float, float], ...]]:
+    """{method: (encode, decode[, middle])} from a hook-path bench table
+    (`benches.hookpath`), for `methods.resolve`. Its decode is the whole bucket's, of
+    `world_size` payloads; the timeline decodes an all-gather's p payloads one by one, so
+    an all-gather method's decode is divided by the table's world size."""
+    _columns(table, ("method", "aggregation", "world_size", "numel", "encode_s", "middle_s",
+                     "decode_s"), "hook-path bench")
+    gathered = (table["aggregation"] == "allgather").to_numpy()
+    decode = table["decode_s"].to_numpy(float)
+    per_payload = np.where(gathered, decode / table["world_size"].to_numpy(float), decode)
+    return codec_costs(fit_codec(table.assign(decode_s=per_payload),
+                                 ("encode", "decode", "middle")))
 
 
 def as_costs(costs) -> dict:

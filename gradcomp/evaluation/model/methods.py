@@ -93,7 +93,9 @@ class MethodCost:
     """A method as the model sees it. `wire(shapes, dtype_bytes)` gives the bytes one worker
     sends per round for one bucket holding tensors of `shapes` (one round, or two for
     ``powersgd``); `encode` / `decode` are (a, b): a + b*n seconds per application (a
-    fitted negative total counts as 0)."""
+    fitted negative total counts as 0). `middle`: ``powersgd``'s work between its rounds
+    (orthogonalise P, Q = M^T P), (a, b) like encode; None: half the encode is priced there
+    (`encode` then holds both)."""
 
     name: str
     aggregation: str
@@ -102,6 +104,7 @@ class MethodCost:
     decode: tuple[float, float] = (0.0, 0.0)
     per_parameter: bool = False
     blocks: BlockSparsity | None = None
+    middle: tuple[float, float] | None = None
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
@@ -110,7 +113,9 @@ class MethodCost:
         if (self.aggregation == "blocksparse") != (self.blocks is not None):
             raise ValueError("blocks: give a BlockSparsity exactly when aggregation is "
                              "'blocksparse'")
-        for option in ("encode", "decode"):
+        for option in ("encode", "decode", "middle"):
+            if getattr(self, option) is None:
+                continue
             a, b = getattr(self, option)
             if not (math.isfinite(a) and math.isfinite(b)):
                 raise ValueError(f"{option}={getattr(self, option)!r}: (a, b) must be finite")
@@ -128,10 +133,15 @@ class MethodCost:
         """Decode time of one bucket's payload (one payload: all-gather decodes p of them)."""
         return self._time(self.decode, shapes)
 
-    def with_costs(self, encode=None, decode=None) -> "MethodCost":
-        """The same method with other (a, b) encode / decode costs."""
+    def middle_s(self, shapes: Sequence[Shape]) -> float:
+        """``powersgd``'s work between its rounds for one bucket (0 when `middle` is None)."""
+        return 0.0 if self.middle is None else self._time(self.middle, shapes)
+
+    def with_costs(self, encode=None, decode=None, middle=None) -> "MethodCost":
+        """The same method with other (a, b) encode / decode (and middle) costs."""
         return replace(self, encode=self.encode if encode is None else tuple(encode),
-                       decode=self.decode if decode is None else tuple(decode))
+                       decode=self.decode if decode is None else tuple(decode),
+                       middle=self.middle if middle is None else tuple(middle))
 
     @classmethod
     def fixed_ratio(cls, ratio: float, aggregation: str = "allreduce", encode=(0.0, 0.0),
@@ -223,7 +233,8 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
 def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
     name with its `options`; names get their fitted costs from `costs` ({name: (encode,
-    decode)}, see `fit.codec_costs`) when there, else `assumed_costs`."""
+    decode)} or (encode, decode, middle), see `fit.codec_costs` and `fit.hook_costs`) when
+    there, else `assumed_costs`."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):

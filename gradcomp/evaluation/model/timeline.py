@@ -9,8 +9,9 @@ stream (collectives):
 * all-gather methods: encode -> all-gather -> decode of the p received payloads;
 * ``blocksparse``: encode (and decode of the own payload) -> block-sparse all-reduce ->
   write back (`Network.block_sparse_cost`, blocks from the method's `BlockSparsity`);
-* ``powersgd``: half the encode (P = M Q) -> all-reduce of the plain pieces and P -> the other
-  half (Q = M^T P) -> all-reduce of Q -> decode.
+* ``powersgd``: the encode (P = M Q) -> all-reduce of the plain pieces and P -> the middle
+  (orthogonalise P, Q = M^T P; without a measured `MethodCost.middle`, half the encode on
+  each side) -> all-reduce of Q -> decode.
 
 A bucket's first stage is queued when its last gradient is ready; each later stage when the
 previous one ends. So communication starts when the bucket is encoded and the previous
@@ -20,8 +21,9 @@ device evenly), so a codec stage of cost c that overlaps backward for its whole 
 k*c and delays the rest of backward by (k-1)*c; gradient ready times move with backward.
 
 Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
-optimizer; exposed communication = max(0, end of the last stage - end of backward);
-SF = t_iter_single / t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
+finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
+exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
+/ t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
 """
 from __future__ import annotations
 
@@ -116,7 +118,8 @@ def _stages(method: MethodCost, network: Network, profile: Profile, shapes) -> l
             blocks.worker_density(), blocks.union(network.workers), profile.add_time)
         return [("codec", enc), ("comm", seconds), ("codec", dec)], sent
     elif method.aggregation == "powersgd":
-        chain = [("codec", enc / 2), ("comm", reduce(rounds[0])), ("codec", enc / 2),
+        first, middle = (enc, method.middle_s(shapes)) if method.middle else (enc / 2, enc / 2)
+        chain = [("codec", first), ("comm", reduce(rounds[0])), ("codec", middle),
                  ("comm", reduce(rounds[1])), ("codec", dec)]
     else:
         chain = [("codec", enc), ("comm", reduce(rounds[0])), ("codec", dec)]
@@ -138,7 +141,7 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
     start, end, released, bwd_end = _run([b.ready_s for b in buckets], chains,
                                          profile.backward_s, contention)
     last = max((e[-1] for e in end), default=0.0)
-    t_iter = profile.forward_s + max(bwd_end, last) + profile.optimizer_s
+    t_iter = profile.forward_s + max(bwd_end, last) + profile.finalize_s + profile.optimizer_s
     comm = [[i for i, (kind, _) in enumerate(chain) if kind == "comm"] for chain in chains]
     times = {
         "bucket": list(range(len(buckets))),

@@ -8,6 +8,13 @@ optimizer persist across repeats, so the timed steps update momentum buffers). W
 iterations first; the device is synchronised around every timed phase; each time is the
 median over the repeats. Gradients are listed in the order they become ready (median ready
 time); parameters that receive no gradient are left out. The model's ``.grad`` are cleared.
+
+`measure_ddp_profile` measures the same iteration as DistributedDataParallel runs it, with a
+comm hook that communicates nothing (each bucket's future holds its own buffer), on every
+rank of a process group at once: DDP copies each gradient into its bucket during backward and
+the buckets back into the gradients after the last one is averaged. Backward then ends when
+the last bucket is handed to the hook, and the time from there to the end of
+``loss.backward()`` is the profile's `finalize_s`.
 """
 from __future__ import annotations
 
@@ -47,6 +54,13 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
     or a dict of keyword arguments) with `loss_fn(output) -> scalar` (default: the mean of
     the output, summed over floating-point outputs), median of `repeats` after `warmup`;
     forward and loss under `autocast` ("none" or "bf16")."""
+    return _measure(model, example_inputs, loss_fn, repeats, warmup, name, None, autocast)
+
+
+def _measure(model, example_inputs, loss_fn, repeats: int, warmup: int, name: str | None,
+             last_hook_call: list | None, autocast: str) -> Profile:
+    """`measure_profile`; `last_hook_call` (a list a DDP comm hook appends its last bucket's
+    mark to) splits backward into backward and `finalize_s`."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} is not allowed: it must be an integer >= 1")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -59,7 +73,7 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
     marks: dict[int, object] = {}
     handles = [p.register_post_accumulate_grad_hook(
         lambda p, i=i: marks.__setitem__(i, clock.mark())) for i, p in enumerate(params)]
-    times = {"forward": [], "backward": [], "optimizer": []}
+    times = {"forward": [], "backward": [], "optimizer": [], "finalize": []}
     ready: dict[int, list[float]] = {}
     optimizer = None
     try:
@@ -67,6 +81,8 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
             for p in params:
                 p.grad = None
             marks.clear()
+            if last_hook_call is not None:
+                last_hook_call.clear()
             clock.sync()
             t0 = clock.mark()
             with autocast_context(clock.device, autocast):
@@ -87,7 +103,9 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
             if step < warmup:
                 continue
             times["forward"].append(clock.seconds(t0, t1))
-            times["backward"].append(clock.seconds(t1, t2))
+            handed = last_hook_call[-1] if last_hook_call else t2
+            times["backward"].append(clock.seconds(t1, handed))
+            times["finalize"].append(clock.seconds(handed, t2))
             times["optimizer"].append(clock.seconds(t3, t4))
             for i, mark in marks.items():
                 ready.setdefault(i, []).append(clock.seconds(t1, mark))
@@ -109,7 +127,51 @@ def measure_profile(model: torch.nn.Module, example_inputs, loss_fn=None, repeat
                    f"{torch.__version__}",
                    f"median of {repeats} repeats after {warmup} warm-up; forward includes the "
                    f"loss; optimizer: SGD(momentum=0.9) step on clones; "
-                   f"{len(params) - len(order)} parameters without gradient left out", where)
+                   f"{len(params) - len(order)} parameters without gradient left out"
+                   + ("" if last_hook_call is None else
+                      "; under DistributedDataParallel with a comm hook that communicates "
+                      "nothing: backward ends when the last bucket reaches the hook, "
+                      "finalize_s is DDP's work after it"),
+                   where, finalize_s=statistics.median(times["finalize"]))
+
+
+def measure_ddp_profile(model: torch.nn.Module, example_inputs, loss_fn=None,
+                        bucket_cap_mb: float = 25.0, repeats: int = 10, warmup: int = 3,
+                        name: str | None = None, autocast: str = "none") -> Profile:
+    """`measure_profile` of `model` wrapped in DistributedDataParallel (`bucket_cap_mb`) with
+    a comm hook that communicates nothing (see the module docstring). Call it on every rank of
+    the default process group at once."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not dist.is_initialized():
+        raise RuntimeError("measure_ddp_profile needs an initialized process group "
+                           "(torch.distributed.init_process_group) on every rank")
+    device = next(model.parameters()).device
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None, bucket_cap_mb=bucket_cap_mb)
+    clock = Clock(device)
+    calls: list = []
+    ddp.register_comm_hook(_HookMarks(clock, calls), _hand_back)
+    return _measure(ddp, example_inputs, loss_fn, repeats, warmup,
+                    name or type(model).__name__, calls, autocast)
+
+
+class _HookMarks:
+    """The no-op hook's state: marks the moment each last bucket reaches the hook."""
+
+    def __init__(self, clock: Clock, calls: list):
+        self.clock, self.calls = clock, calls
+
+
+def _hand_back(state, bucket):  # no annotations: DDP checks them at runtime, these are strings
+    """A comm hook that communicates nothing: the bucket's future holds its own buffer."""
+    if bucket.is_last():
+        state.calls.append(state.clock.mark())
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
 
 
 def parse_shape(text: str, option: str = "input_shape") -> list[int]:

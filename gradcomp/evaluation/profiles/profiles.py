@@ -49,7 +49,9 @@ class Profile:
     tensor as its most nearly square matrix); `vec_add`: (bytes, seconds) points of one
     element-wise add of two vectors on this device, for the reduction work of an all-reduce.
     `device`: what it was measured on ("NVIDIA V100", "cpu", a CUDA device's name; "" when
-    not recorded), so that a question is priced with codec costs of the same device.
+    not recorded), so that a question is priced with codec costs of the same device;
+    `finalize_s`: work after the last bucket is averaged, before the optimizer (DDP copying
+    the buckets back into the gradients; 0 where not measured, `measure_ddp_profile`).
     """
 
     name: str
@@ -64,6 +66,7 @@ class Profile:
     source: str = ""
     assumptions: str = ""
     device: str = ""
+    finalize_s: float = 0.0
     _add_table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -83,7 +86,8 @@ class Profile:
             raise ValueError(f"{name}: sizes and ready_s must be non-empty and of equal length")
         if min(self.sizes) < 0:
             raise ValueError(f"{name}: parameter sizes must be >= 0")
-        times = (*self.ready_s, self.forward_s, self.backward_s, self.optimizer_s)
+        times = (*self.ready_s, self.forward_s, self.backward_s, self.optimizer_s,
+                 self.finalize_s)
         if not all(math.isfinite(t) and t >= 0 for t in times):
             raise ValueError(f"{name}: times must be finite and >= 0 seconds")
         if any(b < a for a, b in zip(self.ready_s, self.ready_s[1:])):
@@ -98,8 +102,8 @@ class Profile:
 
     @property
     def t_iter_single(self) -> float:
-        """Forward + backward + optimizer: one iteration on one device, seconds."""
-        return self.forward_s + self.backward_s + self.optimizer_s
+        """Forward + backward + finalize + optimizer: one iteration on one device, seconds."""
+        return self.forward_s + self.backward_s + self.finalize_s + self.optimizer_s
 
     @property
     def numel(self) -> int:
@@ -122,7 +126,8 @@ def to_dict(profile: Profile) -> dict:
             "assumptions": profile.assumptions, "device": profile.device,
             "dtype_bytes": profile.dtype_bytes,
             "forward_s": profile.forward_s, "backward_s": profile.backward_s,
-            "optimizer_s": profile.optimizer_s, "numel": list(profile.sizes),
+            "optimizer_s": profile.optimizer_s, "finalize_s": profile.finalize_s,
+            "numel": list(profile.sizes),
             "ready_s": list(profile.ready_s),
             "shapes": None if profile.shapes is None else [list(s) for s in profile.shapes],
             "vec_add": None if profile.vec_add is None else [list(p) for p in profile.vec_add]}
@@ -139,7 +144,8 @@ def from_dict(data: dict) -> Profile:
     return Profile(data["name"], data["numel"], data["ready_s"], data["forward_s"],
                    data["backward_s"], data["optimizer_s"], data.get("dtype_bytes", 4),
                    data.get("shapes"), data.get("vec_add"), data.get("source", ""),
-                   data.get("assumptions", ""), data.get("device", ""))
+                   data.get("assumptions", ""), data.get("device", ""),
+                   data.get("finalize_s", 0.0))
 
 
 def save_profile(profile: Profile, path) -> Path:

@@ -7,14 +7,20 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
 2. DDP training of a workload (a built-in model or the user's MODULE:FACTORY) with each
    method's hook gives measured iteration times
    (`bench_train`, `threads` torch threads per worker);
-3. right after, every worker measures the model's profile and the methods' encode / decode
-   costs at the same time (as the workers compute side by side in training);
+3. right after, every worker measures at the same time (as the workers compute side by side
+   in training) the model's profile as DDP runs it without communicating
+   (`measure_ddp_profile`: DDP's copies into and out of its buckets included) and what each
+   method's hook computes per bucket (`benches.hookpath`: encode with error feedback,
+   PowerSGD's work between its rounds, decode and aggregation of every rank's payload and the
+   write-back; each phase the slowest rank's, as the collective after it waits for that
+   rank), over bucket sizes;
 4. the model predicts each iteration from that profile, that network (alpha and the fitted
-   bandwidth per collective) and those costs, with DDP's buckets as torch forms them.
+   bandwidth per collective) and those per-bucket costs (`fit.hook_costs`), with DDP's
+   buckets as torch forms them.
 
 The output folder holds every table, appended as measured (an interrupted sweep resumes):
 ``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<model>-b<batch size>-<rate>.json``,
-``compress-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
+``hook-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
 rate's measurements: other work disturbs the timings), and the result: ``validation.csv``
 (rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
 summary) and ``validation.png``. Predictions use no value fitted to the training runs they are
@@ -34,15 +40,15 @@ import torch
 
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
-from ..benches.compress import KEY_COLUMNS as CODEC_KEYS
-from ..benches.compress import bench_compress, case_keys
+from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
+from ..benches.hookpath import bench_hook_path, case_keys
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import make_spec, plan_runs
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
-from ..model.fit import codec_costs, fit_codec, fit_collectives, network_from_fit
+from ..model.fit import fit_collectives, hook_costs, network_from_fit
 from ..model.methods import resolve
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
@@ -84,17 +90,23 @@ def _check_methods(methods) -> list[str]:
 
 def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[str, set]:
     """The table keys (as stored) a rate's measurements of `methods` need, per table:
-    "collective", "train" and "compress" (`spec` from `benches.train.make_spec`). The
+    "collective", "train" and "hook" (`spec` from `benches.train.make_spec`). The
     testbed's workers are CPU processes on gloo, as the sub-jobs key them."""
     coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
-    codec = ResultTable("compress.csv", CODEC_KEYS)
+    codec = ResultTable("hook.csv", CODEC_KEYS)
     return {"collective": {collective_key(coll, c, n, workers, "gloo", "cpu")
                            for c in ("allreduce", "allgather") for n in collective_sizes},
             "train": set(plan_runs(methods, spec, workers, "gloo", "cpu",
                                    ResultTable("train.csv", TRAIN_KEYS))),
-            "compress": {codec.key(k) for m in methods if m not in ("ddp", "none")
-                         for k in case_keys(m, {}, COMPRESS_SIZES, "cpu", torch.float32,
-                                            "cpu")}}
+            "hook": {codec.key(k) for m in hook_methods(methods)
+                     for k in case_keys(m, {}, COMPRESS_SIZES, workers, "cpu", torch.float32,
+                                        "cpu")}}
+
+
+def hook_methods(methods) -> list[str]:
+    """The methods whose hook path prices `methods`: "ddp" (DDP's own all-reduce, which
+    divides its buckets by the world size as the hook's uncompressed path does) by "none"."""
+    return list(dict.fromkeys("none" if m == "ddp" else m for m in methods))
 
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
@@ -121,12 +133,12 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
     are skipped."""
     tag = rate_tag(rate_bps)
     coll, train, codec = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
-                          out / f"compress-{tag}.csv")
+                          out / f"hook-{tag}.csv")
     prof = profile_path(out, rate_bps, model, describe(model, "model", batch_size)[1])
     need_coll = not planned["collective"] <= ResultTable(coll, COLLECTIVE_KEYS).done_keys()
     need_train = not planned["train"] <= ResultTable(train, TRAIN_KEYS).done_keys()
     need_prof = not prof.exists()
-    need_codec = not planned["compress"] <= ResultTable(codec, CODEC_KEYS).done_keys()
+    need_codec = not planned["hook"] <= ResultTable(codec, CODEC_KEYS).done_keys()
     if not (need_coll or need_train or need_prof or need_codec):
         return
     _say(progress, f"{format_rate(rate_bps)}: testbed of {workers} namespaces")
@@ -148,11 +160,12 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
         if need_prof or need_codec:
             _say(progress, f"{format_rate(rate_bps)}: "
                  + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
-                                                        ("encode/decode costs", need_codec))
+                                                        ("hook-path costs", need_codec))
                                 if need) + " on every worker at once")
             _job(testbed, "gradcomp.evaluation.testbed.validate",
                  ["--model", model, *_batch_args(batch_size), "--methods",
-                  ",".join(methods), *(["--profile-out", str(prof)] if need_prof else []),
+                  ",".join(methods), "--bucket-cap-mb", str(bucket_cap_mb),
+                  *(["--profile-out", str(prof)] if need_prof else []),
                   *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
     # Other work on the machine disturbs the timings: keep the load seen while measuring.
     ResultTable(out / "conditions.csv", ("rate_bps",)).append(
@@ -162,9 +175,9 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
 
 def concurrent_job(argv=None) -> int:
     """In every rank of a testbed (``python -m gradcomp.evaluation.testbed.validate``): measure
-    the model's profile (``--profile-out``) and the codecs' costs (``--codec-out``) on all
-    ranks at once, as they compute during training (each its own process and threads, the
-    others busy too); rank 0 writes the results."""
+    the model's profile under DDP (``--profile-out``) and the hooks' per-bucket costs
+    (``--codec-out``) on all ranks at once, as they compute during training (each its own
+    process and threads, the others busy too); rank 0 writes the results."""
     import argparse
 
     import torch.distributed as dist
@@ -179,20 +192,23 @@ def concurrent_job(argv=None) -> int:
     args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
     args.add_argument("--batch-size", type=int, default=None)
     args.add_argument("--methods", default="")
+    args.add_argument("--bucket-cap-mb", type=float, default=25.0)
     a = args.parse_args(argv)
     init_from_env("gloo")
     try:
         rank = dist.get_rank()
         if a.profile_out:
             dist.barrier()
-            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5)
+            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5,
+                                    ddp_bucket_cap_mb=a.bucket_cap_mb)
             if rank == 0:
                 save_profile(profile, a.profile_out)
         if a.codec_out:
             dist.barrier()
-            methods = [m for m in a.methods.split(",") if m not in ("", "ddp", "none")]
-            bench_compress(methods, list(COMPRESS_SIZES), repeats=5, warmup=2,
-                           out=a.codec_out if rank == 0 else None)
+            methods = hook_methods(m for m in a.methods.split(",") if m)
+            bench_hook_path(methods, list(COMPRESS_SIZES), dist.get_world_size(), repeats=5,
+                            warmup=2, out=a.codec_out if rank == 0 else None,
+                            slowest_rank=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -202,10 +218,10 @@ def concurrent_job(argv=None) -> int:
 def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str,
                  batch_size: int, contention: float = 1.0) -> pd.DataFrame:
     """Predicted against measured for the training rows of `planned` (`planned_keys`) at
-    `rate_bps`, from the collectives, codec costs and profile measured for them."""
+    `rate_bps`, from the collectives, hook-path costs and profile measured for them."""
     tag = rate_tag(rate_bps)
-    codecs = ResultTable(out / f"compress-{tag}.csv", CODEC_KEYS).frame(planned["compress"])
-    costs = codec_costs(fit_codec(codecs)) if len(codecs) else {}
+    codecs = ResultTable(out / f"hook-{tag}.csv", CODEC_KEYS).frame(planned["hook"])
+    costs = hook_costs(codecs) if len(codecs) else {}
     train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"])
     fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
                            .frame(planned["collective"]))

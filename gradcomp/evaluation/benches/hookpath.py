@@ -1,0 +1,217 @@
+"""The hook-path benchmark: what gradcomp's DDP hook computes for one bucket, phase by phase,
+on this device, without the network. The method's own communicator
+(`gradcomp.comm.communicators.build`, as the hook builds it) encodes a bucket as the hook
+does (compression with error feedback, the division by the world size, packing for an
+all-gather, PowerSGD's P = M Q on the tensors' own matrices), then decodes what the exchange
+would deliver: for an all-gather `world_size` payloads (this rank's, copied; the aggregation
+decodes and combines them all), for an all-reduce the summed wire tensors (this rank's), and
+writes the average back into the bucket. PowerSGD's work between its rounds (orthogonalise
+P, Q = M^T P) is timed on its own (``middle_s``). `compress` prices one compress and one
+decompress of a flat tensor; this prices what the hook really does per bucket.
+
+Memory as in training: between two hook calls, backward and the exchange pass through
+memory, so every timed phase starts after a scratch buffer of `EVICT_FACTOR` x the bucket's
+bytes (at least `EVICT_MIN_BYTES`) was allocated, written and freed (a loop that calls the
+codec back to back finds its data in the caches and its buffers reused, and runs faster
+than the hook does in training).
+
+With `slowest_rank` (every rank of a process group runs the same sweep at once, as the
+workers compute side by side in training): each phase starts after a barrier and its time is
+the slowest rank's, since the collective after it waits for that rank.
+
+Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the
+bucket holds one rows x cols tensor), world_size, dtype, device, encode_s, middle_s (NaN but
+for two-round methods), decode_s (the whole bucket's decode: all `world_size` payloads),
+their spreads, repeats, slowest_rank, and the environment columns.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ...checks import check_device, check_int
+from ...comm.communicators import AllGather, Bucket, DenseAllReduce, TwoRounds, build
+from ...comm.ranks import Ranks
+from ...compressors import compressor
+from ..common.env import environment
+from ..common.store import as_table
+from ..common.timing import Clock
+from .compress import method_cases
+
+KEY_COLUMNS = ("method", "options", "numel", "world_size", "dtype", "device", "device_name")
+EVICT_FACTOR = 4
+EVICT_MIN_BYTES = 64 << 20
+PHASES = ("encode", "middle", "decode")
+
+
+def matrix_shape(numel: int) -> tuple[int, int]:
+    """The bucket's one tensor: rows x cols = numel, rows the largest divisor of numel not
+    above its square root (square for even powers of two)."""
+    check_int(numel, "numel", 1)
+    rows = math.isqrt(numel)
+    while numel % rows:
+        rows -= 1
+    return rows, numel // rows
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _evict(nbytes: int, device) -> None:
+    scratch = torch.empty(max(EVICT_MIN_BYTES, EVICT_FACTOR * nbytes) // 4,
+                          dtype=torch.float32, device=device)
+    scratch.fill_(1.0)
+    del scratch
+
+
+def hook_communicator(name: str, options: dict, bucket: Bucket, world_size: int,
+                      min_compression_rate: float = 1.0):
+    """(compressor, communicator) the hook uses for `bucket` among `world_size` ranks: the
+    method's own, or the uncompressed all-reduce where the method does not make the bucket
+    `min_compression_rate` times smaller (as `HookState.communicator_for`, e.g. "none")."""
+    comp = compressor(name, **options)
+    comp.set_rank(0)
+    ranks = Ranks(world_size=world_size)
+    communicator = build(comp, ranks)
+    if not communicator.pays(bucket, min_compression_rate):
+        communicator = DenseAllReduce(ranks)
+    return comp, communicator
+
+
+def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> dict:
+    """One bucket through the hook's phases, each called as ``timed(fn, *args)`` (which
+    returns (seconds, fn's result)); {phase: seconds} (middle NaN but for two rounds). What
+    the exchange would deliver is made outside the timed calls."""
+    encode_s, sent = timed(communicator.encode, bucket)
+    middle_s = math.nan
+    if isinstance(communicator, TwoRounds):
+        plain, first = sent.wire
+        middle_s, second = timed(comp.next_round, sent.context, first.clone())
+        received = [plain.clone(), second.clone()]
+    elif isinstance(communicator, AllGather):
+        received = [sent.wire[0].clone() for _ in range(world_size)]
+    else:
+        received = [t.clone() for t in sent.wire]
+    decode_s, _ = timed(communicator.decode, sent, received)
+    return {"encode": encode_s, "middle": middle_s, "decode": decode_s}
+
+
+def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
+                      device="cpu", dtype=torch.float32, repeats: int = 5, warmup: int = 1,
+                      seed: int = 0, min_compression_rate: float = 1.0,
+                      slowest_rank: bool = False) -> dict:
+    """Median seconds of the hook's encode, middle (two-round methods) and decode of one
+    bucket of `numel` values (one `matrix_shape` tensor) among `world_size` ranks, through
+    `hook_communicator` (`min_compression_rate`: the hook's option; `slowest_rank`: see the
+    module docstring)."""
+    check_int(numel, "numel", 1)
+    check_int(world_size, "world_size", 1)
+    check_int(repeats, "repeats", 1)
+    check_int(warmup, "warmup", 0)
+    device = check_device(device)
+    shape = torch.Size(matrix_shape(numel))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    buffer = torch.empty_like(grad)
+    bucket = Bucket(buffer, 0, lambda: [shape])
+    comp, communicator = hook_communicator(name, options, bucket, world_size,
+                                           min_compression_rate)
+    nbytes = numel * grad.element_size()
+    clock = Clock(device)
+
+    def timed(fn, *args):
+        _evict(nbytes, device)
+        clock.sync()
+        if slowest_rank:
+            dist.barrier()
+        start = clock.mark()
+        out = fn(*args)
+        end = clock.mark()
+        clock.sync()
+        return clock.seconds(start, end), out
+
+    times = {phase: [] for phase in PHASES}
+    for i in range(warmup + repeats):
+        buffer.copy_(grad)
+        seconds = run_phases(comp, communicator, bucket, world_size, timed)
+        if slowest_rank:
+            seconds = _slowest(seconds)
+        if i >= warmup:
+            for phase in PHASES:
+                times[phase].append(seconds[phase])
+    aggregation = ("powersgd" if isinstance(communicator, TwoRounds) else "allreduce"
+                   if isinstance(communicator, DenseAllReduce) else comp.aggregation)
+    row = {"method": name, "options": json.dumps(comp.options(), sort_keys=True),
+           "aggregation": aggregation, "communicator": type(communicator).__name__,
+           "numel": numel, "rows": shape[0], "cols": shape[1], "world_size": world_size,
+           "dtype": dtype_name(dtype), "device": str(device)}
+    for phase, values in times.items():
+        series = pd.Series(values, dtype=float)
+        row[f"{phase}_s"] = float(series.median())
+        row[f"{phase}_spread_s"] = float(series.max() - series.min())
+    row["repeats"] = repeats
+    row["slowest_rank"] = slowest_rank
+    return row
+
+
+def _slowest(seconds: dict) -> dict:
+    """Every phase's time on the slowest rank (NaN stays NaN)."""
+    times = torch.tensor([seconds[p] for p in PHASES], dtype=torch.float64).nan_to_num(-1.0)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return {p: math.nan if t < 0 else float(t) for p, t in zip(PHASES, times.tolist())}
+
+
+def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
+                    dtype=torch.float32, repeats: int = 5, warmup: int = 1, out=None,
+                    progress: bool = False, slowest_rank: bool = False) -> pd.DataFrame:
+    """`measure_hook_path` of every (method, options) of `methods` (see
+    `compress.method_cases`) at every size of `sizes` (elements); rows already in `out` (a
+    path or ResultTable) are skipped. Returns this sweep's rows (measured now or before).
+    `slowest_rank`: call it on every rank of the default process group, `out` on rank 0
+    only (which says what to skip; every rank measures the rest together)."""
+    sizes = list(sizes) if sizes is not None else [2**k for k in range(12, 23, 2)]
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
+    device = check_device(device)
+    table = as_table(out, KEY_COLUMNS)
+    env = environment(world_size=world_size, device=device)  # the ranks priced
+    cases = [(name, options, numel, key)
+             for name, options in method_cases(methods)
+             for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, device,
+                                                    dtype, env["device_name"]))]
+    done = table.done_keys() if table else set()
+    skip = [table is not None and table.key(c[3]) in done for c in cases]
+    if slowest_rank:
+        shared = [skip]
+        dist.broadcast_object_list(shared, src=0)
+        skip = shared[0]
+    rows = []
+    for (name, options, numel, key), skipped in tqdm(list(zip(cases, skip)),
+                                                     desc="hook-path bench", file=sys.stderr,
+                                                     disable=not progress):
+        if skipped:
+            continue
+        row = {**measure_hook_path(name, options, numel, world_size, device, dtype, repeats,
+                                   warmup, slowest_rank=slowest_rank), **env}
+        if table is not None:
+            table.append(row)
+        rows.append(row)
+    if table is None:
+        return pd.DataFrame(rows)
+    return table.frame(keys={table.key(c[3]) for c in cases})
+
+
+def case_keys(name: str, options: dict, sizes, world_size: int, device, dtype,
+              device_name: str) -> list[dict]:
+    """The key columns of the measurements of (name, options) at each of `sizes`."""
+    built = json.dumps(compressor(name, **options).options(), sort_keys=True)
+    return [{"method": name, "options": built, "numel": numel, "world_size": world_size,
+             "dtype": dtype_name(dtype), "device": str(torch.device(device)),
+             "device_name": device_name} for numel in sizes]

@@ -1,0 +1,231 @@
+"""The hook-path bench prices what the hook computes per bucket, and the model takes it:
+encode, PowerSGD's middle step, decode of every rank's payload; DDP's own copies in the
+profile (`measure_ddp_profile`, `finalize_s`)."""
+import math
+import threading
+from collections import Counter
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import gradcomp.comm as gc
+from gradcomp.comm import wire
+from gradcomp.comm.communicators import Bucket
+from gradcomp.comm.hooks import average
+from gradcomp.comm.ranks import Ranks
+from gradcomp.evaluation.benches.hookpath import (bench_hook_path, hook_communicator,
+                                                  matrix_shape, run_phases)
+from gradcomp.evaluation.model.fit import hook_costs
+from gradcomp.evaluation.model.methods import MethodCost, resolve
+from gradcomp.evaluation.model.network import Network
+from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.profiles.profiles import Profile, from_dict, to_dict
+from gradcomp.evaluation.testbed.validate import DEFAULT_METHODS
+
+SHAPES = [torch.Size(s) for s in [(10,), (10, 32), (32,), (32, 32), (32,), (32, 32)]]
+
+
+class Ops(TorchDispatchMode):
+    """Counts the aten ops run on this thread while `on`; c10d's collectives are the
+    exchange, not the hook's computation."""
+
+    def __init__(self):
+        super().__init__()
+        self.on, self.thread, self.ops = False, threading.get_ident(), Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if self.on and not name.startswith("c10d."):
+            assert threading.get_ident() == self.thread, "an op ran on another thread"
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _hook_ops(method: str, monkeypatch) -> Counter:
+    """The ops of the hook's second call on one bucket in a 1-rank gloo group, the exchange's
+    own data movement (wire's all-reduce and all-gather) left out; the exchange's futures are
+    complete when they are handed back, so the hook's decode runs here, not on gloo's
+    thread."""
+    state = gc.build_state(method)
+    ops = Ops()
+
+    def paused(fn):
+        def call(*args, **kwargs):
+            was, ops.on = ops.on, False
+            try:
+                fut = fn(*args, **kwargs)
+                fut.wait()
+                return fut
+            finally:
+                ops.on = was
+        return call
+
+    monkeypatch.setattr(wire, "all_reduce_sum", paused(wire.all_reduce_sum))
+    monkeypatch.setattr(wire, "all_gather_bytes", paused(wire.all_gather_bytes))
+    gen = torch.Generator().manual_seed(0)
+    for i in range(2):
+        buf = torch.randn(sum(s.numel() for s in SHAPES), generator=gen)
+        with ops:
+            ops.on = i == 1
+            average(state, Bucket(buf, 0, lambda: SHAPES), 1 + i).wait()
+    monkeypatch.undo()
+    return ops.ops
+
+
+def _bench_ops(method: str) -> Counter:
+    """The ops inside the hook-path bench's timed phases, second call, same bucket."""
+    gen = torch.Generator().manual_seed(0)
+    buf = torch.empty(sum(s.numel() for s in SHAPES))
+    bucket = Bucket(buf, 0, lambda: SHAPES)
+    comp, communicator = hook_communicator(method, {}, bucket, world_size=1)
+    ops = Ops()
+
+    def timed(fn, *args):
+        ops.on = record
+        try:
+            return 0.0, fn(*args)
+        finally:
+            ops.on = False
+
+    with ops:
+        for record in (False, True):
+            buf.copy_(torch.randn(buf.numel(), generator=gen))
+            run_phases(comp, communicator, bucket, 1, timed)
+    return ops.ops
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_the_bench_times_the_ops_the_hook_runs(one_rank, monkeypatch):
+    # If the hook's per-bucket work changes (a copy added, a phase moved out of the
+    # communicator), the bench that prices it for the model must change with it.
+    for method in [m for m in DEFAULT_METHODS if m != "ddp"]:
+        hook, bench = _hook_ops(method, monkeypatch), _bench_ops(method)
+        assert hook or method == "none", method  # one rank: nothing to divide
+        assert hook == bench, (method, hook - bench, bench - hook)
+
+
+def test_bench_rows_phases_and_resume(tmp_path):
+    out = tmp_path / "hook.csv"
+    rows = bench_hook_path(["none", "topk", "powersgd"], sizes=[4096, 16384], world_size=2,
+                           repeats=1, warmup=0, out=out)
+    rows = rows.set_index(["method", "numel"])
+    assert dict(rows["communicator"].groupby("method").first()) == {
+        "none": "DenseAllReduce", "topk": "AllGather", "powersgd": "TwoRounds"}
+    assert dict(rows["aggregation"].groupby("method").first()) == {
+        "none": "allreduce", "topk": "allgather", "powersgd": "powersgd"}
+    assert (rows[["encode_s", "decode_s"]] > 0).all().all()
+    middle = rows["middle_s"]
+    assert (middle.loc["powersgd"] > 0).all()
+    assert middle.drop("powersgd", level="method").isna().all()
+    assert list(rows.loc["powersgd", "rows"]) == [64, 128]
+    again = bench_hook_path(["none", "topk", "powersgd"], sizes=[4096, 16384], world_size=2,
+                            repeats=1, warmup=0, out=out)
+    assert len(pd.read_csv(out)) == 6 and len(again) == 6  # resumed: nothing measured again
+
+
+def test_matrix_shape():
+    assert [matrix_shape(n) for n in (4096, 8192, 12, 7, 1)] == [
+        (64, 64), (64, 128), (3, 4), (1, 7), (1, 1)]
+    with pytest.raises(ValueError, match="numel"):
+        matrix_shape(0)
+
+
+def test_ranks_without_a_group():
+    ranks = Ranks(world_size=4)
+    assert (ranks.world_size, ranks.backend) == (4, "none")
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="world_size"):
+            Ranks(world_size=bad)
+
+
+def _hook_table(method, aggregation, encode, decode, middle=math.nan, world_size=2):
+    sizes = [1000, 2000, 4000]
+    return pd.DataFrame({"method": method, "aggregation": aggregation,
+                         "world_size": world_size, "numel": sizes,
+                         "encode_s": [encode * n for n in sizes],
+                         "decode_s": [decode * n for n in sizes],
+                         "middle_s": [middle * n for n in sizes]})
+
+
+def test_hook_costs_per_payload_and_middle():
+    table = pd.concat([_hook_table("topk", "allgather", 1e-9, 4e-9, world_size=4),
+                       _hook_table("fp16", "allreduce", 1e-9, 3e-9),
+                       _hook_table("powersgd", "powersgd", 2e-9, 5e-9, middle=1e-9)])
+    costs = hook_costs(table)
+    assert costs["topk"][1][1] == pytest.approx(1e-9)  # 4 payloads: per payload
+    assert costs["fp16"][1][1] == pytest.approx(3e-9) and len(costs["fp16"]) == 2
+    assert costs["powersgd"][2][1] == pytest.approx(1e-9)
+    assert resolve("powersgd", costs).middle == pytest.approx((0.0, 1e-9), abs=1e-12)
+
+
+def _profile(finalize_s=0.0):
+    return Profile("one bucket", [1000, 2000], [0.001, 0.002], 0.001, 0.002, 0.003,
+                   shapes=[(10, 100), (20, 100)], finalize_s=finalize_s)
+
+
+def test_powersgd_middle_is_priced_between_its_rounds_and_finalize_after():
+    net = Network(2, 1e9)
+    base = resolve("powersgd").with_costs((0.0, 1e-6), (0.0, 0.0))
+    halves = predict(_profile(), net, base, baseline_s=1.0)
+    with_middle = predict(_profile(), net, base.with_costs(middle=(0.0, 2e-6)),
+                          baseline_s=1.0)
+    # Without a middle the encode's second half (1.5 ms) sits between the rounds; with one,
+    # the whole encode (3 ms) comes first and the middle (6 ms) between the rounds.
+    assert with_middle.t_iter_s - halves.t_iter_s == pytest.approx(6e-3)
+    row = with_middle.buckets.iloc[0]
+    assert row["encode_end_s"] - row["encode_start_s"] == pytest.approx(3e-3)
+    finalized = predict(_profile(0.004), net, base, baseline_s=1.0)
+    assert finalized.t_iter_s - halves.t_iter_s == pytest.approx(0.004)
+    assert _profile(0.004).t_iter_single == pytest.approx(0.010)
+
+
+def test_finalize_survives_save_and_old_profiles_load():
+    assert from_dict(to_dict(_profile(0.004))).finalize_s == 0.004
+    old = {k: v for k, v in to_dict(_profile()).items() if k != "finalize_s"}
+    assert from_dict(old).finalize_s == 0.0
+    with pytest.raises(ValueError, match="times"):
+        _profile(-1.0)
+
+
+def test_ddp_profile_splits_backward_at_the_last_bucket(one_rank):
+    from gradcomp.evaluation.benches.train import model_profile
+
+    profile = model_profile("tiny", 8, repeats=3, warmup=1, ddp_bucket_cap_mb=25.0)
+    assert profile.finalize_s > 0 and "DistributedDataParallel" in profile.assumptions
+    assert profile.ready_s[-1] <= profile.backward_s
+    assert len(profile.shapes) == 6
+    plain = model_profile("tiny", 8, repeats=3, warmup=1)
+    assert plain.finalize_s == 0.0
+
+
+def test_method_cost_checks_middle():
+    with pytest.raises(ValueError, match="middle"):
+        MethodCost("x", "powersgd", lambda s, b: (0.0, 0.0), middle=(math.nan, 0.0))
+
+
+def _slowest_sweep(out):
+    rank = dist.get_rank()
+    for _ in range(2):  # the second call resumes: every rank skips what rank 0 has
+        bench_hook_path(["topk", "powersgd"], sizes=[4096], world_size=2, repeats=2, warmup=0,
+                        out=out if rank == 0 else None, slowest_rank=True)
+
+
+def test_slowest_rank_sweep_on_two_ranks(tmp_path):
+    from gradcomp.evaluation.common.env import spawn
+
+    out = tmp_path / "hook.csv"
+    spawn(_slowest_sweep, 2, "gloo", str(out))
+    rows = pd.read_csv(out)
+    assert list(rows["method"]) == ["topk", "powersgd"] and rows["slowest_rank"].all()
+    assert (rows["world_size"] == 2).all() and (rows["encode_s"] > 0).all()
+    assert rows["middle_s"].isna().tolist() == [True, False]
