@@ -151,6 +151,10 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     torch.testing.assert_close(sent, raw, rtol=1e-5, atol=1e-6)
     methods = [r["method"] for r in state.telemetry_rows()]
     assert methods == ["topk", "topk", "allreduce", "allreduce"]
+    # the choices as reports give them: every switch, the last one per bucket
+    assert state.switches == [(0, 0, 0), (2, 0, 1)]
+    assert state.choices_text() == "bucket 0: none since 2"
+    assert state.state_dict()["switches"] == state.switches
 
 
 def test_auto_options_are_part_of_what_ranks_must_agree_on():
@@ -178,3 +182,29 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     codec = state.chooser.codec
     assert codec and all(v < float("inf") for v in codec.values())
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
+
+
+class SlowSecondRound(gradcomp.compressors.powersgd.PowerSGD):
+    """PowerSGD whose work between its two all-reduces takes 50 ms more."""
+
+    def next_round(self, step, first):
+        import time
+
+        time.sleep(0.05)
+        return super().next_round(step, first)
+
+
+def test_work_between_powersgd_rounds_counts_as_codec_not_communication(one_rank_group):
+    """The network fit sees only the exchanges: PowerSGD's second round, computed between
+    its all-reduces, is codec time (else 50 ms of compute would read as a slow link)."""
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64, bias=False))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   candidates=["none", SlowSecondRound(rank=2)])
+    x = torch.randn(16, 64)
+    for _ in range(5):  # explores 0-1 uncompressed, 2-3 PowerSGD; decides at 4
+        ddp(x).square().mean().backward()
+    spans = [r["comm_s"] for r in state.telemetry_rows() if r["method"] == "powersgd"]
+    assert min(spans) >= 0.05  # what the exchange took, as telemetry shows it
+    assert state.chooser.codec[0, 1] >= 0.05  # priced as PowerSGD's codec work
+    assert state.chooser.decisions == {0: 0}

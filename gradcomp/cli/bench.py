@@ -116,6 +116,7 @@ def _bench(args) -> None:
             split(args.methods), out=args.out, progress=progress,
             **given(world_size=args.workers,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
-        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
+        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original",
+                   "auto_choices"]
     shown = [c for c in columns if c in frame.columns]
     emit(args, frame.to_dict("records"), table(frame, shown))

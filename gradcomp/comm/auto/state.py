@@ -1,6 +1,7 @@
 """`AutoState`: the hook state that carries each bucket with the candidate `choice` picks."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Hashable
 
 import torch
@@ -41,6 +42,16 @@ def build_candidates(candidates) -> list[Compressor]:
         if built[-1].name == "auto":
             raise ValueError("candidates: 'auto' cannot be its own candidate")
     return built
+
+
+def settings_of(options: dict) -> dict[str, Any]:
+    """What `register(ddp_model, "auto", **options)` runs with, as result tables record it:
+    the candidates with their options, and every option of `auto` (defaults filled in)."""
+    given = dict(options)
+    members = build_candidates(given.pop("candidates", DEFAULT_CANDIDATES))
+    defaults = {k: p.default for k, p in inspect.signature(AutoState).parameters.items()
+                if k in AUTO_OPTIONS and k != "candidates"}
+    return {"candidates": Candidates(members).options()["candidates"], **defaults, **given}
 
 
 class Candidates(Compressor):
@@ -106,6 +117,8 @@ class AutoState(HookState):
         self._explore = dict(explore_iters=explore_iters, check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift))
         self.chooser: Chooser | None = None
+        #: (iteration, bucket, candidate) each time a bucket changed candidate
+        self.switches: list[tuple[int, int, int]] = []
         super().__init__(Candidates(members), **hook_options)
 
     def hook_options(self) -> dict[str, Any]:
@@ -119,7 +132,7 @@ class AutoState(HookState):
         self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
-        self._pending: list[tuple[BucketRecord, int, int]] = []
+        self._pending: list[tuple[BucketRecord, int, int, float]] = []
         self._stepped: int | None = None
 
     def _chooser(self) -> Chooser:
@@ -141,16 +154,20 @@ class AutoState(HookState):
             self._collect(iteration)
             chooser.step(iteration, self._reduce(bucket.buffer.device))
         candidate = chooser.choice(bucket.index, iteration)
-        self._hand_over(bucket, candidate)
+        self._hand_over(bucket, candidate, iteration)
         self._given[bucket.index] = candidate
         chosen = self.communicators[candidate]
         return chosen if chosen.pays(bucket, self.min_compression_rate) else self.dense
 
-    def _hand_over(self, bucket: Bucket, candidate: int) -> None:
-        """Add what the bucket's previous candidate kept for it to the gradient now."""
+    def _hand_over(self, bucket: Bucket, candidate: int, iteration: int) -> None:
+        """Add what the bucket's previous candidate kept for it to the gradient now; note
+        the switch."""
         before = self._carrier.get(bucket.index)
         self._carrier[bucket.index] = candidate
-        if before is None or before == candidate:
+        if before == candidate:
+            return
+        self.switches.append((iteration, bucket.index, candidate))
+        if before is None:
             return
         residual = self.compressor.members[before].take_residual(bucket.index)
         if residual is not None and residual.numel() == bucket.buffer.numel():
@@ -173,23 +190,43 @@ class AutoState(HookState):
         candidate = self._given.get(record.bucket)
         if (record.iteration >= self.start_iter and candidate is not None
                 and self._chooser().measured(record.iteration)):
-            self._pending.append((record, candidate, sent.nbytes))
+            self._pending.append((record, candidate, sent.nbytes, sent.between_s))
+
+    # -- reports ----------------------------------------------------------------------------
+    def label(self, candidate: int) -> str:
+        """A candidate's name in reports: its method's, "#position" added where two share
+        it."""
+        names = [m.name for m in self.compressor.members]
+        name = names[candidate]
+        return name if names.count(name) == 1 else f"{name}#{candidate}"
+
+    def choices(self) -> dict[int, tuple[str, int]]:
+        """bucket -> (the candidate that carried it last, by `label`; the iteration since
+        which it has), from `switches`."""
+        return {b: (self.label(c), i) for i, b, c in sorted(self.switches)}
+
+    def choices_text(self) -> str:
+        """`choices` in one line: "bucket 0: powersgd since 13; bucket 1: bf16 since 13"."""
+        return "; ".join(f"bucket {b}: {name} since {i}"
+                         for b, (name, i) in sorted(self.choices().items()))
 
     # -- measurements -----------------------------------------------------------------------
     def _collect(self, iteration: int) -> None:
         """Samples from the completed iterations before `iteration` (idle link: the bucket's
-        collective started after the previous bucket's had finished)."""
+        collective started after the previous bucket's had finished). Codec work inside the
+        exchange (PowerSGD's between rounds) counts as codec time, not communication."""
         done = [p for p in self._pending if p[0].iteration < iteration]
         self._pending = [p for p in self._pending if p[0].iteration >= iteration]
         done.sort(key=lambda p: (p[0].iteration, p[0].bucket))
         previous = None
-        for record, candidate, nbytes in done:
+        for record, candidate, nbytes, between in done:
             m = record.marks
             idle = (previous is None or previous.iteration != record.iteration
                     or seconds_between(previous.marks[2], m[1]) >= 0)
             self.chooser.samples.append(Sample(
                 record.iteration, record.bucket, candidate, seconds_between(m[0], m[1])
-                + seconds_between(m[2], m[3]), seconds_between(m[1], m[2]), nbytes, idle))
+                + seconds_between(m[2], m[3]) + between,
+                max(seconds_between(m[1], m[2]) - between, 0.0), nbytes, idle))
             previous = record
 
     def _reduce(self, device):
@@ -204,12 +241,13 @@ class AutoState(HookState):
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "auto": self._chooser().state_dict(),
-                "carrier": dict(self._carrier)}
+                "carrier": dict(self._carrier), "switches": list(self.switches)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._chooser().load_state_dict(state["auto"])
         self._carrier = dict(state["carrier"])
+        self.switches = [tuple(s) for s in state.get("switches", [])]
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()
