@@ -8,6 +8,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
+from gradcomp.comm.auto.guard import Guard
 
 ALLREDUCE, ALLGATHER = Transfer("allreduce"), Transfer("allgather")
 
@@ -208,3 +209,76 @@ def test_work_between_powersgd_rounds_counts_as_codec_not_communication(one_rank
     assert min(spans) >= 0.05  # what the exchange took, as telemetry shows it
     assert state.chooser.codec[0, 1] >= 0.05  # priced as PowerSGD's codec work
     assert state.chooser.decisions == {0: 0}
+
+
+# -- the convergence guard --------------------------------------------------------------
+def run_guard(norm_of_interval, intervals=4, every=2):
+    """A guard fed a bucket whose gradient norm is norm_of_interval(k) in interval k."""
+    g = Guard(threshold=0.5, every=every, max_ratio=2.0, start=1)
+    for i in range(1, 1 + intervals * every + 1):
+        g.step(i, same)
+        g.add(0, torch.full((100,), norm_of_interval((i - 1) // every) / 10.0))
+    return g
+
+
+def test_the_guard_engages_while_the_norm_changes_fast_and_not_when_steady():
+    steady = run_guard(lambda k: 3.0)
+    # the first interval is critical (nothing to compare with), then steady: not
+    assert steady.engaged == [(3, [0]), (5, []), (7, []), (9, [])]
+    assert not steady.limits(0)
+    wobbly = run_guard(lambda k: 3.0 * (1 + 0.3 * (k % 2)))  # +-30%: under threshold 0.5
+    assert [c for _, c in wobbly.engaged] == [[0], [], [], []]
+    falling = run_guard(lambda k: 3.0 / 4 ** k)  # -75% per interval
+    assert falling.engaged == [(3, [0]), (5, [0]), (7, [0]), (9, [0])] and falling.limits(0)
+    settles = run_guard(lambda k: 3.0 / 4 ** min(k, 2), intervals=5)
+    assert [c for _, c in settles.engaged] == [[0], [0], [0], [], []]
+
+
+def test_a_guarded_bucket_takes_the_fastest_candidate_within_the_ceiling():
+    ch = Chooser([ALLREDUCE, ALLREDUCE, ALLGATHER], workers=4, explore_iters=3)
+    # bucket 0 (4 MB): uncompressed, 2x (slowest codec), 100x (fastest overall)
+    feed(ch, range(1, 10), alpha=20e-6, x=1e-8, codec=[[0.0, 5e-3, 1e-3]],
+         nbytes=[[4e6, 2e6, 4e4]])
+    ch.step(10, same)
+    assert ch.decisions == {0: 2}
+    g = Guard(threshold=0.5, every=2, max_ratio=2.0)
+    g.size[0] = 4_000_000
+    assert g.choice(ch, 0) == 1  # 2x is within the ceiling and faster than uncompressed
+    g.max_ratio = 1.0
+    assert g.choice(ch, 0) == 0
+    g.max_ratio, ch.nbytes[0, 0] = 1.0, 3e6  # nothing within: the least compressing
+    assert g.choice(ch, 0) == 0
+
+
+@pytest.mark.parametrize("guard, match", [
+    ("on", "guard="), ({"eta": 0.5}, "guard="), ({"threshold": 0}, "guard threshold"),
+    ({"every": 0}, "guard every"), ({"max_ratio": 0.5}, "guard max_ratio")])
+def test_bad_guard_options_name_the_option(guard, match):
+    with pytest.raises(ValueError, match=match):
+        gradcomp.comm.AutoState(guard=guard)
+
+
+def test_the_guard_runs_in_the_hook_and_resumes(one_rank_group):
+    """Gradients that grow 4x per interval keep the bucket critical: once the decisions say
+    top-k (as on a slow link), the guarded hook still sends it uncompressed (top-k is not
+    within max_ratio), the unguarded one sends top-k; the checkpoint carries the guard."""
+    options = dict(start_iter=0, explore_iters=2,
+                   candidates=[("topk", {"ratio": 0.01, "error_feedback": True}), "none"])
+    sent = {}
+    for guard in (None, {"every": 2, "max_ratio": 2.0}):
+        torch.manual_seed(0)
+        ddp = DDP(torch.nn.Linear(64, 64, bias=False))
+        state = gradcomp.comm.register(ddp, "auto", **options, guard=guard)
+        x = torch.randn(16, 64)
+        for i in range(9):
+            if i == 5:  # decided at 4; now as if the link were slow: top-k is faster
+                state.chooser.decisions, state.chooser.x = {0: 0}, 1.0
+            (ddp(x).square().mean() * 4.0 ** (i // 2)).backward()
+        sent[guard is not None] = [r["method"] for r in state.telemetry_rows()][5:]
+    assert sent == {False: ["topk"] * 4, True: ["allreduce"] * 4}
+    assert [c for _, c in state.guard.engaged] == [[0], [0], [0], [0]]
+    again = gradcomp.comm.build_state("auto", **options, guard={"every": 2, "max_ratio": 2.0})
+    again.load_state_dict(state.state_dict())
+    assert again.guard.state_dict() == state.guard.state_dict()
+    with pytest.raises(ValueError, match="guard"):
+        gradcomp.comm.build_state("auto", **options).load_state_dict(state.state_dict())

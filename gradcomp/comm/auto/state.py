@@ -10,6 +10,7 @@ import torch.distributed as dist
 from ...checks import check_int, check_number
 from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
 from .choice import Chooser, Sample, Transfer
+from .guard import Guard, guard_settings
 from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
 from ..ranks import Ranks
 from ..state import HookState
@@ -20,7 +21,8 @@ from ..telemetry import BucketRecord, Telemetry, mark, seconds_between
 DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
                       ("topk", {"ratio": 0.01, "error_feedback": True}))
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
-AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift")
+AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift",
+                "guard")
 
 
 def build_candidates(candidates) -> list[Compressor]:
@@ -103,12 +105,14 @@ class AutoState(HookState):
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
+    guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
+        threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
     """
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
                  check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
-                 **hook_options):
+                 guard=None, **hook_options):
         members = build_candidates(candidates)
         check_int(explore_iters, "explore_iters", 2)
         check_int(check_every, "check_every", 1)
@@ -116,13 +120,16 @@ class AutoState(HookState):
         check_number(drift, "drift", 0, above=True)
         self._explore = dict(explore_iters=explore_iters, check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift))
+        self._guard = guard_settings(guard)
+        self.guard = (Guard(**self._guard, start=hook_options.get("start_iter", 1))
+                      if self._guard else None)
         self.chooser: Chooser | None = None
         #: (iteration, bucket, candidate) each time a bucket changed candidate
         self.switches: list[tuple[int, int, int]] = []
         super().__init__(Candidates(members), **hook_options)
 
     def hook_options(self) -> dict[str, Any]:
-        return {**super().hook_options(), **self._explore}
+        return {**super().hook_options(), **self._explore, "guard": self._guard}
 
     def _connect(self, process_group) -> None:
         self.ranks = Ranks(process_group)
@@ -153,7 +160,14 @@ class AutoState(HookState):
             self._stepped = iteration
             self._collect(iteration)
             chooser.step(iteration, self._reduce(bucket.buffer.device))
+            if self.guard is not None:
+                self.guard.step(iteration, self._reduce(bucket.buffer.device))
         candidate = chooser.choice(bucket.index, iteration)
+        if self.guard is not None:
+            self.guard.add(bucket.index, bucket.buffer)
+            if (chooser.decided_at is not None and not chooser.exploring(iteration)
+                    and self.guard.limits(bucket.index)):
+                candidate = self.guard.choice(chooser, bucket.index)
         self._hand_over(bucket, candidate, iteration)
         self._given[bucket.index] = candidate
         chosen = self.communicators[candidate]
@@ -241,13 +255,21 @@ class AutoState(HookState):
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "auto": self._chooser().state_dict(),
-                "carrier": dict(self._carrier), "switches": list(self.switches)}
+                "carrier": dict(self._carrier), "switches": list(self.switches),
+                **({"guard": self.guard.state_dict()} if self.guard is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and "auto" in state and (self.guard is None) != (
+                "guard" not in state):
+            raise ValueError("this checkpoint was saved with guard="
+                             f"{'on' if 'guard' in state else 'None'}; this hook runs guard="
+                             f"{self._guard}: build the hook with the same guard before loading")
         super().load_state_dict(state)
         self._chooser().load_state_dict(state["auto"])
         self._carrier = dict(state["carrier"])
         self.switches = [tuple(s) for s in state.get("switches", [])]
+        if self.guard is not None:
+            self.guard.load_state_dict(state["guard"])
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()

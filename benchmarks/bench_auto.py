@@ -1,0 +1,191 @@
+"""`auto` against its candidates on the testbed (issue #16's done-when), 2 workers, the built-in
+MLP, gloo, one thread per worker (as `gradcomp validate`). Needs root.
+
+    python benchmarks/bench_auto.py rates OUT   # (a) median iteration time at each rate
+    python benchmarks/bench_auto.py drop OUT    # (b) 2.5 Gbit/s -> 100 Mbit/s halfway
+
+rates: at each of `validate`'s default rates, DDP without a hook, each of auto's default
+candidates as a fixed method (same options), and auto, through `benches.train.run_methods`
+(the rows of `gradcomp bench train`, with auto_choices) into OUT/train-<rate>.csv.
+
+drop: every method trains `--iterations` iterations (after `--warmup`) at 2.5 Gbit/s; at the
+first timed iteration of the second half rank 0 asks this process to drop the link to 100
+Mbit/s (a file handshake; the workers meet at a barrier after it, so the wait is not timed)
+and the rate goes back up before the next method. Rows in OUT/drop.csv: per method the
+total, before and after the drop, each iteration's time (slowest rank), and for auto its
+switches (iteration, bucket, candidate) and the iterations from the drop to its first switch.
+OUT/conditions.csv keeps the load average before and after (the machine may be shared).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from gradcomp import comm
+from gradcomp.comm.auto import DEFAULT_CANDIDATES
+from gradcomp.evaluation.benches.train import KEY_COLUMNS, build_model, make_spec, run_methods
+from gradcomp.evaluation.common.env import environment, init_from_env
+from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.testbed.testbed import Testbed
+from gradcomp.evaluation.testbed.validate import DEFAULT_RATES, rate_tag
+
+HIGH, LOW = "2.5gbit", "100mbit"
+
+
+def cases(auto_options: dict) -> list[tuple[str, dict]]:
+    """DDP, each default candidate as a fixed method, then auto."""
+    fixed = [(c, {}) if isinstance(c, str) else (c[0], dict(c[1])) for c in DEFAULT_CANDIDATES]
+    return [("ddp", {}), *fixed, ("auto", auto_options)]
+
+
+# -- inside the testbed (every rank) -------------------------------------------------------
+def worker_rates(a) -> None:
+    init_from_env("gloo")
+    try:
+        spec = make_spec("mlp", 64, a.warmup, a.iterations, 25.0, a.rate)
+        table = ResultTable(a.out, KEY_COLUMNS)
+        run_methods(cases(json.loads(a.auto)), spec, table, "gloo")
+    finally:
+        dist.destroy_process_group()
+
+
+def _ask(folder: Path, n: int, rate: str) -> None:
+    """Rank 0: have the parent set every link to `rate`; wait until it has."""
+    (folder / f"ask-{n}").write_text(rate)
+    while not (folder / f"done-{n}").exists():
+        time.sleep(0.005)
+
+
+def worker_drop(a) -> None:
+    init_from_env("gloo")
+    rank, folder, asked = dist.get_rank(), Path(a.handshake), 0
+    table = ResultTable(a.out, ("method",)) if rank == 0 else None
+    try:
+        for name, options in cases(json.loads(a.auto)):
+            model, x, y = build_model("mlp", 64, data_seed=rank)
+            ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
+            state = None if name == "ddp" else comm.register(ddp, name, **options)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            drop_at = a.warmup + a.iterations // 2
+            times = []
+            for i in range(a.warmup + a.iterations):
+                if i == drop_at:
+                    if rank == 0:
+                        _ask(folder, asked, LOW)
+                    asked += 1
+                    dist.barrier()
+                start = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(ddp(x), y).backward()
+                opt.step()
+                times.append(time.perf_counter() - start)
+            slowest = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            if rank == 0:
+                _ask(folder, asked, HIGH)
+            asked += 1
+            dist.barrier()
+            if rank == 0:
+                t = slowest[a.warmup:].tolist()
+                half = a.iterations // 2
+                switches = state.switches if name == "auto" else []
+                after = [i for i, _, _ in switches if i >= drop_at]
+                table.append({
+                    "method": name, "options": json.dumps(options), "warmup": a.warmup,
+                    "iterations": a.iterations, "drop_at_iteration": drop_at,
+                    "total_s": sum(t), "before_drop_s": sum(t[:half]),
+                    "after_drop_s": sum(t[half:]),
+                    "median_before_s": float(torch.tensor(t[:half]).median()),
+                    "median_after_s": float(torch.tensor(t[half:]).median()),
+                    "iterations_to_switch": after[0] - drop_at if after else "",
+                    "switches": json.dumps(switches), "times_s": json.dumps(t)})
+    finally:
+        dist.destroy_process_group()
+
+
+# -- the parent (root) ---------------------------------------------------------------------
+def _conditions(out: Path, what: str, load: float, start: float) -> None:
+    ResultTable(out / "conditions.csv", ("what",)).append(
+        {"what": what, "load_1min_before": load, "load_1min_after": os.getloadavg()[0],
+         "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
+
+
+def run_rates(out: Path, a) -> None:
+    for rate in a.rates.split(","):
+        load, start = os.getloadavg()[0], time.monotonic()
+        print(f"bench_auto: {rate}", file=sys.stderr, flush=True)
+        with Testbed(2, rate, threads=1) as testbed:
+            testbed.run([sys.executable, __file__, "worker-rates", "--out",
+                         str(out / f"train-{rate_tag(testbed.links[0].rate_bps)}.csv"),
+                         "--rate", rate, "--warmup", str(a.warmup), "--iterations",
+                         str(a.iterations), "--auto", a.auto], timeout=1800)
+        _conditions(out, f"rates {rate}", load, start)
+
+
+def run_drop(out: Path, a) -> None:
+    handshake = out / "handshake"
+    handshake.mkdir(parents=True, exist_ok=True)
+    for old in handshake.iterdir():
+        old.unlink()
+    load, start = os.getloadavg()[0], time.monotonic()
+    with Testbed(2, HIGH, threads=1) as testbed:
+        stop = threading.Event()
+
+        def serve():
+            n = 0
+            while not stop.is_set():
+                ask = handshake / f"ask-{n}"
+                if ask.exists():
+                    testbed.set_rate(ask.read_text())
+                    (handshake / f"done-{n}").write_text("")
+                    n += 1
+                else:
+                    time.sleep(0.005)
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        try:
+            testbed.run([sys.executable, __file__, "worker-drop", "--out",
+                         str(out / "drop.csv"), "--handshake", str(handshake), "--warmup",
+                         str(a.warmup), "--iterations", str(a.iterations), "--auto", a.auto],
+                        timeout=3000)
+        finally:
+            stop.set()
+            server.join()
+    _conditions(out, "drop", load, start)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("rates", "drop", "worker-rates", "worker-drop"))
+    p.add_argument("out", nargs="?")
+    p.add_argument("--out", dest="worker_out")
+    p.add_argument("--rates", default=",".join(DEFAULT_RATES))
+    p.add_argument("--rate")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--auto", default="{}", help="auto's options as JSON")
+    p.add_argument("--handshake")
+    a = p.parse_args(argv)
+    if a.what.startswith("worker"):
+        a.out = a.worker_out
+        (worker_rates if a.what == "worker-rates" else worker_drop)(a)
+        return 0
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (run_rates if a.what == "rates" else run_drop)(out, a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
