@@ -1,6 +1,8 @@
 """The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) without
 processes, its residual hand-over in one process, and its options. Two real gloo ranks:
 tests/test_hooks_distributed.py."""
+import json
+
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -282,3 +284,12 @@ def test_the_guard_runs_in_the_hook_and_resumes(one_rank_group):
     assert again.guard.state_dict() == state.guard.state_dict()
     with pytest.raises(ValueError, match="guard"):
         gradcomp.comm.build_state("auto", **options).load_state_dict(state.state_dict())
+
+
+def test_bench_converge_plans_auto_once_with_its_settings():
+    from gradcomp.evaluation.benches.converge import options_text, variants
+
+    assert variants(["none", "auto"]) == [("none", {}, False), ("auto", {}, False)]
+    settings = json.loads(options_text("auto", {"explore_iters": 4}, False))
+    assert settings["explore_iters"] == 4 and settings["guard"] is None
+    assert settings["candidates"][3] == ["topk", {"ratio": 0.01, "error_feedback": True}]

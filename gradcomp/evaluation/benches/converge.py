@@ -13,7 +13,8 @@ over those iterations. A run stops at the target (`stop_at_target`), at the budg
 the loss is no longer finite (diverged).
 
 Error feedback: every method runs without and with it (`error_feedback` column), except
-`none`, for which the residual is always zero (only without). PowerSGD keeps its own residuals
+`none`, for which the residual is always zero (only without), and `auto`, whose candidates
+carry their own (only without; its row also has auto_choices, as `bench train`'s). PowerSGD keeps its own residuals
 (on by default); for it the column is its own `error_feedback` option.
 
 Sizes: `QUICK` (CI: one seed, 200 iterations) and `FULL` (the default: three seeds, 600).
@@ -91,7 +92,7 @@ def variants(methods=None, error_feedback=(False, True)) -> list[tuple[str, dict
     if not settings:
         raise ValueError("error_feedback=() is not allowed: give False, True or both")
     return [(name, options, ef) for name, options in cases for ef in settings
-            if not (name == "none" and ef)]
+            if not (name in ("none", "auto") and ef)]
 
 
 def _check_ef(value) -> bool:
@@ -103,7 +104,10 @@ def _check_ef(value) -> bool:
 
 def options_text(name: str, options: dict, error_feedback: bool) -> str:
     """The run's compressor and hook options as JSON (error feedback in its own column);
-    bad options raise here, before anything is spawned."""
+    bad options raise here, before anything is spawned. "auto": its settings (each
+    candidate's error feedback among its options)."""
+    if name == "auto":
+        return json.dumps(comm.auto.settings_of(options), sort_keys=True)
     hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
     rest = {k: v for k, v in options.items() if k not in HOOK_OPTIONS}
     try:
@@ -203,7 +207,8 @@ def _train(case, task, spec: dict, key: dict, curve: ResultTable, device) -> dic
     rank = dist.get_rank()
     model = task.model(seed)
     ddp = DistributedDataParallel(model)
-    state = comm.register(ddp, name, error_feedback=ef, **options)
+    state = comm.register(ddp, name, **({} if name == "auto" else {"error_feedback": ef}),
+                          **options)
     opt = torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"])
     gen = torch.Generator().manual_seed(seed * 1000 + rank + 1)
     n = len(task.y_train)
@@ -238,7 +243,8 @@ def _train(case, task, spec: dict, key: dict, curve: ResultTable, device) -> dic
             "iterations_run": iteration, "diverged": diverged, "final_train_loss": last[0],
             "final_test_loss": last[1], "final_accuracy": last[2], "best_accuracy": best,
             "params": sum(p.numel() for p in model.parameters()),
-            **_bytes(state, iteration), "train_wall_s": wall}
+            **_bytes(state, iteration), "train_wall_s": wall,
+            **({"auto_choices": state.choices_text()} if name == "auto" else {})}
 
 
 def run_cases(todo, spec: dict, summary: ResultTable, curve: ResultTable, backend: str,
