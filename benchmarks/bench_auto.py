@@ -5,8 +5,11 @@ MLP, gloo, one thread per worker (as `gradcomp validate`). Needs root.
     python benchmarks/bench_auto.py drop OUT    # (b) 2.5 Gbit/s -> 100 Mbit/s halfway
 
 rates: at each of `validate`'s default rates, DDP without a hook, each of auto's default
-candidates as a fixed method (same options), and auto, through `benches.train.run_methods`
-(the rows of `gradcomp bench train`, with auto_choices) into OUT/train-<rate>.csv.
+candidates as a fixed method (same options), and auto (`--auto`: its options as JSON), each
+from a fresh model, `--rounds` times interleaved; rows in OUT/rates.csv: per rate, method and
+round the median iteration time over the timed iterations and over the steady ones (from the
+end of auto's exploration on, the same window for every method), auto's choices, and every
+iteration's time (the slowest rank's).
 
 drop: every method trains `--iterations` iterations (after `--warmup`) at 2.5 Gbit/s; at the
 first timed iteration of the second half rank 0 asks this process to drop the link to 100
@@ -33,11 +36,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gradcomp import comm
 from gradcomp.comm.auto import DEFAULT_CANDIDATES
-from gradcomp.evaluation.benches.train import KEY_COLUMNS, build_model, make_spec, run_methods
+from gradcomp.evaluation.benches.train import build_model
 from gradcomp.evaluation.common.env import environment, init_from_env
-from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.common.store import ResultTable, write_atomic
 from gradcomp.evaluation.testbed.testbed import Testbed
-from gradcomp.evaluation.testbed.validate import DEFAULT_RATES, rate_tag
+from gradcomp.evaluation.testbed.validate import DEFAULT_RATES
 
 HIGH, LOW = "2.5gbit", "100mbit"
 
@@ -49,66 +52,96 @@ def cases(auto_options: dict) -> list[tuple[str, dict]]:
 
 
 # -- inside the testbed (every rank) -------------------------------------------------------
-def worker_rates(a) -> None:
-    init_from_env("gloo")
-    try:
-        spec = make_spec("mlp", 64, a.warmup, a.iterations, 25.0, a.rate)
-        table = ResultTable(a.out, KEY_COLUMNS)
-        run_methods(cases(json.loads(a.auto)), spec, table, "gloo")
-    finally:
-        dist.destroy_process_group()
-
-
 def _ask(folder: Path, n: int, rate: str) -> None:
     """Rank 0: have the parent set every link to `rate`; wait until it has."""
-    (folder / f"ask-{n}").write_text(rate)
+    write_atomic(folder / f"ask-{n}", rate)  # never read half-written
     while not (folder / f"done-{n}").exists():
         time.sleep(0.005)
 
 
+def timed_run(name: str, options: dict, steps: int, before=None):
+    """`steps` training iterations of the MLP with `name`'s hook (from a fresh model), each
+    timed on every rank; the slowest rank's times, and the hook state. `before(i)` runs
+    before iteration i, untimed."""
+    rank = dist.get_rank()
+    model, x, y = build_model("mlp", 64, data_seed=rank)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
+    state = None if name == "ddp" else comm.register(ddp, name, **options)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    times = []
+    for i in range(steps):
+        if before is not None:
+            before(i)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.tolist(), state
+
+
+def _median(values) -> float:
+    return float(torch.tensor(values).median()) if values else float("nan")
+
+
+def worker_rates(a) -> None:
+    """Each method `--rounds` times (methods interleaved); rank 0 appends one row per method
+    and round: median over the timed iterations, and over the steady ones (from the end of
+    auto's exploration on, the same window for every method)."""
+    init_from_env("gloo")
+    auto = json.loads(a.auto)
+    steady_from = (auto.get("start_iter", 1)
+                   + len(auto.get("candidates", DEFAULT_CANDIDATES)) * auto.get("explore_iters", 3))
+    table = ResultTable(a.out, ("rate", "method", "round")) if dist.get_rank() == 0 else None
+    try:
+        for round_ in range(a.rounds):
+            for name, options in cases(auto):
+                times, state = timed_run(name, options, a.warmup + a.iterations)
+                if table is not None:
+                    table.append({
+                        "rate": a.rate, "method": name, "round": round_,
+                        "options": json.dumps(options), "warmup": a.warmup,
+                        "iterations": a.iterations, "steady_from": steady_from,
+                        "median_s": _median(times[a.warmup:]),
+                        "median_steady_s": _median(times[max(a.warmup, steady_from):]),
+                        "auto_choices": state.choices_text() if name == "auto" else "",
+                        "times_s": json.dumps(times)})
+    finally:
+        dist.destroy_process_group()
+
+
 def worker_drop(a) -> None:
     init_from_env("gloo")
-    rank, folder, asked = dist.get_rank(), Path(a.handshake), 0
+    rank, folder = dist.get_rank(), Path(a.handshake)
+    asked = [0]
     table = ResultTable(a.out, ("method",)) if rank == 0 else None
+    drop_at = a.warmup + a.iterations // 2
+
+    def set_rate(rate):
+        if rank == 0:
+            _ask(folder, asked[0], rate)
+        asked[0] += 1
+        dist.barrier()
+
     try:
         for name, options in cases(json.loads(a.auto)):
-            model, x, y = build_model("mlp", 64, data_seed=rank)
-            ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
-            state = None if name == "ddp" else comm.register(ddp, name, **options)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            drop_at = a.warmup + a.iterations // 2
-            times = []
-            for i in range(a.warmup + a.iterations):
-                if i == drop_at:
-                    if rank == 0:
-                        _ask(folder, asked, LOW)
-                    asked += 1
-                    dist.barrier()
-                start = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(ddp(x), y).backward()
-                opt.step()
-                times.append(time.perf_counter() - start)
-            slowest = torch.tensor(times, dtype=torch.float64)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            times, state = timed_run(name, options, a.warmup + a.iterations,
+                                     lambda i: set_rate(LOW) if i == drop_at else None)
+            set_rate(HIGH)
             if rank == 0:
-                _ask(folder, asked, HIGH)
-            asked += 1
-            dist.barrier()
-            if rank == 0:
-                t = slowest[a.warmup:].tolist()
-                half = a.iterations // 2
+                t, half = times[a.warmup:], a.iterations // 2
                 switches = state.switches if name == "auto" else []
                 after = [i for i, _, _ in switches if i >= drop_at]
                 table.append({
                     "method": name, "options": json.dumps(options), "warmup": a.warmup,
                     "iterations": a.iterations, "drop_at_iteration": drop_at,
                     "total_s": sum(t), "before_drop_s": sum(t[:half]),
-                    "after_drop_s": sum(t[half:]),
-                    "median_before_s": float(torch.tensor(t[:half]).median()),
-                    "median_after_s": float(torch.tensor(t[half:]).median()),
+                    "after_drop_s": sum(t[half:]), "median_before_s": _median(t[:half]),
+                    "median_after_s": _median(t[half:]),
                     "iterations_to_switch": after[0] - drop_at if after else "",
-                    "switches": json.dumps(switches), "times_s": json.dumps(t)})
+                    "switches": json.dumps(switches), "times_s": json.dumps(times)})
     finally:
         dist.destroy_process_group()
 
@@ -126,9 +159,9 @@ def run_rates(out: Path, a) -> None:
         print(f"bench_auto: {rate}", file=sys.stderr, flush=True)
         with Testbed(2, rate, threads=1) as testbed:
             testbed.run([sys.executable, __file__, "worker-rates", "--out",
-                         str(out / f"train-{rate_tag(testbed.links[0].rate_bps)}.csv"),
-                         "--rate", rate, "--warmup", str(a.warmup), "--iterations",
-                         str(a.iterations), "--auto", a.auto], timeout=1800)
+                         str(out / "rates.csv"), "--rate", rate, "--rounds", str(a.rounds),
+                         "--warmup", str(a.warmup), "--iterations", str(a.iterations),
+                         "--auto", a.auto], timeout=3000)
         _conditions(out, f"rates {rate}", load, start)
 
 
@@ -175,6 +208,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--auto", default="{}", help="auto's options as JSON")
+    p.add_argument("--rounds", type=int, default=1, help="rates: runs of each method")
     p.add_argument("--handshake")
     a = p.parse_args(argv)
     if a.what.startswith("worker"):
