@@ -3,6 +3,7 @@ MLP, gloo, one thread per worker (as `gradcomp validate`). Needs root.
 
     python benchmarks/bench_auto.py rates OUT   # (a) median iteration time at each rate
     python benchmarks/bench_auto.py drop OUT    # (b) 2.5 Gbit/s -> 100 Mbit/s halfway
+    python benchmarks/bench_auto.py converge OUT  # (c) iterations to target (no testbed)
 
 rates: at each of `validate`'s default rates, DDP without a hook, each of auto's default
 candidates as a fixed method (same options), and auto (`--auto`: its options as JSON), each
@@ -17,6 +18,11 @@ Mbit/s (a file handshake; the workers meet at a barrier after it, so the wait is
 and the rate goes back up before the next method. Rows in OUT/drop.csv: per method the
 total, before and after the drop, each iteration's time (slowest rank), and for auto its
 switches (iteration, bucket, candidate) and the iterations from the drop to its first switch.
+converge: `gradcomp bench converge`'s default task and target (teacher, accuracy 0.85, seeds
+0-2, 600 iterations at most, local gloo workers: no testbed) with each candidate without and
+with error feedback (none: without), auto, auto among the compressed candidates only, and
+the same with the guard (every 20 iterations), into OUT/converge.csv.
+
 OUT/conditions.csv keeps the load average before and after (the machine may be shared).
 """
 from __future__ import annotations
@@ -82,6 +88,16 @@ def timed_run(name: str, options: dict, steps: int, before=None):
     return slowest.tolist(), state
 
 
+def auto_model(state) -> str:
+    """auto's network fit and each bucket's predicted seconds per candidate, as JSON."""
+    ch = state.chooser
+    buckets = sorted({b for b, _ in ch.codec})
+    return json.dumps({"alpha_s": ch.alpha, "bandwidth_bps": 8 / ch.x if ch.x else None,
+                       "predicted_s": {b: {state.label(c): ch.predict(b, c)
+                                           for c in range(len(ch.transfers))}
+                                       for b in buckets}})
+
+
 def _median(values) -> float:
     return float(torch.tensor(values).median()) if values else float("nan")
 
@@ -107,6 +123,7 @@ def worker_rates(a) -> None:
                         "median_s": _median(times[a.warmup:]),
                         "median_steady_s": _median(times[max(a.warmup, steady_from):]),
                         "auto_choices": state.choices_text() if name == "auto" else "",
+                        "auto_model": auto_model(state) if name == "auto" else "",
                         "times_s": json.dumps(times)})
     finally:
         dist.destroy_process_group()
@@ -141,7 +158,9 @@ def worker_drop(a) -> None:
                     "after_drop_s": sum(t[half:]), "median_before_s": _median(t[:half]),
                     "median_after_s": _median(t[half:]),
                     "iterations_to_switch": after[0] - drop_at if after else "",
-                    "switches": json.dumps(switches), "times_s": json.dumps(times)})
+                    "switches": json.dumps(switches),
+                    "auto_model": auto_model(state) if name == "auto" else "",
+                    "times_s": json.dumps(times)})
     finally:
         dist.destroy_process_group()
 
@@ -198,9 +217,24 @@ def run_drop(out: Path, a) -> None:
     _conditions(out, "drop", load, start)
 
 
+def run_converge(out: Path, a) -> None:
+    from gradcomp.evaluation.benches.converge import bench_converge
+
+    compressed = [c for c in DEFAULT_CANDIDATES if c != "none"]
+    methods = [c if isinstance(c, str) else (c[0], {k: v for k, v in c[1].items()
+                                                    if k != "error_feedback"})
+               for c in DEFAULT_CANDIDATES]
+    methods += [("auto", {}), ("auto", {"candidates": compressed}),
+                ("auto", {"candidates": compressed, "guard": {"every": 20}})]
+    load, start = os.getloadavg()[0], time.monotonic()
+    bench_converge(methods, out=out / "converge.csv", progress=True)
+    _conditions(out, "converge", load, start)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("rates", "drop", "worker-rates", "worker-drop"))
+    p.add_argument("what", choices=("rates", "drop", "converge", "worker-rates",
+                                    "worker-drop"))
     p.add_argument("out", nargs="?")
     p.add_argument("--out", dest="worker_out")
     p.add_argument("--rates", default=",".join(DEFAULT_RATES))
@@ -217,7 +251,7 @@ def main(argv=None) -> int:
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (run_rates if a.what == "rates" else run_drop)(out, a)
+    {"rates": run_rates, "drop": run_drop, "converge": run_converge}[a.what](out, a)
     return 0
 
 
