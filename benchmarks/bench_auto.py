@@ -4,6 +4,7 @@ MLP, gloo, one thread per worker (as `gradcomp validate`). Needs root.
     python benchmarks/bench_auto.py rates OUT   # (a) median iteration time at each rate
     python benchmarks/bench_auto.py drop OUT    # (b) 2.5 Gbit/s -> 100 Mbit/s halfway
     python benchmarks/bench_auto.py converge OUT  # (c) iterations to target (no testbed)
+    python benchmarks/bench_auto.py summary OUT   # OUT/summary.md from the tables there
 
 rates: at each of `validate`'s default rates, DDP without a hook, each of auto's default
 candidates as a fixed method (same options), and auto (`--auto`: its options as JSON), each
@@ -51,10 +52,12 @@ from gradcomp.evaluation.testbed.validate import DEFAULT_RATES
 HIGH, LOW = "2.5gbit", "100mbit"
 
 
-def cases(auto_options: dict) -> list[tuple[str, dict]]:
-    """DDP, each default candidate as a fixed method, then auto."""
+def cases(auto_options: dict, methods: str = "") -> list[tuple[str, dict]]:
+    """DDP, each default candidate as a fixed method, then auto (only `methods`, a
+    comma-separated list of names, when given)."""
     fixed = [(c, {}) if isinstance(c, str) else (c[0], dict(c[1])) for c in DEFAULT_CANDIDATES]
-    return [("ddp", {}), *fixed, ("auto", auto_options)]
+    every = [("ddp", {}), *fixed, ("auto", auto_options)]
+    return [c for c in every if not methods or c[0] in methods.split(",")]
 
 
 # -- inside the testbed (every rank) -------------------------------------------------------
@@ -113,7 +116,7 @@ def worker_rates(a) -> None:
     table = ResultTable(a.out, ("rate", "method", "round")) if dist.get_rank() == 0 else None
     try:
         for round_ in range(a.rounds):
-            for name, options in cases(auto):
+            for name, options in cases(auto, a.methods):
                 times, state = timed_run(name, options, a.warmup + a.iterations)
                 if table is not None:
                     table.append({
@@ -143,7 +146,7 @@ def worker_drop(a) -> None:
         dist.barrier()
 
     try:
-        for name, options in cases(json.loads(a.auto)):
+        for name, options in cases(json.loads(a.auto), a.methods):
             times, state = timed_run(name, options, a.warmup + a.iterations,
                                      lambda i: set_rate(LOW) if i == drop_at else None)
             set_rate(HIGH)
@@ -180,7 +183,7 @@ def run_rates(out: Path, a) -> None:
             testbed.run([sys.executable, __file__, "worker-rates", "--out",
                          str(out / "rates.csv"), "--rate", rate, "--rounds", str(a.rounds),
                          "--warmup", str(a.warmup), "--iterations", str(a.iterations),
-                         "--auto", a.auto], timeout=3000)
+                         "--auto", a.auto, "--methods", a.methods], timeout=3000)
         _conditions(out, f"rates {rate}", load, start)
 
 
@@ -209,7 +212,8 @@ def run_drop(out: Path, a) -> None:
         try:
             testbed.run([sys.executable, __file__, "worker-drop", "--out",
                          str(out / "drop.csv"), "--handshake", str(handshake), "--warmup",
-                         str(a.warmup), "--iterations", str(a.iterations), "--auto", a.auto],
+                         str(a.warmup), "--iterations", str(a.iterations), "--auto", a.auto,
+                         "--methods", a.methods],
                         timeout=3000)
         finally:
             stop.set()
@@ -231,9 +235,67 @@ def run_converge(out: Path, a) -> None:
     _conditions(out, "converge", load, start)
 
 
+def _variant(method: str, options: dict, error_feedback: bool) -> str:
+    if method != "auto":
+        return " ".join([method, *(f"{k}={v}" for k, v in options.items()
+                                   if k in ("rank", "ratio"))] + (["+EF"] if error_feedback
+                                                                  else []))
+    names = [c[0] for c in options["candidates"]]
+    return "auto" + ("" if "none" in names else f" ({', '.join(names)})") + (
+        f" guard={options['guard']}" if options.get("guard") else "")
+
+
+def summary(out: Path, a=None) -> str:
+    """OUT/summary.md from the tables that are there."""
+    import pandas as pd
+
+    parts = []
+    if (out / "rates.csv").exists():
+        rows = []
+        for rate, runs in pd.read_csv(out / "rates.csv").groupby("rate", sort=False):
+            med = runs.groupby("method", sort=False)[["median_s", "median_steady_s"]].median()
+            fixed = med.drop(index=["ddp", "auto"], errors="ignore")
+            auto = runs[runs["method"] == "auto"]
+            for col in ("median_s", "median_steady_s"):
+                best = fixed[col].idxmin()
+                rows.append({"rate": rate, "over": "all timed" if col == "median_s"
+                             else "steady", **{m: med.loc[m, col] * 1e3 for m in med.index},
+                             "best fixed": best,
+                             "auto / best": med.loc["auto", col] / fixed.loc[best, col],
+                             "auto / ddp": med.loc["auto", col] / med.loc["ddp", col],
+                             "auto's choices": "; ".join(auto["auto_choices"])})
+        parts.append("## (a) median iteration time, ms\n\n"
+                     + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+    if (out / "drop.csv").exists():
+        drop = pd.read_csv(out / "drop.csv")
+        fixed = drop[~drop["method"].isin(["ddp", "auto"])]
+        best = fixed.loc[fixed["total_s"].idxmin()] if len(fixed) else None
+        table = drop[["method", "total_s", "before_drop_s", "after_drop_s",
+                      "iterations_to_switch", "switches"]]
+        parts.append("## (b) 2.5 Gbit/s -> 100 Mbit/s halfway\n\n"
+                     + table.to_markdown(index=False, floatfmt=".3g")
+                     + ("" if best is None else
+                        f"\n\nauto's total / the best fixed candidate's ({best['method']}): "
+                        + " ".join(f"{t / best['total_s']:.2f}" for t in
+                                   drop.loc[drop["method"] == "auto", "total_s"])))
+    if (out / "converge.csv").exists():
+        conv = pd.read_csv(out / "converge.csv")
+        conv["variant"] = [_variant(m, json.loads(o), e) for m, o, e in
+                           zip(conv["method"], conv["options"], conv["error_feedback"])]
+        wide = conv.pivot_table(index="variant", columns="seed",
+                                values="iterations_to_target", sort=False)
+        wide["auto_choices"] = conv.groupby("variant", sort=False)["auto_choices"].agg(
+            lambda c: "; ".join(map(str, c.dropna())))
+        parts.append("## (c) iterations to target (teacher, accuracy 0.85), per seed\n\n"
+                     + wide.reset_index().to_markdown(index=False))
+    text = "\n\n".join(parts) + "\n"
+    write_atomic(out / "summary.md", text)
+    return text
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("rates", "drop", "converge", "worker-rates",
+    p.add_argument("what", choices=("rates", "drop", "converge", "summary", "worker-rates",
                                     "worker-drop"))
     p.add_argument("out", nargs="?")
     p.add_argument("--out", dest="worker_out")
@@ -242,6 +304,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--auto", default="{}", help="auto's options as JSON")
+    p.add_argument("--methods", default="", help="comma-separated: only these of ddp, "
+                   "the candidates' names and auto (rates, drop)")
     p.add_argument("--rounds", type=int, default=1, help="rates: runs of each method")
     p.add_argument("--handshake")
     a = p.parse_args(argv)
@@ -251,7 +315,8 @@ def main(argv=None) -> int:
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    {"rates": run_rates, "drop": run_drop, "converge": run_converge}[a.what](out, a)
+    {"rates": run_rates, "drop": run_drop, "converge": run_converge,
+     "summary": summary}[a.what](out, a)
     return 0
 
 

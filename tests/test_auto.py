@@ -293,3 +293,18 @@ def test_bench_converge_plans_auto_once_with_its_settings():
     settings = json.loads(options_text("auto", {"explore_iters": 4}, False))
     assert settings["explore_iters"] == 4 and settings["guard"] is None
     assert settings["candidates"][3] == ["topk", {"ratio": 0.01, "error_feedback": True}]
+
+
+def test_small_transfers_do_not_refit_the_bandwidth():
+    """A window of latency-bound transfers (the chosen candidate's few bytes) measured faster
+    than the fitted latency says cannot set the bandwidth to infinite (x = 0): the decision
+    stays with the compressed candidate."""
+    ch = Chooser([ALLREDUCE, Transfer("allreduce", rounds=2)], workers=2, explore_iters=3,
+                 check_every=5)
+    codec, nbytes = [[0.0, 2e-3]], [[1.6e7, 1.6e5]]
+    feed(ch, range(1, 7), alpha=5e-3, x=8e-8, codec=codec, nbytes=nbytes)  # 100 Mbit/s
+    ch.step(7, same)
+    assert ch.decisions == {0: 1}
+    feed(ch, range(7, 12), alpha=1e-3, x=8e-8, codec=codec, nbytes=nbytes)  # latency was less
+    ch.step(12, same)
+    assert ch.x == pytest.approx(8e-8) and ch.decisions == {0: 1}
