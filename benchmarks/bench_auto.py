@@ -21,8 +21,8 @@ total, before and after the drop, each iteration's time (slowest rank), and for 
 switches (iteration, bucket, candidate) and the iterations from the drop to its first switch.
 converge: `gradcomp bench converge`'s default task and target (teacher, accuracy 0.85, seeds
 0-2, 600 iterations at most, local gloo workers: no testbed) with each candidate without and
-with error feedback (none: without), auto, auto among the compressed candidates only, and
-the same with the guard (every 20 iterations), into OUT/converge.csv.
+with error feedback (none: without), auto, and auto among the compressed candidates only,
+each without and with the guard (every 20 iterations), into OUT/converge.csv.
 
 OUT/conditions.csv keeps the load average before and after (the machine may be shared).
 """
@@ -228,7 +228,8 @@ def run_converge(out: Path, a) -> None:
     methods = [c if isinstance(c, str) else (c[0], {k: v for k, v in c[1].items()
                                                     if k != "error_feedback"})
                for c in DEFAULT_CANDIDATES]
-    methods += [("auto", {}), ("auto", {"candidates": compressed}),
+    methods += [("auto", {}), ("auto", {"guard": {"every": 20}}),
+                ("auto", {"candidates": compressed}),
                 ("auto", {"candidates": compressed, "guard": {"every": 20}})]
     load, start = os.getloadavg()[0], time.monotonic()
     bench_converge(methods, out=out / "converge.csv", progress=True)
