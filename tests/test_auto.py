@@ -1,5 +1,6 @@
-"""The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) without
-processes, its residual hand-over in one process, and its options. Two real gloo ranks:
+"""The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) and its
+convergence guard without processes, its residual hand-over, reports, PowerSGD's work between
+rounds and the guard in one process, and its options. Two real gloo ranks:
 tests/test_hooks_distributed.py."""
 import json
 
