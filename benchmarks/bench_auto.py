@@ -259,13 +259,17 @@ def summary(out: Path, a=None) -> str:
             auto = runs[runs["method"] == "auto"]
             for col in ("median_s", "median_steady_s"):
                 best = fixed[col].idxmin()
+                per_round = runs.pivot_table(index="round", columns="method", values=col)
                 rows.append({"rate": rate, "over": "all timed" if col == "median_s"
                              else "steady", **{m: med.loc[m, col] * 1e3 for m in med.index},
                              "best fixed": best,
                              "auto / best": med.loc["auto", col] / fixed.loc[best, col],
+                             "per round": " ".join(f"{v:.2f}" for v in per_round["auto"]
+                                                   / per_round[fixed.index].min(axis=1)),
                              "auto / ddp": med.loc["auto", col] / med.loc["ddp", col],
                              "auto's choices": "; ".join(auto["auto_choices"])})
-        parts.append("## (a) median iteration time, ms\n\n"
+        parts.append("## (a) median iteration time, ms (median over rounds; per round: "
+                     "auto / the round's best fixed candidate)\n\n"
                      + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
     if (out / "drop.csv").exists():
         drop = pd.read_csv(out / "drop.csv")
