@@ -1,6 +1,9 @@
-"""The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) without
-processes, its residual hand-over in one process, and its options. Two real gloo ranks:
+"""The `auto` hook's choice (schedule, model fit, decisions, drift, checkpoints) and its
+convergence guard without processes, its residual hand-over, reports, PowerSGD's work between
+rounds and the guard in one process, and its options. Two real gloo ranks:
 tests/test_hooks_distributed.py."""
+import json
+
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -8,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
+from gradcomp.comm.auto.guard import Guard
 
 ALLREDUCE, ALLGATHER = Transfer("allreduce"), Transfer("allgather")
 
@@ -151,6 +155,10 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     torch.testing.assert_close(sent, raw, rtol=1e-5, atol=1e-6)
     methods = [r["method"] for r in state.telemetry_rows()]
     assert methods == ["topk", "topk", "allreduce", "allreduce"]
+    # the choices as reports give them: every switch, the last one per bucket
+    assert state.switches == [(0, 0, 0), (2, 0, 1)]
+    assert state.choices_text() == "bucket 0: none since 2"
+    assert state.state_dict()["switches"] == state.switches
 
 
 def test_auto_options_are_part_of_what_ranks_must_agree_on():
@@ -178,3 +186,126 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     codec = state.chooser.codec
     assert codec and all(v < float("inf") for v in codec.values())
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
+
+
+class SlowSecondRound(gradcomp.compressors.powersgd.PowerSGD):
+    """PowerSGD whose work between its two all-reduces takes 50 ms more."""
+
+    def next_round(self, step, first):
+        import time
+
+        time.sleep(0.05)
+        return super().next_round(step, first)
+
+
+def test_work_between_powersgd_rounds_counts_as_codec_not_communication(one_rank_group):
+    """The network fit sees only the exchanges: PowerSGD's second round, computed between
+    its all-reduces, is codec time (else 50 ms of compute would read as a slow link)."""
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64, bias=False))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   candidates=["none", SlowSecondRound(rank=2)])
+    x = torch.randn(16, 64)
+    for _ in range(5):  # explores 0-1 uncompressed, 2-3 PowerSGD; decides at 4
+        ddp(x).square().mean().backward()
+    spans = [r["comm_s"] for r in state.telemetry_rows() if r["method"] == "powersgd"]
+    assert min(spans) >= 0.05  # what the exchange took, as telemetry shows it
+    assert state.chooser.codec[0, 1] >= 0.05  # priced as PowerSGD's codec work
+    assert state.chooser.decisions == {0: 0}
+
+
+# -- the convergence guard --------------------------------------------------------------
+def run_guard(norm_of_interval, intervals=4, every=2):
+    """A guard fed a bucket whose gradient norm is norm_of_interval(k) in interval k."""
+    g = Guard(threshold=0.5, every=every, max_ratio=2.0, start=1)
+    for i in range(1, 1 + intervals * every + 1):
+        g.step(i, same)
+        g.add(0, torch.full((100,), norm_of_interval((i - 1) // every) / 10.0))
+    return g
+
+
+def test_the_guard_engages_while_the_norm_changes_fast_and_not_when_steady():
+    steady = run_guard(lambda k: 3.0)
+    # the first interval is critical (nothing to compare with), then steady: not
+    assert steady.engaged == [(3, [0]), (5, []), (7, []), (9, [])]
+    assert not steady.limits(0)
+    wobbly = run_guard(lambda k: 3.0 * (1 + 0.3 * (k % 2)))  # +-30%: under threshold 0.5
+    assert [c for _, c in wobbly.engaged] == [[0], [], [], []]
+    falling = run_guard(lambda k: 3.0 / 4 ** k)  # -75% per interval
+    assert falling.engaged == [(3, [0]), (5, [0]), (7, [0]), (9, [0])] and falling.limits(0)
+    settles = run_guard(lambda k: 3.0 / 4 ** min(k, 2), intervals=5)
+    assert [c for _, c in settles.engaged] == [[0], [0], [0], [], []]
+
+
+def test_a_guarded_bucket_takes_the_fastest_candidate_within_the_ceiling():
+    ch = Chooser([ALLREDUCE, ALLREDUCE, ALLGATHER], workers=4, explore_iters=3)
+    # bucket 0 (4 MB): uncompressed, 2x (slowest codec), 100x (fastest overall)
+    feed(ch, range(1, 10), alpha=20e-6, x=1e-8, codec=[[0.0, 5e-3, 1e-3]],
+         nbytes=[[4e6, 2e6, 4e4]])
+    ch.step(10, same)
+    assert ch.decisions == {0: 2}
+    g = Guard(threshold=0.5, every=2, max_ratio=2.0)
+    g.size[0] = 4_000_000
+    assert g.choice(ch, 0) == 1  # 2x is within the ceiling and faster than uncompressed
+    g.max_ratio = 1.0
+    assert g.choice(ch, 0) == 0
+    g.max_ratio, ch.nbytes[0, 0] = 1.0, 3e6  # nothing within: the least compressing
+    assert g.choice(ch, 0) == 0
+
+
+@pytest.mark.parametrize("guard, match", [
+    ("on", "guard="), ({"eta": 0.5}, "guard="), ({"threshold": 0}, "guard threshold"),
+    ({"every": 0}, "guard every"), ({"max_ratio": 0.5}, "guard max_ratio")])
+def test_bad_guard_options_name_the_option(guard, match):
+    with pytest.raises(ValueError, match=match):
+        gradcomp.comm.AutoState(guard=guard)
+
+
+def test_the_guard_runs_in_the_hook_and_resumes(one_rank_group):
+    """Gradients that grow 4x per interval keep the bucket critical: once the decisions say
+    top-k (as on a slow link), the guarded hook still sends it uncompressed (top-k is not
+    within max_ratio), the unguarded one sends top-k; the checkpoint carries the guard."""
+    options = dict(start_iter=0, explore_iters=2,
+                   candidates=[("topk", {"ratio": 0.01, "error_feedback": True}), "none"])
+    sent = {}
+    for guard in (None, {"every": 2, "max_ratio": 2.0}):
+        torch.manual_seed(0)
+        ddp = DDP(torch.nn.Linear(64, 64, bias=False))
+        state = gradcomp.comm.register(ddp, "auto", **options, guard=guard)
+        x = torch.randn(16, 64)
+        for i in range(9):
+            if i == 5:  # decided at 4; now as if the link were slow: top-k is faster
+                state.chooser.decisions, state.chooser.x = {0: 0}, 1.0
+            (ddp(x).square().mean() * 4.0 ** (i // 2)).backward()
+        sent[guard is not None] = [r["method"] for r in state.telemetry_rows()][5:]
+    assert sent == {False: ["topk"] * 4, True: ["allreduce"] * 4}
+    assert [c for _, c in state.guard.engaged] == [[0], [0], [0], [0]]
+    again = gradcomp.comm.build_state("auto", **options, guard={"every": 2, "max_ratio": 2.0})
+    again.load_state_dict(state.state_dict())
+    assert again.guard.state_dict() == state.guard.state_dict()
+    with pytest.raises(ValueError, match="guard"):
+        gradcomp.comm.build_state("auto", **options).load_state_dict(state.state_dict())
+
+
+def test_bench_converge_plans_auto_once_with_its_settings():
+    from gradcomp.evaluation.benches.converge import options_text, variants
+
+    assert variants(["none", "auto"]) == [("none", {}, False), ("auto", {}, False)]
+    settings = json.loads(options_text("auto", {"explore_iters": 4}, False))
+    assert settings["explore_iters"] == 4 and settings["guard"] is None
+    assert settings["candidates"][3] == ["topk", {"ratio": 0.01, "error_feedback": True}]
+
+
+def test_small_transfers_do_not_refit_the_bandwidth():
+    """A window of latency-bound transfers (the chosen candidate's few bytes) measured faster
+    than the fitted latency says cannot set the bandwidth to infinite (x = 0): the decision
+    stays with the compressed candidate."""
+    ch = Chooser([ALLREDUCE, Transfer("allreduce", rounds=2)], workers=2, explore_iters=3,
+                 check_every=5)
+    codec, nbytes = [[0.0, 2e-3]], [[1.6e7, 1.6e5]]
+    feed(ch, range(1, 7), alpha=5e-3, x=8e-8, codec=codec, nbytes=nbytes)  # 100 Mbit/s
+    ch.step(7, same)
+    assert ch.decisions == {0: 1}
+    feed(ch, range(7, 12), alpha=1e-3, x=8e-8, codec=codec, nbytes=nbytes)  # latency was less
+    ch.step(12, same)
+    assert ch.x == pytest.approx(8e-8) and ch.decisions == {0: 1}

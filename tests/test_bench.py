@@ -124,7 +124,8 @@ def test_a_finished_collective_sweep_is_not_measured_again(collective, monkeypat
 @pytest.fixture(scope="module")
 def training(tmp_path_factory):
     folder = tmp_path_factory.mktemp("train")
-    methods = ["ddp", "none", ("topk", {"ratio": 0.05})]
+    methods = ["ddp", "none", ("topk", {"ratio": 0.05}),
+               ("auto", {"explore_iters": 2, "candidates": ["none", ("topk", {"ratio": 0.05})]})]
     df = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
                         iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
                         profile_out=folder / "tiny.json")
@@ -134,7 +135,8 @@ def training(tmp_path_factory):
 @pytest.mark.slow
 def test_training_rows_time_every_method(training):
     _, methods, df = training
-    assert df["method"].tolist() == ["ddp", "none", "topk"] and set(ENV) <= set(df.columns)
+    assert df["method"].tolist() == ["ddp", "none", "topk", "auto"]
+    assert set(ENV) <= set(df.columns)
     assert (df["t_iter_s"] > 0).all() and (df["t_iter_single_s"] > 0).all()
     assert df["scaling_factor"].tolist() == pytest.approx(
         (df["t_iter_single_s"] / df["t_iter_s"]).tolist())
@@ -146,6 +148,9 @@ def test_training_rows_time_every_method(training):
     assert rows.loc["none", "bytes_sent"] == rows.loc["none", "bytes_original"]
     assert rows.loc["topk", "encode_s"] > 0 and rows.loc["topk", "comm_s"] > 0
     assert math.isnan(rows.loc["ddp", "encode_s"])
+    # auto (iterations 1-2 uncompressed, 3-4 top-k): its choices reported
+    assert rows.loc["auto", "auto_choices"] == "bucket 0: topk since 3"
+    assert json.loads(rows.loc["auto", "options"])["candidates"][1] == ["topk", {"ratio": 0.05}]
 
 
 @pytest.mark.slow
@@ -153,7 +158,7 @@ def test_training_rows_and_profile_feed_the_model_fit(training):
     folder, _, df = training
     profile = load_profile(folder / "tiny.json")
     assert profile.numel == df["params"].iloc[0]
-    fit = fit_runs(df[df["method"] != "ddp"], profile, levels=2, points=3)
+    fit = fit_runs(df[~df["method"].isin(["ddp", "auto"])], profile, levels=2, points=3)
     assert 1 <= fit.params["contention"] <= 4 and fit.n == 2
 
 

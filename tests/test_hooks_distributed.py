@@ -36,6 +36,7 @@ def test_auto_explores_every_candidate_then_every_rank_takes_the_same_decisions(
     run, other = runs[0]["auto"], runs[1]["auto"]
     assert same(run["params"], other["params"]) and run["after"] < 0.5 * run["before"]
     assert run["decisions"] and run["decisions"] == other["decisions"]
+    assert run["guard"] and run["guard"] == other["guard"]  # from the norms of both ranks
     explored = {r["iteration"]: r["method"] for r in run["rows"] if 1 <= r["iteration"] < 9}
     candidates = ["allreduce", "bf16", "powersgd", "topk"]  # "none" travels as the all-reduce
     assert [explored[i] for i in range(1, 9)] == [c for c in candidates for _ in range(2)]

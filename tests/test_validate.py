@@ -46,13 +46,21 @@ def test_bad_rates_and_methods_are_named(capsys):
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_validate_measures_predicts_and_resumes(tmp_path):
-    args = ("--rates", "2.5gbit", "--methods", "ddp,fp16", "--model", "tiny",
+    args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
             "--iterations", "3", "--out", str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     rows = pd.DataFrame(result["rows"])
-    assert list(rows["method"]) == ["ddp", "fp16"]
+    assert list(rows["method"]) == ["ddp", "fp16", "auto"]
+    # auto: measured, no prediction, its choices reported (6 iterations: still exploring,
+    # iterations 4-5 on its second candidate, bf16), compared in the Markdown
+    auto = rows[rows["method"] == "auto"].iloc[0]
+    assert auto["measured"] > 0 and math.isnan(auto["predicted"])
+    assert auto["auto_choices"] == "bucket 0: bf16 since 4"
+    md = (tmp_path / "validation.md").read_text()
+    assert "`auto` (its default candidates)" in md and "bucket 0: bf16 since 4" in md
+    rows = rows[rows["method"] != "auto"]
     assert (rows["rate_bps"] == 2.5e9).all()
     assert (rows["measured"] > 0).all() and (rows["predicted"] > 0).all()
     assert rows["rel_error"].to_numpy() == pytest.approx(
@@ -64,8 +72,9 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
     # Resumed: nothing is measured again (no table or profile rewritten), same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
-    again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16"], "tiny", iterations=3,
-                           progress=False)
+    again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16", "auto"], "tiny",
+                           iterations=3, progress=False)
+    again = again[again["method"] != "auto"]
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
     # Resumed with other methods and batch size: what is new is measured (training,
@@ -76,7 +85,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     train = pd.read_csv(tmp_path / "train-2.5gbit.csv")
     assert sorted(zip(train["method"], train["batch_size"])) == \
-        [("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
+        [("auto", 64), ("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
     assert {"int8", "none"} <= set(pd.read_csv(tmp_path / "hook-2.5gbit.csv")["method"])
     # The profile is DDP's: its copies out of the buckets after backward are timed.

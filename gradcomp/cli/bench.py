@@ -137,7 +137,8 @@ def _bench(args) -> None:
                     bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
                     profile_out=args.profile_out,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
-        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original"]
+        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original",
+                   "auto_choices"]
     if not is_rank_zero():  # under torchrun rank 0 reports
         return
     shown = [c for c in columns if c in frame.columns]

@@ -17,12 +17,12 @@ Agreement: every rank measures its own clock, so the samples are reduced across 
 anything is decided (one all-reduce): codec times are the slowest rank's; communication times
 the least any rank saw (a rank that reached the collective early also waited for the others),
 idle links only where idle on every rank. Every decision is then the same function of the same
-numbers on every rank. Drift: every `check_every` iterations after a
-decision, the measured codec times of the chosen candidates and the bandwidth refitted from
-recent transfers are compared with the table (codec changes relative to the bucket's predicted
-time); when one moved by more than `drift` on any rank,
-the table takes the new values and every bucket is decided again (no new exploration needed:
-the model re-prices every candidate with the new network).
+numbers on every rank. Drift: every `check_every` iterations after a decision, the measured
+codec times of the chosen candidates and the bandwidth refitted from recent transfers (those
+whose bytes cost at least their latency) are compared with the table (codec changes relative
+to the bucket's predicted time); when one moved by more than `drift` on any rank, the table
+takes the new values and every bucket is decided again (no new exploration needed: the model
+re-prices every candidate with the new network).
 """
 from __future__ import annotations
 
@@ -220,8 +220,13 @@ class Chooser:
 
     def _refit_bandwidth(self, samples) -> float:
         """Seconds per byte from recent idle-link transfers, latency kept; the old value when
-        there is nothing to fit."""
-        points = [(a, b, t - a * self.alpha) for a, b, t in self._points(samples)]
+        there is nothing to fit. Only transfers whose bytes cost at least their latency (by
+        the table) count: the time of a small one (PowerSGD's factors) is mostly latency, and
+        what the fitted latency over- or underestimates of it would read as a bandwidth
+        change (measured on the testbed: x refitted to 0 from PowerSGD's transfers at 100
+        Mbit/s, which sent the next decision back to the uncompressed candidate)."""
+        points = [(a, b, t - a * self.alpha) for a, b, t in self._points(samples)
+                  if self.x == 0 or b * self.x >= a * self.alpha]
         sbb = sum(b * b for _, b, _ in points)
         return max(sum(b * t for _, b, t in points) / sbb, 0.0) if sbb else self.x
 

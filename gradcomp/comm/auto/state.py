@@ -1,6 +1,7 @@
 """`AutoState`: the hook state that carries each bucket with the candidate `choice` picks."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Hashable
 
 import torch
@@ -9,6 +10,7 @@ import torch.distributed as dist
 from ...checks import check_int, check_number
 from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
 from .choice import Chooser, Sample, Transfer
+from .guard import Guard, guard_settings
 from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
 from ..ranks import Ranks
 from ..state import HookState
@@ -19,7 +21,8 @@ from ..telemetry import BucketRecord, Telemetry, mark, seconds_between
 DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
                       ("topk", {"ratio": 0.01, "error_feedback": True}))
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
-AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift")
+AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift",
+                "guard")
 
 
 def build_candidates(candidates) -> list[Compressor]:
@@ -41,6 +44,16 @@ def build_candidates(candidates) -> list[Compressor]:
         if built[-1].name == "auto":
             raise ValueError("candidates: 'auto' cannot be its own candidate")
     return built
+
+
+def settings_of(options: dict) -> dict[str, Any]:
+    """What `register(ddp_model, "auto", **options)` runs with, as result tables record it:
+    the candidates with their options, and every option of `auto` (defaults filled in)."""
+    given = dict(options)
+    members = build_candidates(given.pop("candidates", DEFAULT_CANDIDATES))
+    defaults = {k: p.default for k, p in inspect.signature(AutoState).parameters.items()
+                if k in AUTO_OPTIONS and k != "candidates"}
+    return {"candidates": Candidates(members).options()["candidates"], **defaults, **given}
 
 
 class Candidates(Compressor):
@@ -92,12 +105,14 @@ class AutoState(HookState):
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
+    guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
+        threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
     """
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
                  check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
-                 **hook_options):
+                 guard=None, **hook_options):
         members = build_candidates(candidates)
         check_int(explore_iters, "explore_iters", 2)
         check_int(check_every, "check_every", 1)
@@ -105,11 +120,16 @@ class AutoState(HookState):
         check_number(drift, "drift", 0, above=True)
         self._explore = dict(explore_iters=explore_iters, check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift))
+        self._guard = guard_settings(guard)
+        self.guard = (Guard(**self._guard, start=hook_options.get("start_iter", 1))
+                      if self._guard else None)
         self.chooser: Chooser | None = None
+        #: (iteration, bucket, candidate) each time a bucket changed candidate
+        self.switches: list[tuple[int, int, int]] = []
         super().__init__(Candidates(members), **hook_options)
 
     def hook_options(self) -> dict[str, Any]:
-        return {**super().hook_options(), **self._explore}
+        return {**super().hook_options(), **self._explore, "guard": self._guard}
 
     def _connect(self, process_group) -> None:
         self.ranks = Ranks(process_group)
@@ -119,7 +139,7 @@ class AutoState(HookState):
         self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
-        self._pending: list[tuple[BucketRecord, int, int]] = []
+        self._pending: list[tuple[BucketRecord, int, int, float]] = []
         self._stepped: int | None = None
 
     def _chooser(self) -> Chooser:
@@ -140,17 +160,28 @@ class AutoState(HookState):
             self._stepped = iteration
             self._collect(iteration)
             chooser.step(iteration, self._reduce(bucket.buffer.device))
+            if self.guard is not None:
+                self.guard.step(iteration, self._reduce(bucket.buffer.device))
         candidate = chooser.choice(bucket.index, iteration)
-        self._hand_over(bucket, candidate)
+        if self.guard is not None:
+            self.guard.add(bucket.index, bucket.buffer)
+            if (chooser.decided_at is not None and not chooser.exploring(iteration)
+                    and self.guard.limits(bucket.index)):
+                candidate = self.guard.choice(chooser, bucket.index)
+        self._hand_over(bucket, candidate, iteration)
         self._given[bucket.index] = candidate
         chosen = self.communicators[candidate]
         return chosen if chosen.pays(bucket, self.min_compression_rate) else self.dense
 
-    def _hand_over(self, bucket: Bucket, candidate: int) -> None:
-        """Add what the bucket's previous candidate kept for it to the gradient now."""
+    def _hand_over(self, bucket: Bucket, candidate: int, iteration: int) -> None:
+        """Add what the bucket's previous candidate kept for it to the gradient now; note
+        the switch."""
         before = self._carrier.get(bucket.index)
         self._carrier[bucket.index] = candidate
-        if before is None or before == candidate:
+        if before == candidate:
+            return
+        self.switches.append((iteration, bucket.index, candidate))
+        if before is None:
             return
         residual = self.compressor.members[before].take_residual(bucket.index)
         if residual is not None and residual.numel() == bucket.buffer.numel():
@@ -173,23 +204,43 @@ class AutoState(HookState):
         candidate = self._given.get(record.bucket)
         if (record.iteration >= self.start_iter and candidate is not None
                 and self._chooser().measured(record.iteration)):
-            self._pending.append((record, candidate, sent.nbytes))
+            self._pending.append((record, candidate, sent.nbytes, sent.between_s))
+
+    # -- reports ----------------------------------------------------------------------------
+    def label(self, candidate: int) -> str:
+        """A candidate's name in reports: its method's, "#position" added where two share
+        it."""
+        names = [m.name for m in self.compressor.members]
+        name = names[candidate]
+        return name if names.count(name) == 1 else f"{name}#{candidate}"
+
+    def choices(self) -> dict[int, tuple[str, int]]:
+        """bucket -> (the candidate that carried it last, by `label`; the iteration since
+        which it has), from `switches`."""
+        return {b: (self.label(c), i) for i, b, c in sorted(self.switches)}
+
+    def choices_text(self) -> str:
+        """`choices` in one line: "bucket 0: powersgd since 13; bucket 1: bf16 since 13"."""
+        return "; ".join(f"bucket {b}: {name} since {i}"
+                         for b, (name, i) in sorted(self.choices().items()))
 
     # -- measurements -----------------------------------------------------------------------
     def _collect(self, iteration: int) -> None:
         """Samples from the completed iterations before `iteration` (idle link: the bucket's
-        collective started after the previous bucket's had finished)."""
+        collective started after the previous bucket's had finished). Codec work inside the
+        exchange (PowerSGD's between rounds) counts as codec time, not communication."""
         done = [p for p in self._pending if p[0].iteration < iteration]
         self._pending = [p for p in self._pending if p[0].iteration >= iteration]
         done.sort(key=lambda p: (p[0].iteration, p[0].bucket))
         previous = None
-        for record, candidate, nbytes in done:
+        for record, candidate, nbytes, between in done:
             m = record.marks
             idle = (previous is None or previous.iteration != record.iteration
                     or seconds_between(previous.marks[2], m[1]) >= 0)
             self.chooser.samples.append(Sample(
                 record.iteration, record.bucket, candidate, seconds_between(m[0], m[1])
-                + seconds_between(m[2], m[3]), seconds_between(m[1], m[2]), nbytes, idle))
+                + seconds_between(m[2], m[3]) + between,
+                max(seconds_between(m[1], m[2]) - between, 0.0), nbytes, idle))
             previous = record
 
     def _reduce(self, device):
@@ -204,12 +255,21 @@ class AutoState(HookState):
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "auto": self._chooser().state_dict(),
-                "carrier": dict(self._carrier)}
+                "carrier": dict(self._carrier), "switches": list(self.switches),
+                **({"guard": self.guard.state_dict()} if self.guard is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and "auto" in state and (self.guard is None) != (
+                "guard" not in state):
+            raise ValueError("this checkpoint was saved with guard="
+                             f"{'on' if 'guard' in state else 'None'}; this hook runs guard="
+                             f"{self._guard}: build the hook with the same guard before loading")
         super().load_state_dict(state)
         self._chooser().load_state_dict(state["auto"])
         self._carrier = dict(state["carrier"])
+        self.switches = [tuple(s) for s in state.get("switches", [])]
+        if self.guard is not None:
+            self.guard.load_state_dict(state["guard"])
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()

@@ -33,12 +33,15 @@ class Bucket:
 class Sent:
     """One bucket in flight: what `encode` put on the wire and what `decode` needs back.
     `nbytes` is what this rank sends (a communicator whose traffic depends on the other
-    ranks sets it in `decode`)."""
+    ranks sets it in `decode`); `between_s`: host seconds of codec work done inside the
+    exchange (PowerSGD's second round is computed between its two all-reduces), which the
+    communication time of the exchange includes but is not communication."""
 
     bucket: Bucket
     wire: list[torch.Tensor]
     nbytes: int
     context: Any = None
+    between_s: float = 0.0
 
 
 class Communicator(ABC):

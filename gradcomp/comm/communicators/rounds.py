@@ -11,6 +11,8 @@ for one round trip.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .. import wire
@@ -34,13 +36,13 @@ class TwoRounds(Communicator):
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
         plain, first = sent.wire
-        step, group = sent.context, self.ranks.group
+        group = self.ranks.group
         index = sent.bucket.index
         if self.ranks.round_group(index, first.device) is None:
             wire.all_reduce_sum([first], group).wait()
-            return wire.all_reduce_sum([plain, self.compressor.next_round(step, first)], group)
+            return wire.all_reduce_sum([plain, self._next_round(sent, first)], group)
         both = torch.futures.collect_all([wire.all_reduce_sum([plain], group),
-                                          self._second_round(step, first, index)])
+                                          self._second_round(sent, first, index)])
         return both.then(lambda f: [t for part in f.value() for t in part.value()])
 
     def decode(self, sent: Sent, received) -> torch.Tensor:
@@ -50,7 +52,14 @@ class TwoRounds(Communicator):
                                second_sum.div_(self.ranks.world_size), out=buf)
         return buf
 
-    def _second_round(self, step, first: torch.Tensor, index: int) -> torch.futures.Future:
+    def _next_round(self, sent: Sent, first: torch.Tensor) -> torch.Tensor:
+        """Round 2's payload from the summed round 1, its host seconds kept in `sent`."""
+        start = time.perf_counter()
+        second = self.compressor.next_round(sent.context, first)
+        sent.between_s += time.perf_counter() - start
+        return second
+
+    def _second_round(self, sent: Sent, first: torch.Tensor, index: int) -> torch.futures.Future:
         """Sum round 1, compute round 2 from it and sum that, all on bucket `index`'s own
         group (looked up, never held by the callback: see `ranks`); the future's value is
         [summed round 2]."""
@@ -60,7 +69,7 @@ class TwoRounds(Communicator):
         def after_first(fut):
             try:
                 fut.value()
-                second = wire.all_reduce_sum([self.compressor.next_round(step, first)],
+                second = wire.all_reduce_sum([self._next_round(sent, first)],
                                              self.ranks.round_group(index, device))
             except Exception as exc:  # noqa: BLE001 - handed on through the future
                 done.set_exception(exc)

@@ -17,7 +17,8 @@ Spawned on `world_size` local processes (NCCL with a GPU each, else gloo), or un
 on its processes, rank 0 writing the tables.
 
 Error feedback: every method runs without and with it (`error_feedback` column), except
-`none`, for which the residual is always zero (only without). PowerSGD keeps its own residuals
+`none`, for which the residual is always zero (only without), and `auto`, whose candidates
+carry their own (only without; its row also has auto_choices, as `bench train`'s). PowerSGD keeps its own residuals
 (on by default); for it the column is its own `error_feedback` option.
 
 Sizes: `QUICK` (CI: one seed, 200 iterations) and `FULL` (the default: three seeds, 600).
@@ -94,7 +95,7 @@ def variants(methods=None, error_feedback=(False, True)) -> list[tuple[str, dict
     if not settings:
         raise ValueError("error_feedback=() is not allowed: give False, True or both")
     return [(name, options, ef) for name, options in cases for ef in settings
-            if not (name == "none" and ef)]
+            if not (name in ("none", "auto") and ef)]
 
 
 def _check_ef(value) -> bool:
@@ -106,7 +107,10 @@ def _check_ef(value) -> bool:
 
 def options_text(name: str, options: dict, error_feedback: bool) -> str:
     """The run's compressor and hook options as JSON (error feedback in its own column);
-    bad options raise here, before anything is spawned."""
+    bad options raise here, before anything is spawned. "auto": its settings (each
+    candidate's error feedback among its options)."""
+    if name == "auto":
+        return json.dumps(comm.auto.settings_of(options), sort_keys=True)
     hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
     rest = {k: v for k, v in options.items() if k not in HOOK_OPTIONS}
     try:
@@ -223,7 +227,8 @@ def _train(case, spec: dict, key: dict, curve: ResultTable, device) -> dict:
     model = workload.model.to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                   else None)
-    state = comm.register(ddp, name, error_feedback=ef, **options)
+    state = comm.register(ddp, name, **({} if name == "auto" else {"error_feedback": ef}),
+                          **options)
     opt = torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"])
     at_target, diverged, window, count = math.nan, False, 0.0, 0
     last = (math.nan, math.nan, math.nan, False)
@@ -256,7 +261,8 @@ def _train(case, spec: dict, key: dict, curve: ResultTable, device) -> dict:
             "iterations_run": iteration, "diverged": diverged, "final_train_loss": last[0],
             "final_test_loss": last[1], "final_accuracy": last[2], "best_accuracy": best,
             "params": sum(p.numel() for p in model.parameters()),
-            **_bytes(state, iteration), "train_wall_s": wall}
+            **_bytes(state, iteration), "train_wall_s": wall,
+            **({"auto_choices": state.choices_text()} if name == "auto" else {})}
 
 
 def run_cases(todo, spec: dict, summary: ResultTable, curve: ResultTable, backend: str,

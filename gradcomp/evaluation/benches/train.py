@@ -26,6 +26,8 @@ device synchronised around it; its time is the slowest rank's. After `warmup` it
 * from the hook's telemetry, per timed iteration (summed over buckets, mean over iterations
   and ranks): bytes_original, bytes_sent, ratio, encode_s, comm_s, decode_s, buckets ("ddp":
   the gradient's bytes, times and buckets NaN);
+* "auto" only: auto_choices, the candidate carrying each bucket at the end and the iteration
+  since which it has (`AutoState.choices_text`);
 * the environment columns (world_size, backend, device_name, ...).
 
 Spawned: `bench_train(world_size=2)`. Under torchrun (``torchrun ... -m gradcomp.cli bench
@@ -90,6 +92,8 @@ def _options_text(name: str, options: dict) -> str:
         if options:
             raise ValueError(f"method 'ddp' (DDP without a hook) takes no options, got {options}")
         return "{}"
+    if name == "auto":  # auto's choices: the row's auto_choices column
+        return json.dumps(comm.auto.settings_of(options), sort_keys=True)
     hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
     built = compressor(name, **{k: v for k, v in options.items() if k not in HOOK_OPTIONS})
     return json.dumps({**built.options(), **hook}, sort_keys=True)
@@ -155,7 +159,8 @@ def _run_method(name, options, spec: dict, device) -> dict:
             "t_iter_s": t_iter, "t_iter_spread_s": (times.max() - times.min()).item(),
             "t_iter_single_s": spec["t_iter_single_s"],
             "scaling_factor": spec["t_iter_single_s"] / t_iter, **tele,
-            "ratio": tele["bytes_original"] / tele["bytes_sent"], "device": device.type}
+            "ratio": tele["bytes_original"] / tele["bytes_sent"], "device": device.type,
+            **({"auto_choices": state.choices_text()} if name == "auto" else {})}
 
 
 def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,

@@ -25,6 +25,11 @@ rate's measurements: other work disturbs the timings), and the result: ``validat
 (rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
 summary) and ``validation.png``. Predictions use no value fitted to the training runs they are
 held against; nothing is tuned per method.
+
+``auto`` (`gradcomp.comm.auto`, its default candidates) may be among the methods: it has no
+prediction of its own (it chooses among methods at run time); the Markdown compares its
+measured time at each rate with the fastest other method's and with DDP's, and gives its
+choices (`auto_choices`: the candidate carrying each bucket at the end, and since when).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import torch
@@ -83,7 +89,7 @@ def _check_methods(methods) -> list[str]:
     if not methods:
         raise ValueError("methods=[] is not allowed: give at least one method")
     for m in methods:
-        if m != "ddp":
+        if m not in ("ddp", "auto"):
             resolve(m)  # unknown names raise ValueError naming the registered methods
     return methods
 
@@ -105,8 +111,9 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
 
 def hook_methods(methods) -> list[str]:
     """The methods whose hook path prices `methods`: "ddp" (DDP's own all-reduce, which
-    divides its buckets by the world size as the hook's uncompressed path does) by "none"."""
-    return list(dict.fromkeys("none" if m == "ddp" else m for m in methods))
+    divides its buckets by the world size as the hook's uncompressed path does) by "none";
+    "auto" by none (it is not predicted)."""
+    return list(dict.fromkeys("none" if m == "ddp" else m for m in methods if m != "auto"))
 
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
@@ -234,12 +241,12 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
     for _, run in train.iterrows():
         network = network_from_fit(fits, int(run["workers"]), rate_bps)
         name = "none" if run["method"] == "ddp" else run["method"]
-        method = resolve(name, costs)
         # bench_train passes bucket_cap_mb to DDP explicitly: torch then gives the first
         # bucket the same cap (its 1 MiB first bucket applies to the default only).
         cap = float(run["bucket_cap_mb"])
-        pred = predict(profile, network, method, DDP(cap, first_bucket_mb=cap),
-                       contention, baseline_s=math.nan)
+        pred = (_NO_PREDICTION if name == "auto" else
+                predict(profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
+                        contention, baseline_s=math.nan))
         rows.append({"rate_bps": rate_bps, "rate": format_rate(rate_bps),
                      "method": run["method"], "measured": run["t_iter_s"],
                      "predicted": pred.t_iter_s,
@@ -250,12 +257,20 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
                      "allreduce_bandwidth_bps": fits["allreduce"].params["bandwidth_bps"],
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
+                     "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
                      **load})
     return pd.DataFrame(rows)
 
 
+#: `auto`'s row: no prediction (it chooses among methods at run time).
+_NO_PREDICTION = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan,
+                                 wire_bytes=math.nan)
+
+
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Median and max |relative error| per method and over all rows."""
+    """Median and max |relative error| per method and over all rows (but `auto`'s: no
+    prediction)."""
+    table = table[table["method"] != "auto"]
     abs_err = table.assign(abs_rel_error=table["rel_error"].abs())
     per = abs_err.groupby("method", sort=False)["abs_rel_error"].agg(
         median_abs_rel_error="median", max_abs_rel_error="max", runs="count").reset_index()
@@ -266,10 +281,32 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([per, total], ignore_index=True)
 
 
+def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """Per rate with an `auto` row: its measured time against the fastest other method's
+    (not "ddp") and DDP's, and its choices."""
+    rows = []
+    for rate, runs in table.groupby("rate_bps", sort=True):
+        auto, others = runs[runs["method"] == "auto"], runs[~runs["method"].isin(["auto", "ddp"])]
+        if not len(auto):
+            continue
+        t = float(auto["measured"].iloc[0])
+        best = others.loc[others["measured"].idxmin()] if len(others) else None
+        ddp = runs.loc[runs["method"] == "ddp", "measured"]
+        rows.append({"rate": format_rate(rate), "auto_ms": t * 1e3,
+                     "fastest_other": best["method"] if best is not None else "",
+                     "fastest_other_ms": best["measured"] * 1e3 if best is not None else math.nan,
+                     "auto_vs_fastest": t / best["measured"] if best is not None else math.nan,
+                     "auto_vs_ddp": t / float(ddp.iloc[0]) if len(ddp) else math.nan,
+                     "auto_choices": auto["auto_choices"].iloc[0]})
+    return pd.DataFrame(rows)
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The validation as Markdown: measured and predicted ms and the relative error per rate
-    and method, then the median and max |relative error| per method."""
-    wide = table.assign(cell=[f"{m * 1e3:.0f} / {p * 1e3:.0f} ({e:+.0%})" for m, p, e in
+    and method, then the median and max |relative error| per method, then `auto` against the
+    other methods (`auto_comparison`) when it ran."""
+    wide = table.assign(cell=[f"{m * 1e3:.0f} / {p * 1e3:.0f} ({e:+.0%})" if p == p
+                              else f"{m * 1e3:.0f} / -" for m, p, e in
                               zip(table["measured"], table["predicted"], table["rel_error"])])
     grid = wide.pivot(index="method", columns="rate_bps", values="cell")
     grid = grid.reindex(index=list(dict.fromkeys(table["method"])))
@@ -277,12 +314,18 @@ def markdown(table: pd.DataFrame) -> str:
     errors = summarize(table).set_index("method")
     grid["median / max abs. error"] = [
         f"{errors.loc[m, 'median_abs_rel_error']:.0%} / {errors.loc[m, 'max_abs_rel_error']:.0%}"
-        for m in grid.index]
+        if m in errors.index else "-" for m in grid.index]
     overall = errors.loc["all"]
-    return ("Iteration time, measured / predicted ms (relative error of the prediction):\n\n"
+    text = ("Iteration time, measured / predicted ms (relative error of the prediction):\n\n"
             + grid.reset_index().to_markdown(index=False) + "\n\nOver all "
             f"{int(overall['runs'])} runs: median |error| {overall['median_abs_rel_error']:.1%},"
             f" max {overall['max_abs_rel_error']:.1%}.\n")
+    auto = auto_comparison(table)
+    if len(auto):
+        text += ("\n`auto` (its default candidates) against the fastest other method and DDP, "
+                 "measured (ratios: auto's time over theirs):\n\n"
+                 + auto.to_markdown(index=False, floatfmt=".3g") + "\n")
+    return text
 
 
 def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
