@@ -43,11 +43,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gradcomp import comm
 from gradcomp.comm.auto import DEFAULT_CANDIDATES
-from gradcomp.evaluation.benches.train import build_model
 from gradcomp.evaluation.common.env import environment, init_from_env
 from gradcomp.evaluation.common.store import ResultTable, write_atomic
 from gradcomp.evaluation.testbed.testbed import Testbed
 from gradcomp.evaluation.testbed.validate import DEFAULT_RATES
+from gradcomp.evaluation.workloads.load import load_workload
 
 HIGH, LOW = "2.5gbit", "100mbit"
 
@@ -73,7 +73,9 @@ def timed_run(name: str, options: dict, steps: int, before=None):
     timed on every rank; the slowest rank's times, and the hook state. `before(i)` runs
     before iteration i, untimed."""
     rank = dist.get_rank()
-    model, x, y = build_model("mlp", 64, data_seed=rank)
+    workload = load_workload("mlp", batch_size=64)
+    model = workload.model
+    x, y = workload.batches(rank, 0)
     ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
     state = None if name == "ddp" else comm.register(ddp, name, **options)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

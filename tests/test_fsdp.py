@@ -297,7 +297,7 @@ def test_bad_method_and_options_name_what_is_allowed():
     with pytest.raises(ValueError, match="across='qsgd' is not allowed.*'int4'"):
         gradcomp.fsdp.register(model, "int8", mesh="x", across="qsgd")
     from gradcomp.evaluation.benches import train_fsdp
-    with pytest.raises(ValueError, match="model='huge' is not allowed: .*built-in \(mlp"):
+    with pytest.raises(ValueError, match=r"model='huge' is not allowed: .*built-in \(mlp"):
         train_fsdp.make_spec("huge")
     with pytest.raises(ValueError, match="method='qsgd' is not allowed: choose one of 'fsdp'"):
         train_fsdp.bench_train_fsdp(["qsgd"], model="tiny")
