@@ -7,8 +7,8 @@ Built-in models: ``mlp`` (1024 inputs, 4 hidden layers of 1024, 10 classes: 4.2M
 parameters), ``tiny`` (32-64-64-10, for tests), ``cnn`` (a small ResNet) and ``gpt`` (a small
 GPT), or any workload; trained with the workload's loss and SGD (lr 0.01, momentum 0.9) on
 rank r's batch of step 0 (`batches(r, 0)`), the same every iteration, so that the data is not
-timed. `model_profile` measures the matching profile (`measure.profile_workload`) for the
-performance model. `autocast` "bf16" runs forward and loss under bf16 autocast;
+timed. `model_profile` measures the matching profile (under DDP:
+`measure.measure_ddp_profile`) for the performance model. `autocast` "bf16" runs forward and loss under bf16 autocast;
 `bucket_cap_mb` goes to DDP: both change what the hook sees.
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
@@ -165,8 +165,9 @@ def _run_method(name, options, spec: dict, device) -> dict:
 
 def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,
                 progress: bool = False) -> None:
-    """On every rank: the single-process baseline (rank 0; saves the profile to
-    `profile_out` when given), then each (method, options) of `cases`; rank 0 appends."""
+    """On every rank: the single-process baseline (rank 0), the profile as DDP runs it
+    (`model_profile` under DDP on every rank at once; rank 0 saves it to `profile_out`, when
+    given), then each (method, options) of `cases`; rank 0 appends."""
     device = local_device(backend)
     rank = dist.get_rank()
     single = [math.nan]
@@ -174,10 +175,13 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
         workload, batch = _build(spec, 0, device)
         single = [statistics.median(_time_iterations(workload.model, workload, batch, spec,
                                                      device))]
-        if profile_out is not None:
-            save_profile(model_profile(spec["model"], spec["batch_size"], device,
-                                       autocast=spec["autocast"]), profile_out)
     barrier(device)
+    if profile_out is not None:
+        profile = model_profile(spec["model"], spec["batch_size"], device,
+                                autocast=spec["autocast"],
+                                ddp_bucket_cap_mb=spec["bucket_cap_mb"])
+        if rank == 0:
+            save_profile(profile, profile_out)
     dist.broadcast_object_list(single, src=0)
     spec = {**spec, "t_iter_single_s": single[0]}
     for name, options in tqdm(cases, desc="train bench", file=sys.stderr,
