@@ -2,6 +2,8 @@
 network and method (or every method)."""
 from ..compressors import names
 from ..evaluation.analyses.advise import advise, verdict
+from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
+                                          fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
 from ..evaluation.analyses.recommend import (recommend_by_accuracy, recommend_by_iteration,
                                              sixteen_bit)
@@ -18,6 +20,14 @@ from .common import (costs_option, default_of, emit, fraction, network_defaults,
                      network_options, number, split, table, topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
+PARALLELISM = ("ddp", "fsdp")
+
+
+def parallelism_option(p) -> None:
+    p.add_argument("--parallelism", choices=PARALLELISM, default="ddp", help="ddp (default: "
+                   "the DDP timeline) or fsdp (the FSDP2 timeline: parameter all-gathers and "
+                   "gradient reduce-scatters; methods none = FSDP's own reduce-scatter, bf16, "
+                   "fp16, int8, int4, topk, randomk; not yet validated)")
 
 
 def add_whatif(sub) -> None:
@@ -32,6 +42,7 @@ def add_whatif(sub) -> None:
                     default=default_of(required_compression, "target_sf"),
                     help="scaling factor to reach, in (0, 1]")
     wi.add_argument("--sweep", action="store_true", help="sweep bandwidth 1-400 Gbit/s")
+    parallelism_option(wi)
     costs_option(wi)
     topology_options(wi)
     wi.add_argument("--algorithm", choices=ALGORITHMS,
@@ -44,6 +55,7 @@ def add_advise(sub) -> None:
                         "--convergence) with its speedup over fp32 DDP and a 16-bit "
                         "all-reduce; rank methods by predicted iteration time")
     network_options(ad)
+    parallelism_option(ad)
     costs_option(ad)
     ad.add_argument("--methods", help="comma-separated methods (default: all)")
     ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
@@ -74,7 +86,21 @@ def _question(args, workers) -> str:
             f"{format_rate(args.bandwidth)}, {args.bucketing} bucketing")
 
 
+def _not_for_fsdp(args, command: str, options) -> None:
+    """A ValueError naming the first of `options` given with --parallelism fsdp (a default
+    valued option counts as given when it differs from its default)."""
+    for name in options:
+        value = getattr(args, name)
+        default = args.parser.get_default(name)
+        if value not in (None, False) and value != default:
+            raise ValueError(f"--{name.replace('_', '-')} is not allowed with `{command} "
+                             "--parallelism fsdp`: it is for the DDP timeline")
+
+
 def _whatif(args) -> None:
+    if args.parallelism == "fsdp":
+        _whatif_fsdp(args)
+        return
     on = dict(topology=args.topology, algorithm=args.algorithm)
     workers, latency = network_defaults(args)
     common = dict(bucketing=args.bucketing, latency_s=latency)
@@ -124,7 +150,61 @@ def _whatif(args) -> None:
     emit(args, row, "\n".join(lines))
 
 
+def _priced(costs, method: str) -> None:
+    check_fsdp_method(method)
+    if not costs.priced(method):
+        raise ValueError(f"method={method!r} is not priced by costs={costs.name!r}: "
+                         + costs.excluded.get(method, "it is not in the table"))
+
+
+def _whatif_fsdp(args) -> None:
+    _not_for_fsdp(args, "whatif", ("compression", "target_sf", "sweep", "topology",
+                                   "algorithm", "bucketing"))
+    workers, latency = network_defaults(args)
+    costs = chosen_costs(args) if args.method != "none" or args.costs is not None else None
+    if costs is not None:
+        _priced(costs, args.method)
+    row = whatif_fsdp(args.profile, workers, args.bandwidth, args.method, latency,
+                      None if costs is None else costs.costs)
+    row["costs"] = None if costs is None else costs.name
+    lines = [f"{TIMELINE}:",
+             f"{args.profile} on {workers} workers at {format_rate(args.bandwidth)}, method "
+             f"{args.method}" + (" (FSDP's own reduce-scatter)" if args.method == "none" else "")
+             + (f", codec costs {costs.label}" if costs is not None else "") + ":",
+             f"  iteration {row['t_iter_s'] * 1e3:.1f} ms, speedup vs FSDP's own "
+             f"reduce-scatter {row['speedup']:.2f}x",
+             f"  reduce-scatter {row['rs_wire_bytes'] / 1e6:.1f} MB sent per worker"
+             + ("" if args.method == "none" else
+                f" ({row['rs_compression']:.3g}x less than FSDP's own)")
+             + f", exposed communication {row['exposed_comm_s'] * 1e3:.1f} ms"]
+    emit(args, row, "\n".join(lines))
+
+
+def _advise_fsdp(args) -> None:
+    _not_for_fsdp(args, "advise", ("convergence", "task", "target", "topology", "algorithms",
+                                   "measured", "collectives", "bucketing"))
+    costs = chosen_costs(args)
+    workers, latency = network_defaults(args)
+    methods = split(args.methods)
+    for method in methods or ():
+        _priced(costs, method)
+    ranking = advise_fsdp(args.profile, workers, args.bandwidth, methods, latency, costs.costs)
+    if methods is None:  # every method the cost table prices
+        ranking = ranking[[costs.priced(m) for m in ranking["method"]]]
+        ranking = ranking.assign(rank=range(1, len(ranking) + 1))
+    answer = fsdp_verdict(ranking)
+    text = (f"{TIMELINE}: `{load_profile(args.profile).name}` on {workers} workers at "
+            f"{format_rate(args.bandwidth)}, codec costs {costs.label}\n"
+            + table(ranking, ["rank", "method", "t_iter_s", "speedup", "rs_compression",
+                              "exposed_comm_s"]) + "\n\n" + answer)
+    emit(args, {"parallelism": "fsdp", "verdict": answer, "costs": costs.name,
+                "ranking": ranking.to_dict("records")}, text)
+
+
 def _advise(args) -> None:
+    if args.parallelism == "fsdp":
+        _advise_fsdp(args)
+        return
     costs = chosen_costs(args)
     convergence = None if args.convergence is None else read_table(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")

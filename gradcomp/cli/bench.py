@@ -6,7 +6,8 @@ from ..evaluation.benches import collective as bench_collective
 from ..evaluation.benches import compress as bench_compress
 from ..evaluation.benches import converge
 from ..evaluation.benches import train as bench_train
-from ..evaluation.common.env import is_rank_zero
+from ..evaluation.benches import train_fsdp
+from ..evaluation.common.env import is_rank_zero, under_torchrun
 from ..evaluation.workloads.contract import AUTOCAST
 from ..evaluation.workloads.load import BUILTIN
 from .common import (DEVICE, default_of, device, emit, given, number, positive_int, split,
@@ -20,10 +21,15 @@ def add_bench(sub) -> None:
     be = sub.add_parser("bench", help="measure: compress (encode/decode cost), collective "
                         "(all-reduce/all-gather/broadcast), train (DDP iterations per hook), "
                         "converge (iterations to a target accuracy, with and without error "
-                        "feedback)")
+                        "feedback); train --parallelism fsdp: FSDP2 iterations per method")
     be.add_argument("what", choices=("compress", "collective", "train", "converge"))
     be.add_argument("--out", help="CSV (or .parquet) to append rows to; resumed if it exists")
-    be.add_argument("--methods", help="comma-separated methods (default: all)")
+    be.add_argument("--methods", help="comma-separated methods (default: all; train "
+                    "--parallelism fsdp: fsdp (FSDP's own reduce-scatter) or a gradcomp.fsdp "
+                    "method, default " + ",".join(train_fsdp.DEFAULT_METHODS) + ")")
+    be.add_argument("--parallelism", choices=("ddp", "fsdp"), help="train: ddp (default), or "
+                    "fsdp: fully_shard on each Linear and the root, gradcomp.fsdp.register "
+                    "per method")
     be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
                     "allgather, broadcast, forest (the forest all-reduce executor; default: "
                     "the first three)")
@@ -48,7 +54,9 @@ def add_bench(sub) -> None:
                     "teacher, generated; digits, scikit-learn's bundled images; default "
                     f"{default_of(converge.bench_converge, 'task')})")
     be.add_argument("--batch-size", type=positive_int, help="train, converge: per worker, "
-                    "passed to a factory that takes batch_size (default: the factory's)")
+                    "passed to a factory that takes batch_size (default: the factory's; "
+                    "--parallelism fsdp: "
+                    f"{default_of(train_fsdp.bench_train_fsdp, 'batch_size')})")
     be.add_argument("--bucket-cap-mb", type=number("bucket_cap_mb", minimum=0, above=True),
                     help="train: DDP's bucket cap, MB (default "
                     f"{default_of(bench_train.bench_train, 'bucket_cap_mb'):g})")
@@ -72,11 +80,15 @@ def add_bench(sub) -> None:
 
 # Which measurement each option is for ("blocksparse": collective --blocksparse); the others
 # take none of it, and giving it there is an error rather than a silent no-op.
-USED_BY = {"methods": ("compress", "train", "converge"), "collectives": ("collective",),
-           "workers": ("collective", "blocksparse", "train", "converge"),
-           "device": ("compress",), "repeats": ("compress", "collective", "blocksparse", "train"),
+# "fsdp": train --parallelism fsdp.
+USED_BY = {"methods": ("compress", "train", "fsdp", "converge"),
+           "collectives": ("collective",),
+           "workers": ("collective", "blocksparse", "train", "fsdp", "converge"),
+           "device": ("compress",),
+           "repeats": ("compress", "collective", "blocksparse", "train", "fsdp"),
            "densities": ("blocksparse",), "block_size": ("blocksparse",),
-           "numel": ("blocksparse",), "model": ("train",), "batch_size": ("train", "converge"),
+           "numel": ("blocksparse",), "model": ("train", "fsdp"),
+           "batch_size": ("train", "fsdp", "converge"), "parallelism": ("train", "fsdp"),
            "bucket_cap_mb": ("train",), "autocast": ("train",), "profile_out": ("train",),
            "task": ("converge",), "metric": ("converge",),
            "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
@@ -86,12 +98,18 @@ USED_BY = {"methods": ("compress", "train", "converge"), "collectives": ("collec
 def _bench(args) -> None:
     """Unset --repeats, --numel, ...: the bench function's own default."""
     what = "blocksparse" if args.blocksparse and args.what == "collective" else args.what
+    fsdp = args.what == "train" and args.parallelism == "fsdp"
+    what = "fsdp" if fsdp else what
+    labels = {"blocksparse": "collective --blocksparse", "fsdp": "train --parallelism fsdp",
+              "train": "train (DDP)" if fsdp else "train"}
     for name, used in USED_BY.items():
         if getattr(args, name) not in (None, False) and what not in used:
             raise ValueError(f"--{name.replace('_', '-')} is not allowed with `bench "
-                             f"{args.what}`: it is for bench "
-                             + ", ".join("collective --blocksparse" if u == "blocksparse"
-                                         else u for u in used))
+                             f"{args.what}{' --parallelism fsdp' if fsdp else ''}`: it is for "
+                             "bench " + ", ".join(labels.get(u, u) for u in used))
+    if fsdp and under_torchrun():
+        raise ValueError("--parallelism fsdp is not allowed under torchrun: bench train "
+                         "--parallelism fsdp spawns its --workers processes itself")
     progress = not args.json
     if args.what == "compress":
         frame = bench_compress.bench_compress(
@@ -130,6 +148,12 @@ def _bench(args) -> None:
                     batch_size=args.batch_size))
         columns = ["method", "options", "error_feedback", "seed", "reached",
                    "iterations_to_target", "final_accuracy", "bytes_sent_per_iter"]
+    elif fsdp:
+        frame = train_fsdp.bench_train_fsdp(
+            split(args.methods), out=args.out,
+            **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
+                    iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
+        columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original", "ratio"]
     else:
         frame = bench_train.bench_train(
             split(args.methods), out=args.out, progress=progress,

@@ -11,7 +11,7 @@ t_iter_spread_s, and from the telemetry per timed iteration (summed over FSDP mo
 over iterations and ranks) bytes_original, bytes_sent, ratio, encode_s, comm_s, decode_s
 ("fsdp": the reduce-scatter's bytes, times NaN); then the environment columns.
 
-Not yet a `gradcomp bench train --parallelism fsdp` option: call `bench_train_fsdp`.
+`gradcomp bench train --parallelism fsdp` runs it.
 """
 from __future__ import annotations
 
