@@ -174,8 +174,12 @@ def test_version_closed_pipe_and_ctrl_c_end_without_a_traceback(tmp_path):
     table = tmp_path / "compress.csv"
     argv, env = command("bench", "compress", "--methods", "none,fp16,int8,topk", "--repeats",
                         "2", "--out", str(table))
+    # As from an interactive shell: SIGINT at its default (a shell starting this suite as a
+    # background job hands its children SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt).
     bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                             text=True)
+                             text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not table.exists() or
                                            len(table.read_text().splitlines()) < 3):
