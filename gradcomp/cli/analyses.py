@@ -242,4 +242,4 @@ def _measured(args, costs, latency):
     collectives = None if args.collectives is None else read_table(
         args.collectives, "collectives", "a `gradcomp bench collective` CSV")
     return measured_vs_predicted(train, args.profile, args.bandwidth, latency or 0.0,
-                                 collectives, costs.costs)
+                                 collectives, costs.costs, tuple(costs.excluded))

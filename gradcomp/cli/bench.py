@@ -54,9 +54,7 @@ def add_bench(sub) -> None:
                     "teacher, generated; digits, scikit-learn's bundled images; default "
                     f"{default_of(converge.bench_converge, 'task')})")
     be.add_argument("--batch-size", type=positive_int, help="train, converge: per worker, "
-                    "passed to a factory that takes batch_size (default: the factory's; "
-                    "--parallelism fsdp: "
-                    f"{default_of(train_fsdp.bench_train_fsdp, 'batch_size')})")
+                    "passed to a factory that takes batch_size (default: the factory's)")
     be.add_argument("--bucket-cap-mb", type=number("bucket_cap_mb", minimum=0, above=True),
                     help="train: DDP's bucket cap, MB (default "
                     f"{default_of(bench_train.bench_train, 'bucket_cap_mb'):g})")

@@ -21,17 +21,23 @@ from ..model.network import Network
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
 
+NOT_PREDICTED = "not predicted (auto chooses at run time)"
 COLUMNS = ("method", "workers", "bucket_cap_mb", "measured", "predicted", "rel_error", "costs")
 
 
 def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict,
                  excluded=()) -> pd.DataFrame:
     """Per run of `train`: measured and predicted t_iter and the relative error, on
-    `network_of(workers)`, with `costs` ({method: (encode, decode)}; others assumed, column
-    costs says which: "assumed (fit excluded)" for the methods in `excluded`)."""
+    `network_of(workers)`, with `costs` ({method: (encode, decode[, middle])}; others
+    assumed, column costs says which: "assumed (fit excluded)" for the methods in
+    `excluded`). An `auto` run has no prediction (NaN, costs `NOT_PREDICTED`)."""
     predicted, origin = [], []
     for row in train.itertuples():
         name = "none" if row.method == "ddp" else row.method
+        if name == "auto":
+            predicted.append(math.nan)
+            origin.append(NOT_PREDICTED)
+            continue
         # bench_train passes bucket_cap_mb to DDP, and torch then gives the first bucket
         # the same cap (the 1 MiB first bucket is for the default cap only).
         cap = float(row.bucket_cap_mb)
@@ -61,11 +67,12 @@ def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
 
 def measured_vs_predicted(train: pd.DataFrame, profile, bandwidth=None, latency_s: float = 0.0,
                           collectives: pd.DataFrame | None = None,
-                          costs=None) -> pd.DataFrame:
+                          costs=None, excluded=()) -> pd.DataFrame:
     """`COLUMNS` for every run of `train` (a `bench train` table of one workload), predicted
     from `profile` (that workload's, e.g. `bench train --profile-out`) on the network of a
     `collectives` table's fits when given, else of `bandwidth` and `latency_s`; `costs`: a
-    `bench compress` table (fitted) or None (assumed floors)."""
+    `bench compress` table (fitted), a {method: costs} dict or None (assumed floors);
+    `excluded`: the methods whose fits were too poor to use (marked in column costs)."""
     if train.empty:
         raise ValueError("measured: the bench train table holds no runs")
     missing = {"method", "world_size", "bucket_cap_mb", "t_iter_s", "params"} - set(train)
@@ -85,17 +92,18 @@ def measured_vs_predicted(train: pd.DataFrame, profile, bandwidth=None, latency_
                          "workload (bench train --profile-out)")
     fitted = as_costs(costs)
     if collectives is not None:
-        table = train_predictions(train, profile, fit_collectives(collectives), fitted)
+        table = train_predictions(train, profile, fit_collectives(collectives), fitted,
+                                  excluded)
     else:
         if bandwidth is None:
             raise ValueError("measured: give a bandwidth or a bench collective table")
         table = predict_runs(train, profile, lambda p: Network(p, bandwidth, latency_s),
-                             fitted)
+                             fitted, excluded)
     return table[list(COLUMNS)]
 
 
 def error_summary(table: pd.DataFrame) -> str:
-    """One line: the median and largest |relative error| over the runs."""
-    rel = table["rel_error"].abs()
-    return (f"Predicted vs measured over {len(table)} runs: median |error| {rel.median():.1%}, "
+    """One line: the median and largest |relative error| over the runs predicted."""
+    rel = table["rel_error"].abs().dropna()
+    return (f"Predicted vs measured over {len(rel)} runs: median |error| {rel.median():.1%}, "
             f"max {rel.max():.1%}.")

@@ -1,10 +1,11 @@
 """The FSDP training benchmark: end-to-end iteration time of a workload (a built-in name,
-MODULE:FACTORY or FILE.py:FACTORY; see `workloads`) with `fully_shard` on each Linear and the root, across local worker processes, with FSDP's own
-reduce-scatter (method "fsdp") or gradcomp's compressed one (`gradcomp.fsdp.register`).
+MODULE:FACTORY or FILE.py:FACTORY; see `workloads`) with `fully_shard` on each Linear and the
+root, across local worker processes, with FSDP's own reduce-scatter (method "fsdp") or
+gradcomp's compressed one (`gradcomp.fsdp.register`).
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step (SGD, lr 0.01,
-momentum 0.9) on the workload's batch for that rank and step, timed with the device synchronised around it;
-its time is the slowest rank's. After `warmup` iterations, `iterations` are timed. One row per
+momentum 0.9) on the workload's batch for that rank and step, timed with the device
+synchronised around it; its time is the slowest rank's. After `warmup` iterations, `iterations` are timed. One row per
 method, appended as measured (rank 0): parallelism ("fsdp"), method, options (JSON), model,
 params, batch_size, workers, bandwidth_bps (as given), warmup, iterations, t_iter_s (median),
 t_iter_spread_s, and from the telemetry per timed iteration (summed over FSDP modules, mean
@@ -33,7 +34,7 @@ from ..common.env import check_backend, environment, local_device, spawn
 from ..common.store import ResultTable, as_table
 from ..common.timing import Clock
 from ..common.units import parse_rate
-from ..workloads.load import load_workload
+from ..workloads.load import describe, load_workload
 
 KEY_COLUMNS = ("parallelism", "method", "options", "model", "batch_size", "world_size",
                "backend", "device_name")
@@ -111,11 +112,11 @@ def run_fsdp_methods(cases, spec: dict, table: ResultTable, backend: str) -> Non
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
 
 
-def make_spec(model: str = "mlp", batch_size: int = 64, warmup: int = 2,
+def make_spec(model: str = "mlp", batch_size: int | None = None, warmup: int = 2,
               iterations: int = 10, bandwidth_bps=None) -> dict:
     """The checked settings of an FSDP training sweep (ValueError naming a bad option)."""
-    load_workload(model, batch_size=batch_size)  # a bad workload fails here, not in a worker
-    return {"model": model, "batch_size": check_int(batch_size, "batch_size", 1),
+    _, batch_size = describe(model, "model", batch_size)  # a bad workload fails here
+    return {"model": model, "batch_size": batch_size,
             "warmup": check_int(warmup, "warmup", 1),
             "iterations": check_int(iterations, "iterations", 1),
             "bandwidth_bps": math.nan if bandwidth_bps is None
@@ -137,7 +138,7 @@ def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: s
 
 
 def bench_train_fsdp(methods=None, world_size: int = 2, backend: str | None = None,
-                     model: str = "mlp", batch_size: int = 64, warmup: int = 2,
+                     model: str = "mlp", batch_size: int | None = None, warmup: int = 2,
                      iterations: int = 10, bandwidth_bps=None, out=None) -> pd.DataFrame:
     """Time FSDP training of the workload `model` with each of `methods` (default
     `DEFAULT_METHODS`; names or (name, options) pairs: "fsdp" or a `gradcomp.fsdp` method)

@@ -2,14 +2,14 @@
 validation of predictions against measured runs.
 
 * `fit_codec`: encode / decode ``a + b*numel`` per method (columns method, numel, encode_s,
-  decode_s, and further phases such as PowerSGD's "middle"), robust: squared errors weighted by 1/time (so that small sizes count, not only
-  the largest), and a point further than `OUTLIER` (relative) and 4x the median from the
-  line is dropped and the line refitted, up to a third of the points (a measurement
-  disturbed by load; never at the smallest or largest size, where costs legitimately bend
-  away from a line: cache sizes, launch overheads). `fit_problem` says when a fit is too
-  poor to price with (R^2 < `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a
-  line that does not grow with size). `hook_costs` fits a hook-path bench's phases for the
-  model.
+  decode_s, and further phases such as PowerSGD's "middle"), robust: squared errors
+  weighted by 1/time (so that small sizes count, not only the largest), and a point further
+  than `OUTLIER` (relative) and 4x the median from the line is dropped and the line
+  refitted, up to a third of the points (a measurement disturbed by load; never at the
+  smallest or largest size, where costs legitimately bend away from a line: cache sizes,
+  launch overheads). `fit_problem` says when a fit is too poor to price with (R^2 <
+  `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a line that does not grow with
+  size). `hook_costs` fits a hook-path bench's phases for the model.
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an
@@ -111,8 +111,8 @@ def _relative(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
 
 
 def robust_line(label: dict, n, y) -> Fit:
-    """The `a + b*n` fit of the module docstring (relative errors, outliers dropped) with
-    R^2, residuals and the worst relative residual over the points kept."""
+    """The `a + b*n` fit of the module docstring (errors weighted by 1/time, outliers
+    dropped) with R^2, residuals and the worst relative residual over the points kept."""
     n, y = np.asarray(n, float), np.asarray(y, float)
     if len(y) < 2 or len(set(n)) < 2:
         raise ValueError(f"cannot fit {label}: need at least 2 sizes (got {len(set(n))})")
@@ -178,7 +178,7 @@ def fit_problem(fit: Fit) -> str | None:
 
 
 def poor_fits(fits: dict) -> dict[str, str]:
-    """{method: why} for the methods of `fit_codec` whose encode or decode fit is poor."""
+    """{method: why} for the methods of `fit_codec` with any phase's fit poor."""
     poor = {}
     for (method, phase), fit in fits.items():
         why = fit_problem(fit)

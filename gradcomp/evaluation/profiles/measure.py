@@ -24,7 +24,7 @@ import torch
 from ..common.timing import Clock
 from ..workloads.contract import Workload
 from ..workloads.contract import autocast as autocast_context
-from ..workloads.load import call_factory, check_workload, load_factory, load_workload
+from ..workloads.load import call_factory, check_workload, load_factory, load_workload, takes
 from .profiles import Profile
 
 
@@ -217,8 +217,13 @@ def profile_factory(factory: str, input_shape=None, device="cpu", repeats: int =
     from ...checks import check_device
 
     device = check_device(device)
-    built = call_factory(load_factory(factory, returns="a gradcomp.Workload (or, with "
-                                      "input_shape, an nn.Module)"), {"batch_size": batch_size})
+    build = load_factory(factory, returns="a gradcomp.Workload (or, with input_shape, an "
+                         "nn.Module)")
+    if batch_size is not None and not takes(build, "batch_size"):
+        raise ValueError(f"batch_size={batch_size!r} is not allowed with factory={factory!r}: "
+                         "it takes no batch_size argument (its batches, or input_shape, set "
+                         "the batch size)")
+    built = call_factory(build, {"batch_size": batch_size})
     label = name or factory.rpartition(":")[2]
     if isinstance(built, Workload):
         if input_shape is not None:

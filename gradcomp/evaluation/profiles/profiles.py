@@ -102,7 +102,8 @@ class Profile:
 
     @property
     def t_iter_single(self) -> float:
-        """Forward + backward + finalize + optimizer: one iteration on one device, seconds."""
+        """Forward + backward + finalize + optimizer: one iteration without communication
+        (with DDP's own bucket copies where measured under DDP), seconds."""
         return self.forward_s + self.backward_s + self.finalize_s + self.optimizer_s
 
     @property

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ... import names
 from ..analyses.advise import advise
-from ..analyses.measured import train_predictions
+from ..analyses.measured import NOT_PREDICTED, train_predictions
 from ..analyses.recommend import recommend_by_accuracy, recommend_by_iteration
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE
@@ -235,10 +235,12 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: di
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""]
     _save_csv(table, out / VALIDATION)
-    plots.predicted_vs_measured(table.assign(method=[
+    predicted = table[table["costs"] != NOT_PREDICTED]
+    plots.predicted_vs_measured(predicted.assign(method=[
         m if c in ("fitted", "none") else f"{m} (assumed)"
-        for m, c in zip(table["method"], table["costs"])]), out / "predicted_vs_measured.png")
-    rel = table["rel_error"].abs()
+        for m, c in zip(predicted["method"], predicted["costs"])]),
+        out / "predicted_vs_measured.png")
+    rel = predicted["rel_error"].abs()
     row = train.iloc[0]
     return lines + [
         f"Model `{row['model']}` ({int(row['params']):,} parameters, batch "
