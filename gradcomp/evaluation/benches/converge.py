@@ -18,8 +18,8 @@ on its processes, rank 0 writing the tables.
 
 Error feedback: every method runs without and with it (`error_feedback` column), except
 `none`, for which the residual is always zero (only without), and `auto`, whose candidates
-carry their own (only without; its row also has auto_choices, as `bench train`'s). PowerSGD keeps its own residuals
-(on by default); for it the column is its own `error_feedback` option.
+carry their own (only without; its row also has auto_choices, as `bench train`'s). PowerSGD
+keeps its own residuals (on by default); for it the column is its own `error_feedback` option.
 
 Sizes: `QUICK` (CI: one seed, 200 iterations) and `FULL` (the default: three seeds, 600).
 

@@ -8,8 +8,8 @@ parameters), ``tiny`` (32-64-64-10, for tests), ``cnn`` (a small ResNet) and ``g
 GPT), or any workload; trained with the workload's loss and SGD (lr 0.01, momentum 0.9) on
 rank r's batch of step 0 (`batches(r, 0)`), the same every iteration, so that the data is not
 timed. `model_profile` measures the matching profile (under DDP:
-`measure.measure_ddp_profile`) for the performance model. `autocast` "bf16" runs forward and loss under bf16 autocast;
-`bucket_cap_mb` goes to DDP: both change what the hook sees.
+`measure.measure_ddp_profile`) for the performance model. `autocast` "bf16" runs forward
+and loss under bf16 autocast; `bucket_cap_mb` goes to DDP: both change what the hook sees.
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
 device synchronised around it; its time is the slowest rank's. After `warmup` iterations,
@@ -154,7 +154,8 @@ def _run_method(name, options, spec: dict, device) -> dict:
     return {"method": name, "options": _options_text(name, options), "model": spec["model"],
             "params": sum(p.numel() for p in model.parameters()),
             "batch_size": spec["batch_size"], "bucket_cap_mb": spec["bucket_cap_mb"],
-            "autocast": spec["autocast"], "workers": dist.get_world_size(), "bandwidth_bps": spec["bandwidth_bps"],
+            "autocast": spec["autocast"], "workers": dist.get_world_size(),
+            "bandwidth_bps": spec["bandwidth_bps"],
             "warmup": spec["warmup"], "iterations": spec["iterations"],
             "t_iter_s": t_iter, "t_iter_spread_s": (times.max() - times.min()).item(),
             "t_iter_single_s": spec["t_iter_single_s"],
@@ -189,6 +190,19 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
         row = _run_method(name, options, spec, device)
         if rank == 0:
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
+
+
+def pending_runs(out, key_columns, tmp: str, plan_of, methods, spec: dict, world_size: int,
+                 backend: str):
+    """(table, plan, todo) of a training sweep: `out`'s table (or one in the folder `tmp`),
+    `plan_of(methods, spec, world_size, backend, device_name, table)` and its runs not yet
+    in the table."""
+    table = as_table(out, key_columns) or ResultTable(os.path.join(tmp, "rows.csv"),
+                                                      key_columns)
+    device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
+    plan = plan_of(methods, spec, world_size, backend, device_name, table)
+    done = table.done_keys()
+    return table, plan, [case for key, case in plan.items() if key not in done]
 
 
 def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: str, table):
@@ -240,12 +254,8 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
                      autocast)
     with tempfile.TemporaryDirectory() as tmp:
-        table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
-                                                          KEY_COLUMNS)
-        device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
-        plan = plan_runs(methods, spec, world_size, backend, device_name, table)
-        done = table.done_keys()
-        todo = [case for key, case in plan.items() if key not in done]
+        table, plan, todo = pending_runs(out, KEY_COLUMNS, tmp, plan_runs, methods, spec,
+                                         world_size, backend)
         if todo or (profile_out is not None and not Path(profile_out).exists()) \
                 or under_torchrun():
             launch(run_methods, world_size, backend, todo, spec, table, backend, profile_out,

@@ -5,12 +5,13 @@ gradcomp's compressed one (`gradcomp.fsdp.register`).
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step (SGD, lr 0.01,
 momentum 0.9) on the workload's batch for that rank and step, timed with the device
-synchronised around it; its time is the slowest rank's. After `warmup` iterations, `iterations` are timed. One row per
-method, appended as measured (rank 0): parallelism ("fsdp"), method, options (JSON), model,
-params, batch_size, workers, bandwidth_bps (as given), warmup, iterations, t_iter_s (median),
-t_iter_spread_s, and from the telemetry per timed iteration (summed over FSDP modules, mean
-over iterations and ranks) bytes_original, bytes_sent, ratio, encode_s, comm_s, decode_s
-("fsdp": the reduce-scatter's bytes, times NaN); then the environment columns.
+synchronised around it; its time is the slowest rank's. After `warmup` iterations,
+`iterations` are timed. One row per method, appended as measured (rank 0): parallelism
+("fsdp"), method, options (JSON), model, params, batch_size, workers, bandwidth_bps (as
+given), warmup, iterations, t_iter_s (median), t_iter_spread_s, and from the telemetry per
+timed iteration (summed over FSDP modules, mean over iterations and ranks) bytes_original,
+bytes_sent, ratio, encode_s, comm_s, decode_s ("fsdp": the reduce-scatter's bytes, times
+NaN); then the environment columns.
 
 `gradcomp bench train --parallelism fsdp` runs it.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import tempfile
 
 import pandas as pd
@@ -31,10 +31,11 @@ from ... import fsdp
 from ...checks import check_int
 from ...compressors import compressor
 from ..common.env import check_backend, environment, local_device, spawn
-from ..common.store import ResultTable, as_table
+from ..common.store import ResultTable
 from ..common.timing import Clock
 from ..common.units import parse_rate
 from ..workloads.load import describe, load_workload
+from .train import pending_runs
 
 KEY_COLUMNS = ("parallelism", "method", "options", "model", "batch_size", "world_size",
                "backend", "device_name")
@@ -147,12 +148,8 @@ def bench_train_fsdp(methods=None, world_size: int = 2, backend: str | None = No
     backend = check_backend(backend, world_size)
     spec = make_spec(model, batch_size, warmup, iterations, bandwidth_bps)
     with tempfile.TemporaryDirectory() as tmp:
-        table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
-                                                          KEY_COLUMNS)
-        device_name = environment(device="cuda:0" if backend == "nccl" else "cpu")["device_name"]
-        plan = plan_runs(methods, spec, world_size, backend, device_name, table)
-        done = table.done_keys()
-        todo = [case for key, case in plan.items() if key not in done]
+        table, plan, todo = pending_runs(out, KEY_COLUMNS, tmp, plan_runs, methods, spec,
+                                         world_size, backend)
         if todo:
             spawn(run_fsdp_methods, world_size, backend, todo, spec, table, backend)
         return table.frame(keys=set(plan))
