@@ -4,11 +4,14 @@ hooks on 2 gloo processes (one spawn per benchmark)."""
 import json
 import math
 
+import pandas as pd
 import pytest
 
 import gradcomp
 from gradcomp.evaluation.benches import collective as bc, compress as bz, train as bt
+from gradcomp.evaluation.benches.hookpath import hook_sizes
 from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.model.fit import fit_runs
 from gradcomp.evaluation.profiles.profiles import load_profile
 from gradcomp.evaluation.workloads.load import load_workload
@@ -128,7 +131,8 @@ def training(tmp_path_factory):
                ("auto", {"explore_iters": 2, "candidates": ["none", ("topk", {"ratio": 0.05})]})]
     df = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
                         iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
-                        profile_out=folder / "tiny.json")
+                        profile_out=folder / "tiny.json", hook_out=folder / "hook.csv",
+                        hook_repeats=2)
     return folder, methods, df
 
 
@@ -168,5 +172,24 @@ def test_a_finished_training_sweep_is_not_run_again(training, monkeypatch):
     monkeypatch.setattr(bt, "launch", lambda *a: pytest.fail("spawned again"))
     again = bt.bench_train(methods, 2, "gloo", model="tiny", batch_size=16, warmup=2,
                            iterations=3, bandwidth_bps="10gbit", out=folder / "runs.csv",
-                           profile_out=folder / "tiny.json")
+                           profile_out=folder / "tiny.json", hook_out=folder / "hook.csv",
+                           hook_repeats=2)
     assert again["t_iter_s"].tolist() == df["t_iter_s"].tolist()
+
+
+@pytest.mark.slow
+def test_training_measures_the_hook_path_at_the_workloads_bucket_sizes(training):
+    folder, _, df = training
+    hook = pd.read_csv(folder / "hook.csv")
+    sizes = hook_sizes("tiny", 16, 25.0)
+    # ddp and none are priced by none's hook path, auto by none (not predicted)
+    assert sorted(set(zip(hook["method"], hook["options"]))) == [
+        ("none", "{}"), ("topk", '{"ratio": 0.05}')]
+    assert sorted(hook.loc[hook["method"] == "topk", "numel"]) == sizes
+    assert hook["slowest_rank"].all() and (hook["world_size"] == 2).all()
+    assert (hook["encode_s"] > 0).all() and (hook["repeats"] == 2).all()
+    # usable as a cost table (advise --costs hook.csv): fitted the hook path's way
+    table = cost_table(str(folder / "hook.csv"))
+    assert table.provenance.startswith("the hook path") and ("topk", "middle") not in table.fits
+    assert {("topk", "encode"), ("topk", "decode")} <= set(table.fits)
+

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from gradcomp.evaluation.testbed import testbed
+from gradcomp.evaluation.benches.hookpath import hook_sizes
 from gradcomp.evaluation.testbed.validate import rate_tag, summarize, validate_sweep
 
 REASON = testbed.unavailable_reason()
@@ -21,6 +22,23 @@ def cli(*args):
 def test_rate_tags_name_files():
     assert [rate_tag(r) for r in (100e6, 500e6, 1e9, 2.5e9, 5e3)] == \
         ["100mbit", "500mbit", "1gbit", "2.5gbit", "5kbit"]
+
+
+def test_hook_sizes_are_the_largest_bucket_and_its_quarters():
+    # The MLP's 4,208,650 gradients fit one 25 MB bucket; at 8 MB the largest bucket is the
+    # one torch's DDP forms.
+    import torch.distributed as dist
+
+    from gradcomp.evaluation.workloads.load import load_workload
+
+    assert hook_sizes("mlp", 64, 25.0) == [4208650 // 4**j for j in range(5, -1, -1)]
+    params = list(load_workload("mlp").model.parameters())[::-1]
+    cap = [8 << 20] * 2
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, cap, [False] * len(params))
+    assert max(hook_sizes("mlp", 64, 8.0)) == max(sum(params[i].numel() for i in b)
+                                                  for b in buckets) == 2109450
+    sizes = hook_sizes("tiny", None, 25.0)
+    assert sizes == [432, 1730, 6922] and all(n & (n - 1) for n in sizes)  # no power of 2
 
 
 def test_summary_is_the_median_and_max_error_per_method_and_overall():

@@ -60,6 +60,9 @@ def add_bench(sub) -> None:
                     f"{default_of(bench_train.bench_train, 'bucket_cap_mb'):g})")
     be.add_argument("--profile-out", help="train: also measure the workload's profile (rank 0, "
                     "the others waiting) and save it here (.json), for advise --measured")
+    be.add_argument("--hook-out", help="train: also measure what each method's hook computes "
+                    "per bucket, at the workload's bucket sizes (every worker at once), and "
+                    "append it here (.csv), for advise --measured --costs")
     be.add_argument("--autocast", choices=AUTOCAST, help="train: forward and loss under bf16 "
                     "autocast (default none)")
     be.add_argument("--metric", choices=converge.METRICS,
@@ -88,6 +91,7 @@ USED_BY = {"methods": ("compress", "train", "fsdp", "converge"),
            "numel": ("blocksparse",), "model": ("train", "fsdp"),
            "batch_size": ("train", "fsdp", "converge"), "parallelism": ("train", "fsdp"),
            "bucket_cap_mb": ("train",), "autocast": ("train",), "profile_out": ("train",),
+           "hook_out": ("train",),
            "task": ("converge",), "metric": ("converge",),
            "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
            "blocksparse": ("blocksparse",)}
@@ -157,7 +161,7 @@ def _bench(args) -> None:
             split(args.methods), out=args.out, progress=progress,
             **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
                     bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
-                    profile_out=args.profile_out,
+                    profile_out=args.profile_out, hook_out=args.hook_out,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original",
                    "auto_choices"]

@@ -23,7 +23,8 @@ from .model.network import Network
 from .analyses.recommend import sixteen_bit
 from .model.cost_tables import MEASURED, cost_table, default_costs
 from .profiles.profiles import load_profile
-from .report.report import COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE, Report, write_report
+from .report.report import (COLLECTIVE, COMPRESS, HOOK, TRAIN, TRAIN_PROFILE, Report,
+                            write_report)
 
 LOCAL_WORKERS = 2
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
@@ -31,9 +32,9 @@ LOCAL_WORKERS = 2
 SETTINGS = {
     True: dict(sizes=[2**k for k in range(10, 23, 2)], compress_repeats=7,
                collective_sizes=[4, 2**10, 2**16, 2**20, 2**24], collective_repeats=5,
-               collective_warmup=2, iterations=5),
+               collective_warmup=2, iterations=5, hook_repeats=3),
     False: dict(sizes=None, compress_repeats=5, collective_sizes=None, collective_repeats=10,
-                collective_warmup=3, iterations=20),
+                collective_warmup=3, iterations=20, hook_repeats=5),
 }
 
 
@@ -85,7 +86,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     _say(progress, f"3/5 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
     bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
                 iterations=plan["iterations"], out=out / TRAIN,
-                profile_out=out / TRAIN_PROFILE, progress=progress)
+                profile_out=out / TRAIN_PROFILE, hook_out=out / HOOK,
+                hook_repeats=plan["hook_repeats"], progress=progress)
     converge = {**(QUICK if quick else FULL)}
     if converge_iters is not None:
         converge["max_iters"] = converge_iters

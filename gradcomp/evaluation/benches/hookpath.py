@@ -42,12 +42,15 @@ from ...compressors import compressor
 from ..common.env import environment
 from ..common.store import as_table
 from ..common.timing import Clock
+from ..workloads.load import load_workload
 from .compress import method_cases
 
 KEY_COLUMNS = ("method", "options", "numel", "world_size", "dtype", "device", "device_name")
 EVICT_FACTOR = 4
 EVICT_MIN_BYTES = 64 << 20
 PHASES = ("encode", "middle", "decode")
+HOOK_SIZE_STEPS = 6
+MIB = 1 << 20
 
 
 def matrix_shape(numel: int) -> tuple[int, int]:
@@ -215,3 +218,47 @@ def case_keys(name: str, options: dict, sizes, world_size: int, device, dtype,
     return [{"method": name, "options": built, "numel": numel, "world_size": world_size,
              "dtype": dtype_name(dtype), "device": str(torch.device(device)),
              "device_name": device_name} for numel in sizes]
+
+
+def hook_sizes(model: str, batch_size: int | None, bucket_cap_mb: float) -> list[int]:
+    """The bucket sizes (elements) the hook-path bench prices `model` at: its largest DDP
+    bucket (DDP fills buckets of `bucket_cap_mb` with the gradients in reverse parameter
+    order) and that size / 4, / 16, ... (`HOOK_SIZE_STEPS` sizes; those under 256 elements
+    left out, but for the largest two).
+    Not powers of two: those are the best case of several codecs (random-k's permutation
+    walks once per position at 4^m elements and up to 4 times just above; int8 pads to its
+    blocks), and dividing by 4 keeps where a size falls between two powers of 4."""
+    params = [p for p in load_workload(model, "model", batch_size=batch_size).model.parameters()
+              if p.requires_grad]
+    largest, current = 0, 0
+    for p in reversed(params):
+        current += p.numel()
+        if current * p.element_size() >= bucket_cap_mb * MIB:
+            largest, current = max(largest, current), 0
+    largest = max(largest, current)
+    sizes = [max(1, largest // 4**j) for j in range(HOOK_SIZE_STEPS)]
+    return sorted({n for j, n in enumerate(sizes) if n >= 256 or j < 2})
+
+
+def hook_methods(methods) -> list[tuple[str, dict]]:
+    """The (method, options) whose hook path prices training runs of `methods` (names or
+    (name, options) pairs): "ddp" (DDP's own all-reduce, which divides its buckets by the
+    world size as the hook's uncompressed path does) by "none"; "auto" by none (it is not
+    predicted)."""
+    cases = []
+    for name, options in method_cases(list(methods)):
+        case = ("none", {}) if name == "ddp" else (name, options)
+        if name != "auto" and case not in cases:
+            cases.append(case)
+    return cases
+
+
+def hook_path_pending(out, methods, sizes, world_size: int, device="cpu") -> bool:
+    """Whether the table `out` lacks a row `bench_hook_path(methods, sizes, world_size,
+    device)` would measure."""
+    table = as_table(out, KEY_COLUMNS)
+    device_name = environment(world_size=world_size, device=device)["device_name"]
+    done = table.done_keys()
+    return any(table.key(key) not in done for name, options in method_cases(methods)
+               for key in case_keys(name, options, sizes, world_size, device, torch.float32,
+                                    device_name))

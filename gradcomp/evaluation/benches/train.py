@@ -64,6 +64,7 @@ from ..profiles.profiles import Profile, save_profile
 from ..workloads.contract import AUTOCAST, autocast
 from ..workloads.load import describe, load_workload
 from .compress import method_cases
+from .hookpath import bench_hook_path, hook_methods, hook_path_pending, hook_sizes
 
 KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
                "world_size", "backend", "device_name")
@@ -165,10 +166,13 @@ def _run_method(name, options, spec: dict, device) -> dict:
 
 
 def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,
-                progress: bool = False) -> None:
+                progress: bool = False, hook_out=None, hook_cases=(),
+                hook_repeats: int = 5) -> None:
     """On every rank: the single-process baseline (rank 0), the profile as DDP runs it
     (`model_profile` under DDP on every rank at once; rank 0 saves it to `profile_out`, when
-    given), then each (method, options) of `cases`; rank 0 appends."""
+    given), the hook path of `hook_cases` at the workload's bucket sizes (every rank at
+    once, median of `hook_repeats`; rank 0 appends to `hook_out`, when given), then each
+    (method, options) of `cases`; rank 0 appends."""
     device = local_device(backend)
     rank = dist.get_rank()
     single = [math.nan]
@@ -183,6 +187,12 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
                                 ddp_bucket_cap_mb=spec["bucket_cap_mb"])
         if rank == 0:
             save_profile(profile, profile_out)
+    if hook_out is not None:
+        barrier(device)
+        bench_hook_path(hook_cases, hook_sizes(spec["model"], spec["batch_size"],
+                                               spec["bucket_cap_mb"]),
+                        dist.get_world_size(), device, repeats=hook_repeats, warmup=1,
+                        out=hook_out if rank == 0 else None, slowest_rank=True)
     dist.broadcast_object_list(single, src=0)
     spec = {**spec, "t_iter_single_s": single[0]}
     for name, options in tqdm(cases, desc="train bench", file=sys.stderr,
@@ -241,25 +251,33 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
                 model: str = "mlp", batch_size: int | None = None, warmup: int = 3,
                 iterations: int = 10, bucket_cap_mb: float = 25.0, bandwidth_bps=None,
                 out=None, profile_out=None, progress: bool = False,
-                autocast: str = "none") -> pd.DataFrame:
+                autocast: str = "none", hook_out=None, hook_repeats: int = 5
+                ) -> pd.DataFrame:
     """Time DDP training of workload `model` (a built-in name, MODULE:FACTORY or
     path/to/file.py:FACTORY; `batch_size` None: the factory's own) with each of `methods`
     (default: "ddp", then every registered method with its defaults; else names and (name,
     options) pairs, options going to `gradcomp.comm.register`) across `world_size` local
     processes (None: 2) that it spawns once for all methods, or, under torchrun, on its
     processes. Rows already in `out` (a path or ResultTable) are skipped; `profile_out`: save
-    the workload's measured profile there. Returns this sweep's rows."""
+    the workload's measured profile there; `hook_out`: append the hook-path costs of the
+    methods (`benches.hookpath`, at the workload's bucket sizes, median of `hook_repeats`)
+    there. Returns this sweep's rows."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
+    check_int(hook_repeats, "hook_repeats", 1)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
                      autocast)
     with tempfile.TemporaryDirectory() as tmp:
         table, plan, todo = pending_runs(out, KEY_COLUMNS, tmp, plan_runs, methods, spec,
                                          world_size, backend)
-        if todo or (profile_out is not None and not Path(profile_out).exists()) \
-                or under_torchrun():
+        hooks = hook_methods(plan.values())
+        hooks_todo = hook_out is not None and hook_path_pending(
+            hook_out, hooks, hook_sizes(model, spec["batch_size"], spec["bucket_cap_mb"]),
+            world_size, "cuda:0" if backend == "nccl" else "cpu")
+        if todo or hooks_todo or under_torchrun() \
+                or (profile_out is not None and not Path(profile_out).exists()):
             launch(run_methods, world_size, backend, todo, spec, table, backend, profile_out,
-                   progress)
+                   progress, hook_out if hooks_todo else None, hooks, hook_repeats)
         return table.frame(keys=set(plan))
 
 
@@ -278,10 +296,11 @@ def main(argv=None) -> int:
     args.add_argument("--autocast", choices=AUTOCAST, default="none")
     args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
     args.add_argument("--profile-out", default=None, help="save the model's profile here")
+    args.add_argument("--hook-out", default=None, help="append the hooks' per-bucket costs")
     a = args.parse_args(argv)
     bench_train(None if a.methods is None else a.methods.split(","), None, a.backend, a.model,
                 a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
-                a.profile_out, progress=True, autocast=a.autocast)
+                a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out)
     return 0
 
 

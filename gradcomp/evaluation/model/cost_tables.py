@@ -7,7 +7,8 @@ which device, and which of its fits are good enough to price with.
 * ``measured``: the compress bench of a results folder (this machine), given by the caller;
 * ``assumed``: the stated memory-bound floors of `methods.assumed_costs` (V100-like, never
   measured: a what-if, never the default);
-* a path: any `bench compress` CSV.
+* a path: any `bench compress` CSV, or a hook-path table (`bench train --hook-out`: what
+  the hook computes per bucket, fitted by `fit.fit_hook_path`).
 
 A method whose fit `fit.fit_problem` rejects is `excluded`: it is not priced at all (left
 out of rankings and recommendations), never priced with a fit that does not describe it.
@@ -23,13 +24,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.store import read_table
-from .fit import codec_costs, fit_codec, poor_fits
+from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
 
 DATA = Path(__file__).parent / "codec_data"
 BUILTIN_TABLES = ("h100",)
 MEASURED, ASSUMED = "measured", "assumed"
 NAMES = (*BUILTIN_TABLES, MEASURED, ASSUMED)
-CSV = "a `gradcomp bench compress` CSV"
+CSV = "a `gradcomp bench compress` or `bench train --hook-out` CSV"
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,18 @@ class CostTable:
 
 def measured_table(frame: pd.DataFrame, name: str = MEASURED,
                    provenance: str = "") -> CostTable:
-    """A table fitted from a compress-bench DataFrame (its device from `device_name`)."""
+    """A table fitted from a compress-bench or hook-path DataFrame (the latter told by its
+    `communicator` column; its device from `device_name`)."""
+    hook_path = "communicator" in frame
     device = str(frame["device_name"].iloc[0]) if "device_name" in frame else ""
     sizes = sorted(int(n) for n in frame["numel"].unique())
     dates = sorted(map(str, frame["date"])) if "date" in frame else []
     return CostTable(name, device, provenance or (
-        f"`gradcomp bench compress` on {device or 'an unrecorded device'}, "
+        ("the hook path (`gradcomp bench train --hook-out`)" if hook_path else
+         "`gradcomp bench compress`") + f" on {device or 'an unrecorded device'}, "
         f"{len(sizes)} sizes {sizes[0]:,}-{sizes[-1]:,} elements"
-        + (f", {dates[0][:10]}" if dates else "")), fit_codec(frame))
+        + (f", {dates[0][:10]}" if dates else "")),
+        fit_hook_path(frame) if hook_path else fit_codec(frame))
 
 
 def builtin_table(name: str) -> CostTable:

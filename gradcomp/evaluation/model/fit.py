@@ -199,18 +199,24 @@ def codec_costs(fits: dict, usable_only: bool = False
             for m in methods}
 
 
-def hook_costs(table: pd.DataFrame) -> dict[str, tuple[tuple[float, float], ...]]:
-    """{method: (encode, decode[, middle])} from a hook-path bench table
-    (`benches.hookpath`), for `methods.resolve`. Its decode is the whole bucket's, of
-    `world_size` payloads; the timeline decodes an all-gather's p payloads one by one, so
-    an all-gather method's decode is divided by the table's world size."""
+def fit_hook_path(table: pd.DataFrame) -> dict[tuple[str, str], Fit]:
+    """`fit_codec` of a hook-path bench table (`benches.hookpath`): encode, decode and
+    middle. Its decode is the whole bucket's, of `world_size` payloads; the timeline decodes
+    an all-gather's p payloads one by one, so an all-gather method's decode is divided by
+    the table's world size."""
     _columns(table, ("method", "aggregation", "world_size", "numel", "encode_s", "middle_s",
                      "decode_s"), "hook-path bench")
     gathered = (table["aggregation"] == "allgather").to_numpy()
     decode = table["decode_s"].to_numpy(float)
     per_payload = np.where(gathered, decode / table["world_size"].to_numpy(float), decode)
-    return codec_costs(fit_codec(table.assign(decode_s=per_payload),
-                                 ("encode", "decode", "middle")))
+    return fit_codec(table.assign(decode_s=per_payload), ("encode", "decode", "middle"))
+
+
+def hook_costs(table: pd.DataFrame, usable_only: bool = False
+               ) -> dict[str, tuple[tuple[float, float], ...]]:
+    """{method: (encode, decode[, middle])} from a hook-path bench table, for
+    `methods.resolve` (`fit_hook_path`; `usable_only` as in `codec_costs`)."""
+    return codec_costs(fit_hook_path(table), usable_only)
 
 
 def as_costs(costs) -> dict:

@@ -3,11 +3,11 @@ model, ask it about the chosen profile / workers / bandwidth, draw the figures a
 ``report.md`` beside them. Every number in the report is computed from that folder's tables.
 
 Inputs (any may be missing; its sections then say so): ``compress.csv`` (`bench_compress`),
-``collective.csv`` (`bench_collective`), ``train.csv`` and ``train_profile.json``
-(`bench_train`), ``converge.csv`` and its curve table (`converge`). Outputs: ``advise.csv``,
-``speedup_sweep.csv``, ``scaling_sweep.csv``, ``codec_fits.csv``, ``collective_fits.csv``,
-``train_validation.csv``, ``time_to_accuracy.csv``, the PNGs of `plots` and
-`converge_plots`, and ``report.md``.
+``collective.csv`` (`bench_collective`), ``train.csv``, ``train_profile.json`` and
+``hook.csv`` (`bench_train`: its runs, profile and hook-path costs), ``converge.csv`` and
+its curve table (`converge`). Outputs: ``advise.csv``, ``speedup_sweep.csv``,
+``scaling_sweep.csv``, ``codec_fits.csv``, ``collective_fits.csv``, ``train_validation.csv``,
+``time_to_accuracy.csv``, the PNGs of `plots` and `converge_plots`, and ``report.md``.
 """
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
 from ..model.cost_tables import CostTable, cost_table, default_costs
-from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
+from ..model.fit import (codec_costs, fit_codec, fit_collectives, fit_hook_path, poor_fits,
+                         summary)
 from ..profiles.profiles import load_profile
 from . import plots
 from .converge_report import convergence_section
 
-COMPRESS, COLLECTIVE, TRAIN = "compress.csv", "collective.csv", "train.csv"
+COMPRESS, COLLECTIVE, TRAIN, HOOK = "compress.csv", "collective.csv", "train.csv", "hook.csv"
 TABLES = (COMPRESS, COLLECTIVE, TRAIN)
 TRAIN_PROFILE = "train_profile.json"
 SWEEP, VALIDATION = "speedup_sweep.csv", "train_validation.csv"
@@ -68,7 +69,7 @@ def check_results(results_dir) -> Path:
 def load_tables(results_dir) -> dict[str, pd.DataFrame]:
     """The measurement tables of `results_dir` by file name (empty when missing)."""
     return {name: ResultTable(Path(results_dir) / name).frame()
-            for name in TABLES}
+            for name in (*TABLES, HOOK)}
 
 
 def _md(frame: pd.DataFrame, columns: dict) -> str:
@@ -221,17 +222,22 @@ def _collectives(out: Path, collective: pd.DataFrame, fits: dict) -> list[str]:
         "", "![collective times](collective_times.png)", ""]
 
 
-def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: dict
-           ) -> list[str]:
+def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: dict,
+           hook: pd.DataFrame) -> list[str]:
     lines = ["## Training: measured vs predicted", ""]
     profile_path = out / TRAIN_PROFILE
     if train.empty or not collective_fits or not profile_path.exists():
         return lines + ["Not available: needs `train.csv`, `train_profile.json` and "
                         "`collective.csv` from this run.", ""]
+    fits, costs_text = (
+        (fit_hook_path(hook), f"the hook-path costs measured with it (`{HOOK}`: what each "
+         "method's hook computes per bucket, at the model's bucket sizes, every worker at "
+         "once)") if not hook.empty else
+        (codec_fits, f"this machine's codec fits (`{COMPRESS}`; the hook-path costs, "
+         f"`{HOOK}`, were not measured)"))
     try:
         table = train_predictions(train, load_profile(profile_path), collective_fits,
-                                  codec_costs(codec_fits, usable_only=True),
-                                  poor_fits(codec_fits))
+                                  codec_costs(fits, usable_only=True), poor_fits(fits))
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""]
     _save_csv(table, out / VALIDATION)
@@ -247,8 +253,8 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: di
         f"{int(row['batch_size'])} per worker), {int(row['world_size'])} {row['backend']} "
         f"workers, median of {int(row['iterations'])} iterations after {int(row['warmup'])} "
         f"warm-up. Predicted from this run's other measurements only: the model's profile "
-        f"(`{TRAIN_PROFILE}`), the collective fits as the network and this machine's usable "
-        "codec fits (methods without one: assumed costs, as the costs column says); "
+        f"(`{TRAIN_PROFILE}`), the collective fits as the network and {costs_text}; methods "
+        "without a usable fit are priced with assumed costs, as the costs column says; "
         "contention 1; no parameter fitted to these runs. "
         "`ddp` (DDP without a hook) is modelled as `none`.", "",
         f"Relative error: mean |e| {rel.mean():.1%}, max |e| {rel.max():.1%} "
@@ -314,7 +320,7 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
                      best_method)
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
-    lines += _train(out, train, collective_fits, codec_fits)
+    lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
     lines += convergence
     lines += _environment(tables)
     path = write_atomic(out / "report.md", "\n".join(lines))

@@ -48,7 +48,7 @@ from ...comm.auto import DEFAULT_CANDIDATES
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
-from ..benches.hookpath import bench_hook_path, case_keys
+from ..benches.hookpath import bench_hook_path, case_keys, hook_methods, hook_sizes
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import make_spec, plan_runs
 from ..common.env import environment
@@ -66,7 +66,6 @@ DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
                    "signsgd")
 COLLECTIVE_SIZES = (2**16, 2**18, 2**20, 2**22, 2**24)
-COMPRESS_SIZES = tuple(2**k for k in range(12, 23, 2))
 
 
 def rate_tag(rate_bps: float) -> str:
@@ -99,22 +98,16 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
     """The table keys (as stored) a rate's measurements of `methods` need, per table:
     "collective", "train" and "hook" (`spec` from `benches.train.make_spec`). The
     testbed's workers are CPU processes on gloo, as the sub-jobs key them."""
+    sizes = hook_sizes(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
     coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
     codec = ResultTable("hook.csv", CODEC_KEYS)
     return {"collective": {collective_key(coll, c, n, workers, "gloo", "cpu")
                            for c in ("allreduce", "allgather") for n in collective_sizes},
             "train": set(plan_runs(methods, spec, workers, "gloo", "cpu",
                                    ResultTable("train.csv", TRAIN_KEYS))),
-            "hook": {codec.key(k) for m in hook_methods(methods)
-                     for k in case_keys(m, {}, COMPRESS_SIZES, workers, "cpu", torch.float32,
+            "hook": {codec.key(k) for m, o in hook_methods(methods)
+                     for k in case_keys(m, o, sizes, workers, "cpu", torch.float32,
                                         "cpu")}}
-
-
-def hook_methods(methods) -> list[str]:
-    """The methods whose hook path prices `methods`: "ddp" (DDP's own all-reduce, which
-    divides its buckets by the world size as the hook's uncompressed path does) by "none";
-    "auto" by none (it is not predicted)."""
-    return list(dict.fromkeys("none" if m == "ddp" else m for m in methods if m != "auto"))
 
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
@@ -214,7 +207,8 @@ def concurrent_job(argv=None) -> int:
         if a.codec_out:
             dist.barrier()
             methods = hook_methods(m for m in a.methods.split(",") if m)
-            bench_hook_path(methods, list(COMPRESS_SIZES), dist.get_world_size(), repeats=5,
+            sizes = hook_sizes(a.model, a.batch_size, a.bucket_cap_mb)
+            bench_hook_path(methods, sizes, dist.get_world_size(), repeats=5,
                             warmup=2, out=a.codec_out if rank == 0 else None,
                             slowest_rank=True)
         dist.barrier()
