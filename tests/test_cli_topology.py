@@ -34,7 +34,13 @@ def test_advise_on_a_topology():
                          "--methods", "fp16", "--json").stdout)
     assert {r["algorithm"] for r in out["ranking"]} == {"ring", "forest"}
     # fp16 and the baselines none and bf16, on each algorithm
-    assert len(out["ranking"]) == 6 and "all-reduce" in out["verdict"]
+    assert len(out["ranking"]) == 6
+    # one recommendation, as without a topology, with its fastest algorithm named
+    fastest = min((r for r in out["ranking"] if r["method"] in ("none", "bf16", "fp16")),
+                  key=lambda r: r["t_iter_s"])
+    assert out["verdict"].startswith("- **Recommendation**")
+    assert "on topology random:2 (8 workers)" in out["verdict"]
+    assert out["verdict"].endswith(f"On this topology: the {fastest['algorithm']} all-reduce.")
 
 
 def test_bad_topology_options_are_parser_errors(tmp_path):

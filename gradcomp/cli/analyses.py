@@ -1,11 +1,11 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
 from ..compressors import names
-from ..evaluation.analyses.advise import advise, verdict
+from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
-from ..evaluation.analyses.recommend import (recommend_by_accuracy, recommend_by_iteration,
+from ..evaluation.analyses.recommend import (SAFE, recommend_by_accuracy, recommend_by_iteration,
                                              sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
@@ -217,7 +217,7 @@ def _advise(args) -> None:
                      convergence=convergence, task=args.task, target=args.target,
                      topology=args.topology, algorithms=split(args.algorithms))
     if args.topology:
-        answer = verdict(ranking)
+        answer = _topology_recommendation(ranking, costs, device, args)
     elif convergence is not None:
         answer = recommend_by_accuracy(ranking, costs, device, _question(args, workers))
     else:
@@ -233,6 +233,17 @@ def _advise(args) -> None:
         text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
                  "(t_iter in s):\n" + table(runs, runs.columns) + "\n" + error_summary(runs))
     emit(args, payload, text)
+
+
+def _topology_recommendation(ranking, costs, device: str, args) -> str:
+    """The one recommendation on a topology: each method on its fastest all-reduce algorithm
+    (the ranking is fastest first), and the recommended method's algorithm named."""
+    fastest = ranking.drop_duplicates("method")
+    question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
+                f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
+    answer = recommend_by_iteration(fastest, costs, device, question)
+    chosen = fastest[fastest["method"].isin(SAFE) & fastest["method"].map(costs.priced)]
+    return answer + f" On this topology: the {chosen['algorithm'].iloc[0]} all-reduce."
 
 
 def _measured(args, costs, latency):
