@@ -196,15 +196,25 @@ def validation_sweep(table: pd.DataFrame, path, size=(12, 5.5), title=None):
     styles = line_styles(methods)
     fig, axes = figure(size, 2)
     left, right = axes[0]
-    for method in methods:
-        rows = table[table["method"] == method].sort_values("rate_bps")
+    rows_of = {m: table[table["method"] == m].sort_values("rate_bps") for m in methods}
+    # Methods of nearly equal times (ddp and none) would hide one another: the earlier one
+    # is drawn wider (lines) and larger (points), leaving a rim of its colour.
+    widths = halo_widths({m: (r["rate_bps"], r["predicted"]) for m, r in rows_of.items()},
+                         log=True)
+    sizes = halo_widths({m: (r["rate_bps"], r["measured"]) for m, r in rows_of.items()},
+                        log=True)
+    for method, rows in rows_of.items():
         style = styles[method]
+        size = 4 + 1.5 * sizes[method]
         left.plot(rows["rate_bps"] / 1e9, rows["predicted"] * 1e3, color=style["color"],
-                  linestyle=style["linestyle"], label=method)
+                  linestyle=style["linestyle"], label=method, linewidth=widths[method],
+                  zorder=2 + 1 / widths[method])
         left.plot(rows["rate_bps"] / 1e9, rows["measured"] * 1e3, color=style["color"],
-                  marker=style["marker"], linestyle="none")
+                  marker=style["marker"], linestyle="none", markersize=size,
+                  zorder=3 + 1 / size)
         right.plot(rows["measured"] * 1e3, rows["predicted"] * 1e3, color=style["color"],
-                   marker=style["marker"], linestyle="none")
+                   marker=style["marker"], linestyle="none", markersize=size,
+                   zorder=3 + 1 / size)
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -228,7 +238,7 @@ def validation_sweep(table: pd.DataFrame, path, size=(12, 5.5), title=None):
     right.set_xlabel("measured iteration time (ms)")
     right.set_ylabel("predicted iteration time (ms)")
     right.legend(loc="upper left", fontsize="small")
-    handles, labels = left.get_legend_handles_labels()
+    handles, labels = legend_handles(styles)
     fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
     fig.suptitle(title or "Measured (points) and predicted (lines) iteration time vs rate")
     return save(fig, path)
