@@ -328,7 +328,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
-                   batch_size: int | None = None, warmup: int = 3, iterations: int = 10,
+                   batch_size: int | None = None, warmup: int = 5, iterations: int = 20,
                    bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
                    contention: float = 1.0, collective_sizes=None,
                    progress: bool = True) -> pd.DataFrame:
