@@ -180,6 +180,10 @@ def test_one_verdict_never_recommends_a_method_that_did_not_converge():
     assert f"{bf16['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner than the bf16 " \
            "all-reduce" in line
     assert "did not reach the target: randomk, randomk +EF" in line
+    # the table measured topk without error feedback: the verdict says so
+    assert "its codec cost is topk's with default options and without error feedback" in line
+    assert "codec cost is" not in recommend_by_accuracy(
+        tta[tta["variant"] != "topk +EF"], h100, "NVIDIA H100 80GB HBM3", QUESTION)
     assert line.startswith("- **Recommendation** for") and "mixed" not in line  # same device
     # On a V100 the 16-bit baseline is fp16.
     assert "than the fp16 all-reduce" in recommend_by_accuracy(tta, h100, "NVIDIA V100",

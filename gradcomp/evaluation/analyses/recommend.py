@@ -85,6 +85,10 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
         parts.append(f"its iteration count lies within fp32 DDP's seed spread "
                      f"({ref['iterations_min']:.0f}-{ref['iterations_max']:.0f}), so the gain "
                      "is the iteration time")
+    if best["variant"] != best["method"]:  # options or error feedback the table lacks
+        parts.append(f"its codec cost is {best['method']}'s with default options and without "
+                     f"error feedback, as table `{table.name}` measured it: the variant's own "
+                     "work is not priced")
     goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
             f"{best['target']:g} on task '{best['task']}'")
     return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
