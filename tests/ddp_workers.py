@@ -28,7 +28,7 @@ OPTIONS = {
     "powersgd": dict(rank=2),
     "efsignsgd": dict(error_feedback=True),
     "onebit": dict(error_feedback=True),
-    # decided after 4 candidates x 2 iterations, before the checkpoint; no re-decision after;
+    # decided after 4 candidates x 2 iterations at most, before the checkpoint; no re-decision;
     # the guard's intervals end at 5, 9, 13, ...: the checkpoint falls inside one
     "auto": dict(explore_iters=2, check_every=10_000, guard={"every": 4}),
 }
@@ -119,6 +119,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
     return {"losses": losses, "params": flat_params(model).cpu(), "before": before,
             "after": full_loss(), "rows": state.telemetry_rows() if state else [],
             "decisions": dict(chooser.decisions) if chooser else None,
+            "decided_at": chooser.decided_at if chooser else None,
             "guard": list(state.guard.engaged) if getattr(state, "guard", None) else None}
 
 

@@ -34,15 +34,35 @@ def feed(ch, iterations, alpha, x, codec, nbytes):
                 steps, per_byte = ch.transfers[c].factors(ch.workers)
                 ch.samples.append(Sample(i, b, c, codec[b][c],
                                          steps * alpha + per_byte * nbytes[b][c] * x,
-                                         nbytes[b][c], True))
+                                         nbytes[b][c], True, ch.warmup(i)))
 
 
 def test_the_schedule_explores_each_candidate_then_uses_the_decisions():
     ch = chooser()
     assert [ch.choice(0, i) for i in range(1, 7)] == [0, 0, 0, 1, 1, 1]
-    assert [ch.measured(i) for i in range(1, 7)] == [False, True, True, False, True, True]
+    assert [ch.warmup(i) for i in range(1, 7)] == [True, False, False, True, False, False]
     ch.decisions = {0: 1}
     assert ch.choice(0, 7) == 1 and ch.choice(5, 7) == 0  # an unknown bucket: the first
+
+
+def test_a_candidate_that_cannot_win_ends_its_exploration_after_its_warm_up():
+    """Top-k explored first (the hook orders the most compressing first); then, on a slow
+    link, the uncompressed candidate's warm-up alone communicates longer than top-k's whole
+    bucket time: its other iterations are skipped and it is priced from the warm-up. On a
+    fast link it is explored in full."""
+    codec, nbytes = [[0.0, 40e-3]], [[1.6e7, 3.4e5]]
+    for x, explored, decided_at in ((8e-8, [1, 1, 1, 0], 5), (1e-10, [1, 1, 1, 0, 0, 0], 7)):
+        ch = Chooser([ALLREDUCE, ALLGATHER], workers=2, explore_iters=3, order=[1, 0])
+        seen, i = [], 1
+        while ch.decided_at is None:
+            ch.step(i, same)
+            if ch.exploring(i):
+                seen.append(ch.choice(0, i))
+                feed(ch, [i], alpha=1e-4, x=x, codec=codec, nbytes=nbytes)
+            i += 1
+        assert seen == explored and ch.decided_at == decided_at
+        assert ch.predict(0, 0) == pytest.approx(2 * 1e-4 + 1.6e7 * x)  # the warm-up's price
+        assert ch.decisions == {0: 1 if x > 1e-9 else 0}
 
 
 def test_the_network_fit_recovers_latency_and_bandwidth():
@@ -157,7 +177,8 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     assert methods == ["topk", "topk", "allreduce", "allreduce"]
     # the choices as reports give them: every switch, the last one per bucket
     assert state.switches == [(0, 0, 0), (2, 0, 1)]
-    assert state.choices_text() == "bucket 0: none since 2"
+    # the exploration's end (4) not reached: no decision, and the report says so
+    assert state.choices_text() == "bucket 0: none since 2 (exploring, no decision yet)"
     assert state.state_dict()["switches"] == state.switches
 
 

@@ -2,9 +2,13 @@
 a small performance model fitted to them, and decisions every rank takes alike.
 
 Schedule: from `start` on, every candidate carries every bucket for `explore_iters`
-consecutive iterations (the first of each is a warm-up, not measured); then each bucket goes
-with the candidate of least predicted time until the next exploration, `redecide_every`
-iterations later.
+consecutive iterations (the first of each is a warm-up, not measured), in `order` (the hook
+gives the most compressing first); then each bucket goes with the candidate of least
+predicted time until the next exploration, `redecide_every` iterations later. A candidate
+whose warm-up spent more than `SKIP_FACTOR` times as long communicating every bucket as the
+fastest candidate explored so far took for it in all (encode + communication + decode)
+cannot win: its other iterations are skipped, and it is priced from its warm-up (on a slow
+link the uncompressed candidates cost one iteration each, not `explore_iters`).
 
 Model (DESIGN.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
 codec the measured encode + decode seconds and comm = rounds * k_alpha * alpha + k_bytes *
@@ -35,6 +39,10 @@ import torch
 
 #: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+#: A warm-up's communication over the best bucket time that ends an exploration early (a
+#: margin for the noise of single samples: the uncompressed candidates skipped on a slow link
+#: communicate 10-30x longer than a compressed one takes).
+SKIP_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ class Sample:
     comm_s: float
     nbytes: int
     idle_link: bool  # its collective started after the previous bucket's had finished
+    warmup: bool = False  # the first iteration of its candidate in an exploration
 
 
 def fit_network(points: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -97,41 +106,61 @@ class Chooser:
     check_every: int = 10
     redecide_every: int = 1000
     drift: float = 0.2
+    order: list[int] | None = None  # exploration order of the candidates (None: as given)
     explore_start: int | None = None  # None: explore from `start`
+    skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
     decisions: dict[int, int] = field(default_factory=dict)
     codec: dict[tuple[int, int], float] = field(default_factory=dict)
     nbytes: dict[tuple[int, int], float] = field(default_factory=dict)
     alpha: float = 0.0
     x: float = 0.0
     decided_at: int | None = None
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # measured, not yet reduced
+    explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
+
+    @property
+    def first(self) -> int:
+        """The first iteration of the current (or next) exploration."""
+        return self.start if self.explore_start is None else self.explore_start
 
     @property
     def explore_end(self) -> int:
-        first = self.start if self.explore_start is None else self.explore_start
-        return first + len(self.transfers) * self.explore_iters
+        position, since = self.skips[-1] if self.skips else (0, self.first)
+        return since + (len(self.transfers) - position) * self.explore_iters
+
+    def _slot(self, iteration: int) -> tuple[int, int]:
+        """(position in the order, first iteration) of the candidate exploring `iteration`."""
+        position, since = next(((p, i) for p, i in reversed(self.skips) if i <= iteration),
+                               (0, self.first))
+        steps = (iteration - since) // self.explore_iters
+        return position + steps, since + steps * self.explore_iters
 
     def exploring(self, iteration: int) -> bool:
-        first = self.start if self.explore_start is None else self.explore_start
-        return first <= iteration < self.explore_end
+        return self.first <= iteration < self.explore_end
+
+    def _candidate_at(self, position: int) -> int:
+        return position if self.order is None else self.order[position]
 
     def choice(self, bucket: int, iteration: int) -> int:
         """The candidate that carries `bucket` in `iteration`."""
         if self.exploring(iteration):
-            first = self.start if self.explore_start is None else self.explore_start
-            return (iteration - first) // self.explore_iters
+            return self._candidate_at(self._slot(iteration)[0])
         return self.decisions.get(bucket, 0)
 
     def measured(self, iteration: int) -> bool:
-        """Whether samples of `iteration` are kept (the warm-up of each candidate is not)."""
-        if self.exploring(iteration):
-            first = self.start if self.explore_start is None else self.explore_start
-            return (iteration - first) % self.explore_iters != 0
-        return self.decided_at is not None
+        """Whether samples of `iteration` are kept (during an exploration all are, the
+        warm-ups marked by `warmup`)."""
+        return self.exploring(iteration) or self.decided_at is not None
+
+    def warmup(self, iteration: int) -> bool:
+        """Whether `iteration` is a candidate's first in an exploration."""
+        return self.exploring(iteration) and self._slot(iteration)[1] == iteration
 
     def step(self, iteration: int, reduce: Reduce) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
         for drift, start a periodic exploration. True when the decisions changed."""
+        if self.decided_at is None and self.exploring(iteration - 1):
+            self._skip_if_hopeless(iteration, reduce)
         if iteration == self.explore_end and self.decided_at is None:
             self._decide_from_exploration(reduce)
             self.decided_at = iteration
@@ -141,19 +170,46 @@ class Chooser:
         if iteration - self.decided_at >= self.redecide_every:
             self.explore_start, self.decided_at = iteration, None
             self.samples.clear()
+            self.skips, self.explored = [], []
             return False
         if (iteration - self.decided_at) % self.check_every == 0:
             return self._check_drift(reduce)
         return False
 
     # -- deciding ---------------------------------------------------------------------------
+    def _skip_if_hopeless(self, iteration: int, reduce: Reduce) -> None:
+        """Right after a candidate's warm-up (not the first candidate's): skip the rest of
+        its exploration when, on every bucket, its communication alone took `SKIP_FACTOR`
+        times as long as the fastest candidate explored so far took in all (idle links
+        only)."""
+        position, since = self._slot(iteration - 1)
+        if since != iteration - 1 or position == 0:
+            return
+        self.explored += self._reduced(reduce)
+        candidate = self._candidate_at(position)
+        best: dict[int, float] = {}
+        for (b, c), mine in _by_bucket_and_candidate(self.explored).items():
+            if c != candidate:
+                total = (statistics.median(s.codec_s for s in mine)
+                         + statistics.median(s.comm_s for s in mine))
+                best[b] = min(best.get(b, math.inf), total)
+        warm = [s for s in self.explored if s.iteration == iteration - 1]
+        if warm and all(s.idle_link and s.comm_s > SKIP_FACTOR * best.get(s.bucket, math.inf)
+                        for s in warm):
+            self.skips.append((position + 1, iteration))
+
     def _decide_from_exploration(self, reduce: Reduce) -> None:
-        samples = self._reduced(reduce)
+        samples = self.explored + self._reduced(reduce)
+        self.explored = []
+        measured = {s.candidate for s in samples if not s.warmup}
+        # a skipped candidate has its warm-up only: priced from it (an upper bound)
+        samples = [s for s in samples if not s.warmup or s.candidate not in measured]
         self.alpha, self.x = fit_network(self._points(samples))
         buckets = sorted({s.bucket for s in samples})
+        groups = _by_bucket_and_candidate(samples)
         for b in buckets:
             for c in range(len(self.transfers)):
-                mine = [s for s in samples if s.bucket == b and s.candidate == c]
+                mine = groups.get((b, c), [])
                 # unmeasured (a run resumed during the exploration): never chosen
                 self.codec[b, c] = (statistics.median(s.codec_s for s in mine) if mine
                                     else math.inf)
@@ -174,7 +230,7 @@ class Chooser:
         values = [[s.codec_s, -s.comm_s, -float(s.idle_link), float(s.nbytes)] for s in samples]
         table = reduce(torch.tensor(values, dtype=torch.float64).reshape(n, 4))
         return [Sample(s.iteration, s.bucket, s.candidate, float(row[0]), float(-row[1]),
-                       float(row[3]), bool(-row[2] == 1))
+                       float(row[3]), bool(-row[2] == 1), s.warmup)
                 for s, row in zip(samples, table)]
 
     def _decide(self, buckets) -> None:
@@ -232,14 +288,23 @@ class Chooser:
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"explore_start": self.explore_start, "decisions": dict(self.decisions),
+        return {"explore_start": self.explore_start, "skips": list(self.skips),
+                "decisions": dict(self.decisions),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
                 "x": self.x, "decided_at": self.decided_at}
 
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
-        self.samples = []
+        self.skips = [tuple(s) for s in self.skips]
+        self.samples, self.explored = [], []
+
+
+def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:
+    groups: dict[tuple[int, int], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.bucket, s.candidate), []).append(s)
+    return groups
 
 
 def _relative_change(now: float, then: float) -> float:

@@ -101,7 +101,7 @@ class AutoState(HookState):
 
     candidates: the methods to choose among (default `DEFAULT_CANDIDATES`).
     explore_iters: iterations each candidate carries every bucket while exploring (the first
-        is a warm-up).
+        is a warm-up; a candidate that cannot win ends after it: `choice`).
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
@@ -148,8 +148,15 @@ class AutoState(HookState):
                                   2 if isinstance(m, TwoRoundCompressor) else 1)
                          for m in self.compressor.members]
             self.chooser = Chooser(transfers, self.ranks.world_size, self.start_iter,
-                                   **self._explore)
+                                   **self._explore, order=self.exploration_order())
         return self.chooser
+
+    def exploration_order(self) -> list[int]:
+        """The candidates, most compressing first (by what each sends of 2**20 float32
+        elements), so that on a slow link the uncompressed ones come last, when a faster
+        candidate has been measured and their warm-up can end their exploration."""
+        members = self.compressor.members
+        return sorted(range(len(members)), key=lambda c: members[c].wire_nbytes(2 ** 20))
 
     # -- the hook's questions ---------------------------------------------------------------
     def communicator_for(self, bucket: Bucket, iteration: int) -> Communicator:
@@ -220,9 +227,13 @@ class AutoState(HookState):
         return {b: (self.label(c), i) for i, b, c in sorted(self.switches)}
 
     def choices_text(self) -> str:
-        """`choices` in one line: "bucket 0: powersgd since 13; bucket 1: bf16 since 13"."""
-        return "; ".join(f"bucket {b}: {name} since {i}"
+        """`choices` in one line: "bucket 0: powersgd since 13; bucket 1: bf16 since 13",
+        and " (exploring, no decision yet)" while an exploration runs (its candidate is no
+        choice)."""
+        text = "; ".join(f"bucket {b}: {name} since {i}"
                          for b, (name, i) in sorted(self.choices().items()))
+        exploring = self.chooser is not None and self.chooser.decided_at is None
+        return text + " (exploring, no decision yet)" if text and exploring else text
 
     # -- measurements -----------------------------------------------------------------------
     def _collect(self, iteration: int) -> None:
@@ -240,7 +251,8 @@ class AutoState(HookState):
             self.chooser.samples.append(Sample(
                 record.iteration, record.bucket, candidate, seconds_between(m[0], m[1])
                 + seconds_between(m[2], m[3]) + between,
-                max(seconds_between(m[1], m[2]) - between, 0.0), nbytes, idle))
+                max(seconds_between(m[1], m[2]) - between, 0.0), nbytes, idle,
+                self.chooser.warmup(record.iteration)))
             previous = record
 
     def _reduce(self, device):
