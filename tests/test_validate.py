@@ -71,12 +71,13 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     result = json.loads(out.stdout)
     rows = pd.DataFrame(result["rows"])
     assert list(rows["method"]) == ["ddp", "fp16", "auto"]
-    # auto: measured, no prediction, its choices reported (6 iterations: still exploring,
-    # from 4 on its second candidate, top-k, or from 5 the third), compared in the Markdown
+    # auto: measured, no prediction, its choices reported (5 warm-up + 3 iterations: still
+    # exploring, on its third candidate, bf16: from 7, or from 5 when top-k's exploration
+    # ended after its warm-up), compared in the Markdown
     auto = rows[rows["method"] == "auto"].iloc[0]
     assert auto["measured"] > 0 and math.isnan(auto["predicted"])
     choices = auto["auto_choices"]
-    assert choices in ("bucket 0: topk since 4 (exploring, no decision yet)",
+    assert choices in ("bucket 0: bf16 since 7 (exploring, no decision yet)",
                        "bucket 0: bf16 since 5 (exploring, no decision yet)")
     md = (tmp_path / "validation.md").read_text()
     assert "`auto` (its default candidates)" in md and choices in md
