@@ -11,8 +11,10 @@ with the payload the performance model uses:
   `network` take);
 * size_bytes: nccl-tests' size: the output buffer (p * S) for all-gather, S otherwise;
 * time_s, time_spread_s; algbw_GBps = size_bytes / time_s / 1e9;
-* busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather, 1 for
-  broadcast (from rank 0);
+* busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather,
+  reduce-scatter and all-to-all, 1 for broadcast (from rank 0);
+* collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
+  ``alltoall`` (`all_to_all_single` of S bytes, S/p to each rank), FSDP's (not by default);
 * collective ``forest`` (not by default): the forest all-reduce (`comm.forest`) of a forest
   packed for equal links between all workers (local workers have no slower pairs), with
   `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
@@ -52,8 +54,10 @@ from ..model.network import COLLECTIVES
 
 KEY_COLUMNS = ("collective", "nbytes", "world_size", "backend", "device_name")
 BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p,
-              "broadcast": lambda p: 1.0, "forest": lambda p: 2 * (p - 1) / p}
+              "broadcast": lambda p: 1.0, "forest": lambda p: 2 * (p - 1) / p,
+              "reducescatter": lambda p: (p - 1) / p, "alltoall": lambda p: (p - 1) / p}
 MEASURED = COLLECTIVES + ("forest",)
+DEFAULT_COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
 
 def default_sizes() -> list[int]:
@@ -76,6 +80,9 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
     """One row (without environment columns); call on every rank of the process group."""
     p = dist.get_world_size()
     count = nbytes // 4
+    if collective in ("reducescatter", "alltoall") and count % p:
+        raise ValueError(f"sizes: {nbytes} bytes is not allowed for {collective} on {p} "
+                         f"ranks: give float32 elements in a multiple of {p}")
     x = torch.zeros(count, device=device)
     out = torch.empty(count * p, device=device) if collective == "allgather" else None
     extra = {}
@@ -85,7 +92,10 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
         extra["matches_allreduce"] = _forest_matches(forest, count, device)
     else:
         op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
-              "broadcast": partial(dist.broadcast, x, 0)}[collective]
+              "broadcast": partial(dist.broadcast, x, 0),
+              "reducescatter": partial(dist.reduce_scatter_tensor,
+                                               torch.empty(count // p, device=device), x),
+              "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
     time_s, spread, _ = slowest_rank_seconds(op, device, repeats, warmup)
     size = nbytes * p if collective == "allgather" else nbytes
     algbw = size / time_s / 1e9
@@ -139,7 +149,7 @@ def collective_key(table, collective, nbytes, world_size, backend, device_name):
 
 
 def bench_collective(world_size: int | None = None, backend: str | None = None, sizes=None,
-                     repeats: int = 10, warmup: int = 3, collectives=COLLECTIVES, out=None,
+                     repeats: int = 10, warmup: int = 3, collectives=DEFAULT_COLLECTIVES, out=None,
                      progress: bool = False) -> pd.DataFrame:
     """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
     `default_sizes()`) across `world_size` local processes (None: 2) that it spawns, or under
@@ -181,8 +191,8 @@ def main(argv=None) -> int:
     args.add_argument("--warmup", type=int, default=3)
     args.add_argument("--sizes", default=None,
                       help="comma-separated payload bytes per worker (default: the sweep)")
-    args.add_argument("--collectives", default=",".join(COLLECTIVES),
-                      help=f"comma-separated, of {', '.join(COLLECTIVES)}")
+    args.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES),
+                      help=f"comma-separated, of {', '.join(MEASURED)}")
     a = args.parse_args(argv)
     backend = init_from_env(a.backend)
     try:
