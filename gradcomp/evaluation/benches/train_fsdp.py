@@ -60,7 +60,8 @@ def _options_text(name: str, options: dict) -> str:
     return json.dumps(compressor(name, **options).options(), sort_keys=True)
 
 
-def _sharded(model: nn.Module) -> nn.Module:
+def shard_model(model: nn.Module) -> nn.Module:
+    """`model` with `fully_shard` applied to each of its Linears (not itself), then to it."""
     for layer in list(model.modules())[1:]:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
@@ -83,7 +84,7 @@ def _run_method(name: str, options: dict, spec: dict, device) -> dict:
     workload = load_workload(spec["model"], batch_size=spec["batch_size"])
     model = workload.model.to(device)
     params = sum(p.numel() for p in model.parameters())
-    model = _sharded(model)
+    model = shard_model(model)
     state = None if name == "fsdp" else fsdp.register(model, name, **options)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     clock, times = Clock(device), []

@@ -8,8 +8,9 @@ every rate of a sweep,
 2. FSDP training of the workload (`benches.train_fsdp`: fully_shard on each Linear and the
    root) with each method ("fsdp": FSDP's own reduce-scatter; else gradcomp's compressed
    one) gives measured iteration times;
-3. right after, every worker measures at the same time the model's profile (no
-   communication; `benches.train.model_profile`) and what the compressed reduce-scatter
+3. right after, every worker measures at the same time the model's profile as FSDP runs it
+   with collectives that communicate nothing (`benches.fsdp_profile`: FSDP's copies into and
+   out of its buffers and the step on the shards included) and what the compressed reduce-scatter
    computes per unit (`benches.fsdp_codec`: encode of the p chunks, decode and sum of p
    payloads, the slowest rank's) at the units' sizes and sizes between them (not powers of
    two only: padding to a codec's blocks makes those its best case);
@@ -53,12 +54,13 @@ from ..model.methods import resolve
 from ..profiles.profiles import load_profile
 from ..workloads.load import load_workload
 from .testbed import Testbed
-from .validate import (COLLECTIVE_SIZES, DEFAULT_RATES, batch_args, conditions_at, markdown,
+from .validate import (DEFAULT_RATES, batch_args, conditions_at, markdown,
                        profile_path, rate_tag, record_conditions, run_job, say)
 
 DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
 METHODS = ("fsdp", *fsdp.METHODS)
 COLLECTIVES = ("allgather", "reducescatter", "alltoall")
+COLLECTIVE_SIZES = tuple(2**k for k in range(12, 25, 2))
 
 
 def check_methods(methods) -> list[str]:
@@ -78,8 +80,9 @@ def units(model: str, batch_size: int | None) -> list[int]:
 
 
 def collective_sizes(unit_numels, workers: int) -> list[int]:
-    """`COLLECTIVE_SIZES` up to the largest unit's bytes (at least two), in multiples of 4
-    `workers` bytes (the reduce-scatter and all-to-all split them in equal parts)."""
+    """`COLLECTIVE_SIZES` (4 KiB to 16 MiB: FSDP's payloads are a unit's, or a shard of it)
+    up to the largest unit's bytes (at least two), in multiples of 4 `workers` bytes (the
+    reduce-scatter and all-to-all split them in equal parts)."""
     top = 4 * max(unit_numels)
     return [n - n % (4 * workers) for n in COLLECTIVE_SIZES
             if n <= max(top, COLLECTIVE_SIZES[1])]
@@ -174,7 +177,7 @@ def concurrent_job(argv=None) -> int:
 
     import torch.distributed as dist
 
-    from ..benches.train import model_profile
+    from ..benches.fsdp_profile import measure_fsdp_profile
     from ..common.env import init_from_env
     from ..profiles.profiles import save_profile
 
@@ -190,7 +193,7 @@ def concurrent_job(argv=None) -> int:
     try:
         if a.profile_out:
             dist.barrier()
-            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5)
+            profile = measure_fsdp_profile(a.model, a.batch_size, repeats=20, warmup=5)
             if dist.get_rank() == 0:
                 save_profile(profile, a.profile_out)
         methods = [m for m in a.methods.split(",") if m]
