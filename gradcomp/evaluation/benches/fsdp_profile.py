@@ -9,8 +9,10 @@ and gradients' bookkeeping, the step on this rank's shards) and nothing of the n
 
 The gradients' sizes and ready times (backward order) are the unsharded model's
 (`train.model_profile`), the ready times scaled to the FSDP backward; forward (zero_grad,
-forward and loss), backward and optimizer are the FSDP iteration's, medians over `repeats`
-after `warmup`. Call it on every rank of the default process group at once.
+forward and loss), backward and optimizer are the FSDP iteration's, each the slowest rank's
+in every repeat (on a CPU each of FSDP's collectives waits for the slowest rank, as the
+codec bench's `slowest_rank` prices it), medians over `repeats` after `warmup`. Call it on
+every rank of the default process group at once; each phase starts after a barrier.
 """
 from __future__ import annotations
 
@@ -73,18 +75,26 @@ def measure_fsdp_profile(name: str, batch_size: int | None = None, repeats: int 
     inputs, targets = workload.batch(dist.get_rank(), 0, torch.device("cpu"))
     clock = Clock(torch.device("cpu"))
     times = {"forward": [], "backward": [], "optimizer": []}
-    for step in range(warmup + repeats):
-        t0 = clock.mark()
+
+    def timed(fn):
+        dist.barrier()
+        start = clock.mark()
+        out = fn()
+        return clock.seconds(start, clock.mark()), out
+
+    def forward():
         opt.zero_grad(set_to_none=True)
-        loss = workload.loss(model(inputs), targets)
-        t1 = clock.mark()
-        loss.backward()
-        t2 = clock.mark()
-        opt.step()
-        t3 = clock.mark()
+        return workload.loss(model(inputs), targets)
+
+    for step in range(warmup + repeats):
+        forward_s, loss = timed(forward)
+        backward_s, _ = timed(loss.backward)
+        optimizer_s, _ = timed(opt.step)
+        slowest = torch.tensor([forward_s, backward_s, optimizer_s], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         if step >= warmup:
-            for phase, (a, b) in zip(times, ((t0, t1), (t1, t2), (t2, t3))):
-                times[phase].append(clock.seconds(a, b))
+            for phase, seconds in zip(times, slowest.tolist()):
+                times[phase].append(seconds)
     forward, backward, optimizer = (float(torch.tensor(v).median()) for v in times.values())
     scale = backward / plain.backward_s if plain.backward_s > 0 else 1.0
     return dataclasses.replace(
