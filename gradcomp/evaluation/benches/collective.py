@@ -80,9 +80,6 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
     """One row (without environment columns); call on every rank of the process group."""
     p = dist.get_world_size()
     count = nbytes // 4
-    if collective in ("reducescatter", "alltoall") and count % p:
-        raise ValueError(f"sizes: {nbytes} bytes is not allowed for {collective} on {p} "
-                         f"ranks: give float32 elements in a multiple of {p}")
     x = torch.zeros(count, device=device)
     out = torch.empty(count * p, device=device) if collective == "allgather" else None
     extra = {}
@@ -130,7 +127,7 @@ def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
 
 
-def _cases(collectives, sizes) -> list[tuple[str, int]]:
+def _cases(collectives, sizes, world_size: int = 1) -> list[tuple[str, int]]:
     for c in collectives:
         if c not in MEASURED:
             raise ValueError(f"collective {c!r} is not allowed: choose among "
@@ -139,6 +136,12 @@ def _cases(collectives, sizes) -> list[tuple[str, int]]:
                         for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give payload bytes per worker, "
                          "multiples of 4 (float32 elements)")
+    split = [c for c in collectives if c in ("reducescatter", "alltoall")]
+    odd = [n for n in sizes if n // 4 % world_size]
+    if split and odd:
+        raise ValueError(f"sizes={odd!r} is not allowed for {split[0]} on {world_size} ranks: "
+                         f"it splits a payload in {world_size} equal parts, so give multiples "
+                         f"of {4 * world_size} bytes")
     return [(c, n) for c in collectives for n in sizes]
 
 
@@ -160,7 +163,7 @@ def bench_collective(world_size: int | None = None, backend: str | None = None, 
     backend = check_backend(backend, world_size)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
-    cases = _cases(collectives, default_sizes() if sizes is None else list(sizes))
+    cases = _cases(collectives, default_sizes() if sizes is None else list(sizes), world_size)
     with tempfile.TemporaryDirectory() as tmp:
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
@@ -199,7 +202,7 @@ def main(argv=None) -> int:
         table = ResultTable(a.out, KEY_COLUMNS)
         sizes = [int(n) for n in a.sizes.split(",")] if a.sizes else \
             quick_sizes() if a.quick else default_sizes()
-        cases = _cases(a.collectives.split(","), sizes)
+        cases = _cases(a.collectives.split(","), sizes, dist.get_world_size())
         device_name = environment(device=local_device(backend))["device_name"]
         p = dist.get_world_size()
         keys = {collective_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}
