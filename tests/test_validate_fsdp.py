@@ -128,11 +128,12 @@ def test_validate_fsdp_measures_predicts_and_resumes(tmp_path):
     assert rows["rel_error"].to_numpy() == pytest.approx(
         ((rows["predicted"] - rows["measured"]) / rows["measured"]).to_numpy())
     for name in ("validation.csv", "validation.md", "validation.png", "conditions-fsdp.csv",
-                 "fsdp-codec-2.5gbit.csv", "collective-2.5gbit.csv", "train-fsdp-2.5gbit.csv",
+                 "fsdp-codec-2.5gbit.csv", "collective-fsdp-2.5gbit.csv", "train-fsdp-2.5gbit.csv",
                  "profile-fsdp-tiny-b64-2.5gbit.json"):
         assert (tmp_path / name).stat().st_size > 0, name
-    coll = pd.read_csv(tmp_path / "collective-2.5gbit.csv")
+    coll = pd.read_csv(tmp_path / "collective-fsdp-2.5gbit.csv")
     assert set(coll["collective"]) == {"allgather", "reducescatter", "alltoall"}
+    assert (coll["time_mean_s"] > 0).all() and (coll["repeats"] == 9).all()
     codec = pd.read_csv(tmp_path / "fsdp-codec-2.5gbit.csv")
     assert set(codec["method"]) == {"int8"} and {650, 4160, 2112} <= set(codec["numel"])
     assert (codec["slowest_rank"]).all() and (codec["encode_s"] > 0).all()

@@ -6,9 +6,9 @@ from ..evaluation.testbed import testbed
 from ..evaluation.testbed import validate_fsdp
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                            validate_sweep)
+from .analyses import PARALLELISM
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
 
-PARALLELISM = ("ddp", "fsdp")
 FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
 
 

@@ -10,7 +10,7 @@ with the payload the performance model uses:
 * nbytes: one worker's payload S (the input of every collective; what `fit_collectives` and
   `network` take);
 * size_bytes: nccl-tests' size: the output buffer (p * S) for all-gather, S otherwise;
-* time_s, time_spread_s; algbw_GBps = size_bytes / time_s / 1e9;
+* time_s (median), time_spread_s (max - min), time_mean_s; algbw_GBps = size_bytes / time_s / 1e9;
 * busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather,
   reduce-scatter and all-to-all, 1 for broadcast (from rank 0);
 * collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
@@ -48,7 +48,7 @@ from ...comm import forest_all_reduce, pack_forest
 from ..common.env import (check_backend, environment, init_from_env, launch, local_device,
                           under_torchrun, workers)
 from ..common.store import ResultTable, as_table
-from ..common.timing import slowest_rank_seconds
+from ..common.timing import slowest_rank_times
 from ..model.fit import fit_collectives, summary
 from ..model.network import COLLECTIVES
 
@@ -93,12 +93,13 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
               "reducescatter": partial(dist.reduce_scatter_tensor,
                                                torch.empty(count // p, device=device), x),
               "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
-    time_s, spread, _ = slowest_rank_seconds(op, device, repeats, warmup)
+    times, _ = slowest_rank_times(op, device, repeats, warmup)
+    time_s, spread = times.median().item(), (times.max() - times.min()).item()
     size = nbytes * p if collective == "allgather" else nbytes
     algbw = size / time_s / 1e9
     return {"collective": collective, "nbytes": nbytes, "size_bytes": size, "count": count,
             "dtype": "float32", "time_s": time_s,
-            "time_spread_s": spread, "algbw_GBps": algbw,
+            "time_spread_s": spread, "time_mean_s": times.mean().item(), "algbw_GBps": algbw,
             "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
             "warmup": warmup, "device": device.type, **extra}
 

@@ -247,18 +247,19 @@ def _design(collective: str, p: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     return np.column_stack([lat, bw * nbytes])
 
 
-def fit_collectives(table: pd.DataFrame) -> dict[str, Fit]:
-    """{collective: Fit with params alpha_s, beta_s_per_byte, bandwidth_bps (= 8/beta)}."""
-    _columns(table, ("collective", "world_size", "nbytes", "time_s"), "collective-bench")
+def fit_collectives(table: pd.DataFrame, column: str = "time_s") -> dict[str, Fit]:
+    """{collective: Fit with params alpha_s, beta_s_per_byte, bandwidth_bps (= 8/beta)} to the
+    times in `column` (the median per size; "time_mean_s": the mean)."""
+    _columns(table, ("collective", "world_size", "nbytes", column), "collective-bench")
     fits = {}
     for collective, rows in table.groupby("collective", sort=False):
         if collective not in COLLECTIVES:
             raise ValueError(f"collective={collective!r} is not allowed: choose one of "
                              f"{', '.join(map(repr, COLLECTIVES))}")
-        rows = rows[(rows["world_size"] > 1) & np.isfinite(rows["time_s"].to_numpy(float))]
+        rows = rows[(rows["world_size"] > 1) & np.isfinite(rows[column].to_numpy(float))]
         X = _design(collective, rows["world_size"].to_numpy(float),
                     rows["nbytes"].to_numpy(float))
-        fit = _lstsq({"collective": collective}, X, rows["time_s"].to_numpy(float),
+        fit = _lstsq({"collective": collective}, X, rows[column].to_numpy(float),
                      ("alpha_s", "beta_s_per_byte"))
         beta = fit.params["beta_s_per_byte"]
         fit.params["bandwidth_bps"] = 8 / beta if beta > 0 else math.inf

@@ -4,9 +4,9 @@ it against FSDP2 training (`testbed.validate_fsdp`).
 
 Units: the profile's gradients, in backward order, grouped into FSDP units of about `unit_mb`
 (a unit closes when it reaches the size; in practice one unit per block), or into units of
-the given `unit_sizes` (parameters per FSDP module, backward order: consecutive gradients). A unit's forward
-time is its share of the profile's forward time by parameter count; its backward time is the
-profile's, from the ready time of its last gradient.
+the given `unit_sizes` (parameters per FSDP module, backward order: consecutive gradients).
+A unit's forward time is its share of the profile's forward time by parameter count; its
+backward time is the profile's, from the ready time of its last gradient.
 
 Three resources, each serving its work in issue order: *compute* (each unit's forward and
 backward), *codec* (encode and decode of compressed reduce-scatters) and *comm* (all-gathers

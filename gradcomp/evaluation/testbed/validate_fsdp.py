@@ -4,7 +4,10 @@ every rate of a sweep,
 
 1. a sweep of FSDP's collectives (all-gather, reduce-scatter and all-to-all, payloads up to
    the largest FSDP unit) gives alpha and bandwidth of each at that rate
-   (`fit.fit_collectives`);
+   (`fit.fit_collectives`), fitted to the mean time per size: an iteration holds a dozen
+   collectives one after another, its time their sum, whose central value is the sum of
+   their means (not of their medians: at low rates a collective's times are skewed, e.g.
+   all-gathers at 100 Mbit/s alternating between the line rate and 0.6 of it);
 2. FSDP training of the workload (`benches.train_fsdp`: fully_shard on each Linear and the
    root) with each method ("fsdp": FSDP's own reduce-scatter; else gradcomp's compressed
    one) gives measured iteration times;
@@ -20,7 +23,7 @@ every rate of a sweep,
    collective in the compute thread).
 
 Tables in the output folder, appended as measured (an interrupted sweep resumes):
-``collective-<rate>.csv`` (shared with the DDP validation), ``train-fsdp-<rate>.csv``,
+``collective-fsdp-<rate>.csv``, ``train-fsdp-<rate>.csv``,
 ``profile-fsdp-<model>-b<batch size>-<rate>.json``, ``fsdp-codec-<rate>.csv``,
 ``conditions-fsdp.csv``; the result in ``validation.csv``, ``validation.md`` and
 ``validation.png`` (as `validate`'s). Nothing is fitted to the training runs judged, nothing
@@ -120,11 +123,12 @@ def planned_keys(methods, spec: dict, workers: int, coll_sizes, codec: list[int]
 
 
 def paths(out: Path, rate_bps: float, model: str, batch_size: int) -> dict[str, Path]:
+    """Where a rate's tables and profile are kept (module docstring)."""
     tag = rate_tag(rate_bps)
     prof = profile_path(out, rate_bps, model, batch_size)
-    return {"collective": out / f"collective-{tag}.csv", "train": out / f"train-fsdp-{tag}.csv",
-            "codec": out / f"fsdp-codec-{tag}.csv", "profile": prof.with_name(
-                prof.name.replace("profile-", "profile-fsdp-", 1))}
+    return {"collective": out / f"collective-fsdp-{tag}.csv",
+            "train": out / f"train-fsdp-{tag}.csv", "codec": out / f"fsdp-codec-{tag}.csv",
+            "profile": prof.with_name(prof.name.replace("profile-", "profile-fsdp-", 1))}
 
 
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, given_batch: int | None,
@@ -149,7 +153,7 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, given_batch: i
             run_job(testbed, "gradcomp.evaluation.benches.collective",
                     ["--out", str(files["collective"]), "--backend", "gloo", "--collectives",
                      ",".join(COLLECTIVES), "--sizes", ",".join(map(str, coll_sizes)),
-                     "--repeats", "5", "--warmup", "2"], timeout=900)
+                     "--repeats", "9", "--warmup", "2"], timeout=900)
         if need["train"]:
             say(progress, f"{rate}: FSDP training with {', '.join(methods)}")
             run_job(testbed, "gradcomp.evaluation.benches.train_fsdp",
@@ -217,7 +221,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
     costs = fsdp_codec_costs(codecs) if len(codecs) else {}
     train = ResultTable(files["train"], train_fsdp.KEY_COLUMNS).frame(planned["train"])
     fits = fit_collectives(ResultTable(files["collective"], COLLECTIVE_KEYS)
-                           .frame(planned["collective"]))
+                           .frame(planned["collective"]), "time_mean_s")
     profile = load_profile(files["profile"])
     load = conditions_at(out / "conditions-fsdp.csv", rate_bps)
     rows = []
