@@ -55,6 +55,14 @@ def test_fit_collectives_recovers_reduce_scatter_and_all_to_all():
     assert net.prices("alltoall") and not net.prices("allgather")
 
 
+def test_reduce_scatter_and_all_to_all_sizes_split_in_equal_parts():
+    from gradcomp.evaluation.benches.collective import _cases
+
+    assert _cases(["allgather", "alltoall"], [4, 16, 20], 2) == \
+        [("allgather", 4), ("allgather", 16), ("allgather", 20), ("alltoall", 16)]
+    assert _cases(["reducescatter"], [36, 40], 4) == [("reducescatter", 32)]
+
+
 def test_units_of_the_bench_sizes_and_their_refusal():
     assert units_of(THREE, 25.0, [250_000, 250_000]) == [[0, 1], [2]]
     with pytest.raises(ValueError, match="unit_sizes=.*do not fall into units"):

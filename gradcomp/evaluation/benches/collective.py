@@ -14,7 +14,8 @@ with the payload the performance model uses:
 * busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather,
   reduce-scatter and all-to-all, 1 for broadcast (from rank 0);
 * collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
-  ``alltoall`` (`all_to_all_single` of S bytes, S/p to each rank), FSDP's (not by default);
+  ``alltoall`` (`all_to_all_single` of S bytes, S/p to each rank), FSDP's (not by default;
+  the sizes rounded down to multiples of 4p bytes);
 * collective ``forest`` (not by default): the forest all-reduce (`comm.forest`) of a forest
   packed for equal links between all workers (local workers have no slower pairs), with
   `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
@@ -75,6 +76,11 @@ def _gather(out: torch.Tensor, x: torch.Tensor) -> None:
     gather(out, x)
 
 
+def _reduce_scatter(out: torch.Tensor, x: torch.Tensor) -> None:
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(out, x)
+
+
 def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
                        device: torch.device) -> dict:
     """One row (without environment columns); call on every rank of the process group."""
@@ -90,8 +96,8 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
     else:
         op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
               "broadcast": partial(dist.broadcast, x, 0),
-              "reducescatter": partial(dist.reduce_scatter_tensor,
-                                               torch.empty(count // p, device=device), x),
+              "reducescatter": partial(_reduce_scatter, torch.empty(count // p, device=device),
+                                       x),
               "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
     times, _ = slowest_rank_times(op, device, repeats, warmup)
     time_s, spread = times.median().item(), (times.max() - times.min()).item()
@@ -129,6 +135,9 @@ def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str
 
 
 def _cases(collectives, sizes, world_size: int = 1) -> list[tuple[str, int]]:
+    """(collective, bytes) to measure; reduce-scatter and all-to-all split a payload in
+    `world_size` equal parts, so they take `sizes` rounded down to multiples of 4 `world_size`
+    bytes (those smaller left out)."""
     for c in collectives:
         if c not in MEASURED:
             raise ValueError(f"collective {c!r} is not allowed: choose among "
@@ -137,13 +146,10 @@ def _cases(collectives, sizes, world_size: int = 1) -> list[tuple[str, int]]:
                         for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give payload bytes per worker, "
                          "multiples of 4 (float32 elements)")
-    split = [c for c in collectives if c in ("reducescatter", "alltoall")]
-    odd = [n for n in sizes if n // 4 % world_size]
-    if split and odd:
-        raise ValueError(f"sizes={odd!r} is not allowed for {split[0]} on {world_size} ranks: "
-                         f"it splits a payload in {world_size} equal parts, so give multiples "
-                         f"of {4 * world_size} bytes")
-    return [(c, n) for c in collectives for n in sizes]
+    unit = 4 * world_size
+    split = list(dict.fromkeys(n - n % unit for n in sizes if n >= unit))
+    return [(c, n) for c in collectives
+            for n in (split if c in ("reducescatter", "alltoall") else sizes)]
 
 
 def collective_key(table, collective, nbytes, world_size, backend, device_name):
