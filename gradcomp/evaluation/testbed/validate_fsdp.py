@@ -93,8 +93,8 @@ def collective_sizes(unit_numels, workers: int) -> list[int]:
 
 def codec_sizes(unit_numels, workers: int) -> list[int]:
     """The units' sizes padded to a multiple of `workers` (as FSDP pads), and four sizes
-    spread geometrically from 4096 (or the smallest unit) to the largest, moved off powers
-    of two."""
+    spread geometrically from the smallest unit or 4096 elements, whichever is smaller, to the
+    largest unit, moved off powers of two."""
     pad = [math.ceil(n / workers) * workers for n in unit_numels]
     lo, hi = min(min(pad), 4096), max(pad)
     spread = []
@@ -236,9 +236,8 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
                      "measured_spread": run["t_iter_spread_s"],
                      "exposed_comm": pred.exposed_comm_s, "wire_bytes": pred.wire_bytes,
                      "rs_wire_bytes": pred.rs_wire_bytes, "t_iter_single": profile.t_iter_single,
-                     **{f"{c}_{k}": fits[c].params[v] for c in COLLECTIVES
-                        for k, v in (("bandwidth_bps", "bandwidth_bps"),
-                                     ("alpha_s", "alpha_s"))},
+                     **{f"{c}_{k}": fits[c].params[k] for c in COLLECTIVES
+                        for k in ("bandwidth_bps", "alpha_s")},
                      **load})
     return pd.DataFrame(rows)
 
