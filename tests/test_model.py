@@ -51,7 +51,7 @@ def test_allreduce_matches_the_netai_formula():
 @pytest.mark.parametrize("kwargs,match", [
     ({"workers": 0}, "workers"), ({"bandwidth_bps": "fast"}, "bandwidth"),
     ({"latency_s": -1.0}, "latency_s"), ({"efficiency": 0.0}, "efficiency"),
-    ({"efficiency": {"alltoall": 0.5}}, "efficiency key")])
+    ({"efficiency": {"scatter": 0.5}}, "efficiency key")])
 def test_network_refuses_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Network(**{"workers": 2, "bandwidth_bps": 1e9, **kwargs})

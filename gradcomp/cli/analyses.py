@@ -27,7 +27,8 @@ def parallelism_option(p) -> None:
     p.add_argument("--parallelism", choices=PARALLELISM, default="ddp", help="ddp (default: "
                    "the DDP timeline) or fsdp (the FSDP2 timeline: parameter all-gathers and "
                    "gradient reduce-scatters; methods none = FSDP's own reduce-scatter, bf16, "
-                   "fp16, int8, int4, topk, randomk; not yet validated)")
+                   "fp16, int8, int4, topk, randomk; overlap of collectives and compute as on "
+                   "GPUs, validated only without it: see validate --parallelism fsdp)")
 
 
 def add_whatif(sub) -> None:

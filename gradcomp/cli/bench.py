@@ -31,8 +31,8 @@ def add_bench(sub) -> None:
                     "fsdp: fully_shard on each Linear and the root, gradcomp.fsdp.register "
                     "per method")
     be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
-                    "allgather, broadcast, forest (the forest all-reduce executor; default: "
-                    "the first three)")
+                    "allgather, broadcast, reducescatter, alltoall (FSDP's), forest (the forest "
+                    "all-reduce executor; default: the first three)")
     be.add_argument("--workers", type=positive_int, help="local worker processes (default 2; "
                     "under torchrun: its processes)")
     be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")

@@ -3,8 +3,10 @@ validate` (the performance model against DDP runs in it)."""
 import argparse
 
 from ..evaluation.testbed import testbed
+from ..evaluation.testbed import validate_fsdp
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
-                                   validate_sweep)
+                                           validate_sweep)
+from .analyses import PARALLELISM
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
 
 FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
@@ -36,11 +38,18 @@ def add_testbed(sub) -> None:
 
 
 def add_validate(sub) -> None:
-    va = sub.add_parser("validate", help="measure DDP iterations in the testbed at several "
-                        "rates and hold the performance model's predictions against them")
+    va = sub.add_parser("validate", help="measure DDP (or FSDP2) iterations in the testbed at "
+                        "several rates and hold the performance model's predictions against "
+                        "them")
+    va.add_argument("--parallelism", choices=PARALLELISM, default="ddp",
+                    help="ddp (default: the DDP timeline) or fsdp (the FSDP timeline against "
+                    "FSDP2 training, fully_shard on each Linear and the root)")
     va.add_argument("--rates", default=",".join(DEFAULT_RATES), help="comma-separated rates")
-    va.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                    help="comma-separated methods ('ddp': DDP's own all-reduce)")
+    va.add_argument("--methods", help="comma-separated methods (ddp: default "
+                    f"{','.join(DEFAULT_METHODS)}, 'ddp' being DDP's own all-reduce; fsdp: "
+                    f"default {','.join(validate_fsdp.DEFAULT_METHODS)}, of "
+                    f"{', '.join(validate_fsdp.METHODS)}, 'fsdp' being FSDP's own "
+                    "reduce-scatter)")
     va.add_argument("--model", default=default_of(validate_sweep, "model"),
                     help="the workload: a built-in (mlp, tiny, cnn, gpt, ...), MODULE:FACTORY "
                     "or path/to/file.py:FACTORY returning a gradcomp.Workload")
@@ -78,9 +87,13 @@ def _validate(args) -> None:
     import time
 
     out = args.out or f"results/validate-{time.strftime('%Y%m%d-%H%M%S')}"
+    fsdp = args.parallelism == "fsdp"
+    methods = (args.methods.split(",") if args.methods is not None else
+               validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
+    sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
     with exits_on("validate", *FAILURES):
-        rows = validate_sweep(out, args.rates.split(","), args.methods.split(","), args.model,
-                              iterations=args.iterations, progress=not args.json)
+        rows = sweep(out, args.rates.split(","), methods, args.model,
+                     iterations=args.iterations, progress=not args.json)
     summary = summarize(rows)
     emit(args, {"results": out, "rows": rows.to_dict("records"),
                 "summary": summary.to_dict("records")},

@@ -1,7 +1,9 @@
 """What-if and advice on the FSDP timeline (`model.fsdp.predict_fsdp`): one FSDP2 iteration of
 a profile with FSDP's own reduce-scatter ("none") or a compressed one (`gradcomp.fsdp`), ranked
 by predicted iteration time against FSDP's own reduce-scatter. Time per iteration only:
-convergence is not modelled, and the timeline is not yet validated against measurements.
+convergence is not modelled. The timeline here overlaps collectives with compute (streams, as on
+GPUs); it is validated against measurements only without that overlap (`gradcomp validate
+--parallelism fsdp`, FSDP2 on CPUs with gloo).
 
 `costs`: encode / decode costs as for `whatif.sweep` ({method: fits}; None: the assumed floors).
 """
@@ -17,8 +19,8 @@ from ..model.network import Network
 from ..profiles.profiles import load_profile
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
-TIMELINE = ("FSDP timeline (fully_shard, one unit prefetched; modelled, not yet validated "
-            "against measured FSDP iterations)")
+TIMELINE = ("FSDP timeline (fully_shard, one unit prefetched; modelled: validated against "
+            "measured FSDP2 iterations only on CPUs, where collectives do not overlap compute)")
 
 
 def check_fsdp_method(method: str) -> str:

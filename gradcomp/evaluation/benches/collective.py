@@ -10,9 +10,12 @@ with the payload the performance model uses:
 * nbytes: one worker's payload S (the input of every collective; what `fit_collectives` and
   `network` take);
 * size_bytes: nccl-tests' size: the output buffer (p * S) for all-gather, S otherwise;
-* time_s, time_spread_s; algbw_GBps = size_bytes / time_s / 1e9;
-* busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather, 1 for
-  broadcast (from rank 0);
+* time_s (median), time_spread_s (max - min), time_mean_s; algbw_GBps = size_bytes / time_s / 1e9;
+* busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather,
+  reduce-scatter and all-to-all, 1 for broadcast (from rank 0);
+* collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
+  ``alltoall`` (`all_to_all_single` of S bytes, S/p to each rank), FSDP's (not by default;
+  the sizes rounded down to multiples of 4p bytes);
 * collective ``forest`` (not by default): the forest all-reduce (`comm.forest`) of a forest
   packed for equal links between all workers (local workers have no slower pairs), with
   `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
@@ -46,14 +49,16 @@ from ...comm import forest_all_reduce, pack_forest
 from ..common.env import (check_backend, environment, init_from_env, launch, local_device,
                           under_torchrun, workers)
 from ..common.store import ResultTable, as_table
-from ..common.timing import slowest_rank_seconds
+from ..common.timing import slowest_rank_times
 from ..model.fit import fit_collectives, summary
 from ..model.network import COLLECTIVES
 
 KEY_COLUMNS = ("collective", "nbytes", "world_size", "backend", "device_name")
 BUS_FACTOR = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p,
-              "broadcast": lambda p: 1.0, "forest": lambda p: 2 * (p - 1) / p}
+              "broadcast": lambda p: 1.0, "forest": lambda p: 2 * (p - 1) / p,
+              "reducescatter": lambda p: (p - 1) / p, "alltoall": lambda p: (p - 1) / p}
 MEASURED = COLLECTIVES + ("forest",)
+DEFAULT_COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
 
 def default_sizes() -> list[int]:
@@ -71,6 +76,11 @@ def _gather(out: torch.Tensor, x: torch.Tensor) -> None:
     gather(out, x)
 
 
+def _reduce_scatter(out: torch.Tensor, x: torch.Tensor) -> None:
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(out, x)
+
+
 def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
                        device: torch.device) -> dict:
     """One row (without environment columns); call on every rank of the process group."""
@@ -85,13 +95,17 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
         extra["matches_allreduce"] = _forest_matches(forest, count, device)
     else:
         op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
-              "broadcast": partial(dist.broadcast, x, 0)}[collective]
-    time_s, spread, _ = slowest_rank_seconds(op, device, repeats, warmup)
+              "broadcast": partial(dist.broadcast, x, 0),
+              "reducescatter": partial(_reduce_scatter, torch.empty(count // p, device=device),
+                                       x),
+              "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
+    times, _ = slowest_rank_times(op, device, repeats, warmup)
+    time_s, spread = times.median().item(), (times.max() - times.min()).item()
     size = nbytes * p if collective == "allgather" else nbytes
     algbw = size / time_s / 1e9
     return {"collective": collective, "nbytes": nbytes, "size_bytes": size, "count": count,
             "dtype": "float32", "time_s": time_s,
-            "time_spread_s": spread, "algbw_GBps": algbw,
+            "time_spread_s": spread, "time_mean_s": times.mean().item(), "algbw_GBps": algbw,
             "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
             "warmup": warmup, "device": device.type, **extra}
 
@@ -120,7 +134,10 @@ def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
 
 
-def _cases(collectives, sizes) -> list[tuple[str, int]]:
+def _cases(collectives, sizes, world_size: int = 1) -> list[tuple[str, int]]:
+    """(collective, bytes) to measure; reduce-scatter and all-to-all split a payload in
+    `world_size` equal parts, so they take `sizes` rounded down to multiples of 4 `world_size`
+    bytes (those smaller left out)."""
     for c in collectives:
         if c not in MEASURED:
             raise ValueError(f"collective {c!r} is not allowed: choose among "
@@ -129,7 +146,10 @@ def _cases(collectives, sizes) -> list[tuple[str, int]]:
                         for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give payload bytes per worker, "
                          "multiples of 4 (float32 elements)")
-    return [(c, n) for c in collectives for n in sizes]
+    unit = 4 * world_size
+    split = list(dict.fromkeys(n - n % unit for n in sizes if n >= unit))
+    return [(c, n) for c in collectives
+            for n in (split if c in ("reducescatter", "alltoall") else sizes)]
 
 
 def collective_key(table, collective, nbytes, world_size, backend, device_name):
@@ -139,7 +159,7 @@ def collective_key(table, collective, nbytes, world_size, backend, device_name):
 
 
 def bench_collective(world_size: int | None = None, backend: str | None = None, sizes=None,
-                     repeats: int = 10, warmup: int = 3, collectives=COLLECTIVES, out=None,
+                     repeats: int = 10, warmup: int = 3, collectives=DEFAULT_COLLECTIVES, out=None,
                      progress: bool = False) -> pd.DataFrame:
     """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
     `default_sizes()`) across `world_size` local processes (None: 2) that it spawns, or under
@@ -150,7 +170,7 @@ def bench_collective(world_size: int | None = None, backend: str | None = None, 
     backend = check_backend(backend, world_size)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
-    cases = _cases(collectives, default_sizes() if sizes is None else list(sizes))
+    cases = _cases(collectives, default_sizes() if sizes is None else list(sizes), world_size)
     with tempfile.TemporaryDirectory() as tmp:
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
                                                           KEY_COLUMNS)
@@ -181,15 +201,15 @@ def main(argv=None) -> int:
     args.add_argument("--warmup", type=int, default=3)
     args.add_argument("--sizes", default=None,
                       help="comma-separated payload bytes per worker (default: the sweep)")
-    args.add_argument("--collectives", default=",".join(COLLECTIVES),
-                      help=f"comma-separated, of {', '.join(COLLECTIVES)}")
+    args.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES),
+                      help=f"comma-separated, of {', '.join(MEASURED)}")
     a = args.parse_args(argv)
     backend = init_from_env(a.backend)
     try:
         table = ResultTable(a.out, KEY_COLUMNS)
         sizes = [int(n) for n in a.sizes.split(",")] if a.sizes else \
             quick_sizes() if a.quick else default_sizes()
-        cases = _cases(a.collectives.split(","), sizes)
+        cases = _cases(a.collectives.split(","), sizes, dist.get_world_size())
         device_name = environment(device=local_device(backend))["device_name"]
         p = dist.get_world_size()
         keys = {collective_key(table, c, n, p, backend, device_name): (c, n) for c, n in cases}

@@ -67,7 +67,9 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _evict(nbytes: int, device) -> None:
+def evict(nbytes: int, device) -> None:
+    """Allocate, write and free a scratch buffer of `EVICT_FACTOR` x `nbytes` (at least
+    `EVICT_MIN_BYTES`): the caches then hold what training would leave there."""
     scratch = torch.empty(max(EVICT_MIN_BYTES, EVICT_FACTOR * nbytes) // 4,
                           dtype=torch.float32, device=device)
     scratch.fill_(1.0)
@@ -130,7 +132,7 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
     clock = Clock(device)
 
     def timed(fn, *args):
-        _evict(nbytes, device)
+        evict(nbytes, device)
         clock.sync()
         if slowest_rank:
             dist.barrier()

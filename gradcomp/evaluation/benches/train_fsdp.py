@@ -13,12 +13,16 @@ timed iteration (summed over FSDP modules, mean over iterations and ranks) bytes
 bytes_sent, ratio, encode_s, comm_s, decode_s ("fsdp": the reduce-scatter's bytes, times
 NaN); then the environment columns.
 
-`gradcomp bench train --parallelism fsdp` runs it.
+`gradcomp bench train --parallelism fsdp` runs it (spawned: `bench_train_fsdp(world_size=2)`).
+In a testbed or under torchrun (``-m gradcomp.evaluation.benches.train_fsdp --out runs.csv``)
+every rank joins the launcher's group and rank 0 writes the table.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 import tempfile
 
 import pandas as pd
@@ -30,7 +34,8 @@ from torch.distributed.fsdp import fully_shard
 from ... import fsdp
 from ...checks import check_int
 from ...compressors import compressor
-from ..common.env import check_backend, environment, local_device, spawn
+from ..common.env import (check_backend, environment, launch, local_device, under_torchrun,
+                          workers)
 from ..common.store import ResultTable
 from ..common.timing import Clock
 from ..common.units import parse_rate
@@ -55,7 +60,8 @@ def _options_text(name: str, options: dict) -> str:
     return json.dumps(compressor(name, **options).options(), sort_keys=True)
 
 
-def _sharded(model: nn.Module) -> nn.Module:
+def shard_model(model: nn.Module) -> nn.Module:
+    """`model` with `fully_shard` applied to each of its Linears (not itself), then to it."""
     for layer in list(model.modules())[1:]:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
@@ -63,12 +69,22 @@ def _sharded(model: nn.Module) -> nn.Module:
     return model
 
 
+def unit_sizes(model: nn.Module) -> list[int]:
+    """Parameters per FSDP module as the bench shards `model` (each Linear, then the root with
+    the rest), in backward order (the Linears in reverse module order, then the root, when it
+    holds any): the FSDP timeline's units (`model.fsdp.predict_fsdp`)."""
+    linears = [sum(p.numel() for p in m.parameters())
+               for m in list(model.modules())[1:] if isinstance(m, nn.Linear)]
+    rest = sum(p.numel() for p in model.parameters()) - sum(linears)
+    return linears[::-1] + ([rest] if rest else [])
+
+
 def _run_method(name: str, options: dict, spec: dict, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     workload = load_workload(spec["model"], batch_size=spec["batch_size"])
     model = workload.model.to(device)
     params = sum(p.numel() for p in model.parameters())
-    model = _sharded(model)
+    model = shard_model(model)
     state = None if name == "fsdp" else fsdp.register(model, name, **options)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     clock, times = Clock(device), []
@@ -138,18 +154,42 @@ def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: s
     return plan
 
 
-def bench_train_fsdp(methods=None, world_size: int = 2, backend: str | None = None,
+def bench_train_fsdp(methods=None, world_size: int | None = None, backend: str | None = None,
                      model: str = "mlp", batch_size: int | None = None, warmup: int = 2,
                      iterations: int = 10, bandwidth_bps=None, out=None) -> pd.DataFrame:
     """Time FSDP training of the workload `model` with each of `methods` (default
     `DEFAULT_METHODS`; names or (name, options) pairs: "fsdp" or a `gradcomp.fsdp` method)
-    across `world_size` local processes spawned once. Rows already in `out` (a path or
-    ResultTable) are skipped. Returns this sweep's rows."""
+    across `world_size` local processes (None: 2) spawned once, or on the processes of a
+    launcher (torchrun, a testbed). Rows already in `out` (a path or ResultTable) are
+    skipped. Returns this sweep's rows."""
+    world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     spec = make_spec(model, batch_size, warmup, iterations, bandwidth_bps)
     with tempfile.TemporaryDirectory() as tmp:
         table, plan, todo = pending_runs(out, KEY_COLUMNS, tmp, plan_runs, methods, spec,
                                          world_size, backend)
-        if todo:
-            spawn(run_fsdp_methods, world_size, backend, todo, spec, table, backend)
+        if todo or under_torchrun():
+            launch(run_fsdp_methods, world_size, backend, todo, spec, table, backend)
         return table.frame(keys=set(plan))
+
+
+def main(argv=None) -> int:
+    """Under a launcher: every rank trains, rank 0 appends to --out."""
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--out", required=True, help="result table (.csv or .parquet)")
+    args.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                      help="comma-separated: fsdp or gradcomp.fsdp methods")
+    args.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
+    args.add_argument("--batch-size", type=int, default=None)
+    args.add_argument("--warmup", type=int, default=2)
+    args.add_argument("--iterations", type=int, default=10)
+    args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
+    a = args.parse_args(argv)
+    bench_train_fsdp(a.methods.split(","), None, a.backend, a.model, a.batch_size, a.warmup,
+                     a.iterations, a.bandwidth, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

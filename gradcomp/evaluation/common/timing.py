@@ -49,6 +49,14 @@ def slowest_rank_seconds(fn, device: torch.device, repeats: int, warmup: int,
     """For a collective `fn` called on every rank: median and spread of the slowest rank's
     time over `repeats` calls after `warmup`, each started after `reset()` (if given) and a
     barrier; and the last call's result."""
+    slowest, result = slowest_rank_times(fn, device, repeats, warmup, reset)
+    return slowest.median().item(), (slowest.max() - slowest.min()).item(), result
+
+
+def slowest_rank_times(fn, device: torch.device, repeats: int, warmup: int,
+                       reset=None) -> tuple[torch.Tensor, object]:
+    """`slowest_rank_seconds`' slowest-rank times of each timed call (float64), and the last
+    call's result."""
     import torch.distributed as dist
 
     from .env import barrier
@@ -67,4 +75,4 @@ def slowest_rank_seconds(fn, device: torch.device, repeats: int, warmup: int,
             times.append(clock.seconds(start, end))
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return slowest.median().item(), (slowest.max() - slowest.min()).item(), result
+    return slowest.cpu(), result

@@ -219,6 +219,23 @@ def hook_costs(table: pd.DataFrame, usable_only: bool = False
     return codec_costs(fit_hook_path(table), usable_only)
 
 
+def fsdp_codec_costs(table: pd.DataFrame) -> dict[str, tuple[tuple[float, float], ...]]:
+    """{method: (encode, decode)} from an FSDP codec bench table (`benches.fsdp_codec`), for
+    `methods.resolve` and `fsdp.predict_fsdp`: encode `a + b n` of a unit's n values, decode
+    `a + b n` of one payload of n / p values (the table's decode is all p payloads'), each by
+    `robust_line`."""
+    _columns(table, ("method", "world_size", "numel", "encode_s", "decode_s"), "FSDP codec")
+    costs = {}
+    for method, rows in table.groupby("method", sort=False):
+        p = rows["world_size"].to_numpy(float)
+        n = rows["numel"].to_numpy(float)
+        encode = robust_line({"method": method, "phase": "encode"}, n, rows["encode_s"])
+        decode = robust_line({"method": method, "phase": "decode"}, n / p,
+                             rows["decode_s"].to_numpy(float) / p)
+        costs[method] = tuple((f.params["a"], f.params["b"]) for f in (encode, decode))
+    return costs
+
+
 def as_costs(costs) -> dict:
     """{method: (encode, decode)} from a compress-bench DataFrame (fitted), such a dict (as
     is) or None (empty)."""
@@ -230,22 +247,25 @@ def as_costs(costs) -> dict:
 
 def _design(collective: str, p: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     lat, bw = {"allreduce": (2 * (p - 1), 2 * (p - 1) / p),
-               "allgather": (p - 1, p - 1), "broadcast": (p - 1, np.ones_like(p))}[collective]
+               "allgather": (p - 1, p - 1), "broadcast": (p - 1, np.ones_like(p)),
+               "reducescatter": (p - 1, (p - 1) / p), "alltoall": (p - 1, (p - 1) / p)
+               }[collective]
     return np.column_stack([lat, bw * nbytes])
 
 
-def fit_collectives(table: pd.DataFrame) -> dict[str, Fit]:
-    """{collective: Fit with params alpha_s, beta_s_per_byte, bandwidth_bps (= 8/beta)}."""
-    _columns(table, ("collective", "world_size", "nbytes", "time_s"), "collective-bench")
+def fit_collectives(table: pd.DataFrame, column: str = "time_s") -> dict[str, Fit]:
+    """{collective: Fit with params alpha_s, beta_s_per_byte, bandwidth_bps (= 8/beta)} to the
+    times in `column` (the median per size; "time_mean_s": the mean)."""
+    _columns(table, ("collective", "world_size", "nbytes", column), "collective-bench")
     fits = {}
     for collective, rows in table.groupby("collective", sort=False):
         if collective not in COLLECTIVES:
             raise ValueError(f"collective={collective!r} is not allowed: choose one of "
                              f"{', '.join(map(repr, COLLECTIVES))}")
-        rows = rows[(rows["world_size"] > 1) & np.isfinite(rows["time_s"].to_numpy(float))]
+        rows = rows[(rows["world_size"] > 1) & np.isfinite(rows[column].to_numpy(float))]
         X = _design(collective, rows["world_size"].to_numpy(float),
                     rows["nbytes"].to_numpy(float))
-        fit = _lstsq({"collective": collective}, X, rows["time_s"].to_numpy(float),
+        fit = _lstsq({"collective": collective}, X, rows[column].to_numpy(float),
                      ("alpha_s", "beta_s_per_byte"))
         beta = fit.params["beta_s_per_byte"]
         fit.params["bandwidth_bps"] = 8 / beta if beta > 0 else math.inf

@@ -1,10 +1,12 @@
 """The performance model of one FSDP2 (`fully_shard`) iteration, with FSDP's own reduce-scatter
-or gradcomp's compressed one (`gradcomp.fsdp`). Not yet validated against measurements.
+or gradcomp's compressed one (`gradcomp.fsdp`). `gradcomp validate --parallelism fsdp` holds
+it against FSDP2 training (`testbed.validate_fsdp`).
 
 Units: the profile's gradients, in backward order, grouped into FSDP units of about `unit_mb`
-(a unit closes when it reaches the size; in practice one unit per block). A unit's forward
-time is its share of the profile's forward time by parameter count; its backward time is the
-profile's, from the ready time of its last gradient.
+(a unit closes when it reaches the size; in practice one unit per block), or into units of
+the given `unit_sizes` (parameters per FSDP module, backward order: consecutive gradients).
+A unit's forward time is its share of the profile's forward time by parameter count; its
+backward time is the profile's, from the ready time of its last gradient.
 
 Three resources, each serving its work in issue order: *compute* (each unit's forward and
 backward), *codec* (encode and decode of compressed reduce-scatters) and *comm* (all-gathers
@@ -19,13 +21,18 @@ of parameters and reduce-scatters of gradients, one at a time, sharing the netwo
   `blocking` the next unit's backward waits for that (FSDP calls a reduce-scatter with
   `async_op=False`: on a CPU with gloo the backward thread waits for it).
 
-Costs, alpha-beta with the network's all-gather latency alpha and bandwidth B (a ring
-reduce-scatter moves what a ring all-gather does): all-gather of a unit of S parameter bytes
-``(p-1) alpha + (p-1)/p S/B``; FSDP's reduce-scatter (method ``none``) the same for its gradient
-bytes plus (p-1) adds of S/p bytes (priced as `Network.cost` prices an all-reduce's); a compressed reduce-scatter is an
-all-to-all of the p chunks' payloads, ``(p-1) alpha + (p-1) w/B`` with w the wire bytes of one
-chunk of n/p values, after an encode of the n values and before a decode of p payloads of
-n/p values (the method's fitted `a + b n` per application).
+Without `overlap` (FSDP on a CPU: there are no streams, and FSDP2 all-gathers with
+``async_op=False`` unless told otherwise), every collective runs in the compute thread: a
+unit's all-gather starts when the previous unit's compute ends, and compute waits for it and
+for each reduce-scatter (`blocking` implied).
+Costs, alpha-beta (`Network.cost`): all-gather of a unit of S parameter bytes ``(p-1) alpha +
+(p-1)/p S/B``; FSDP's reduce-scatter (method ``none``) of its S gradient bytes ``(p-1) alpha +
+(p-1)/p S/B`` plus (p-1) adds of S/p bytes; a compressed reduce-scatter is an all-to-all of
+the p chunks' payloads, ``(p-1) alpha + (p-1) w/B`` with w the wire bytes of one chunk of n/p
+values, after an encode of the n values and before a decode of p payloads of n/p values (the
+method's fitted `a + b n` per application). Reduce-scatter and all-to-all take their own
+latency and bandwidth where the network has them (`Network.prices`: a measured sweep of
+them), else the all-gather's (a ring reduce-scatter moves what a ring all-gather does).
 
 Output (`FSDPPrediction`): t_iter = end of the last backward or decode + optimizer;
 exposed communication = t_iter - optimizer - (forward + backward compute);
@@ -68,9 +75,12 @@ class FSDPPrediction:
         return pd.DataFrame(self.unit_times)
 
 
-def units_of(profile: Profile, unit_mb: float) -> list[list[int]]:
-    """Gradient indices (backward order) per unit: a unit closes when it reaches `unit_mb`."""
+def units_of(profile: Profile, unit_mb: float, unit_sizes=None) -> list[list[int]]:
+    """Gradient indices (backward order) per unit: a unit closes when it reaches `unit_mb`,
+    or, with `unit_sizes` (parameters per unit, backward order), when it holds its size."""
     check_number(unit_mb, "unit_mb", 0, above=True)
+    if unit_sizes is not None:
+        return _units_by_size(profile, [int(n) for n in unit_sizes])
     units, current, size = [], [], 0
     for i, numel in enumerate(profile.sizes):
         current.append(i)
@@ -81,22 +91,44 @@ def units_of(profile: Profile, unit_mb: float) -> list[list[int]]:
     return units + ([current] if current else [])
 
 
+def _units_by_size(profile: Profile, sizes: list[int]) -> list[list[int]]:
+    units, start = [], 0
+    for size in sizes:
+        end, total = start, 0
+        while total < size and end < len(profile.sizes):
+            total, end = total + profile.sizes[end], end + 1
+        if total != size or size <= 0:
+            raise ValueError(f"unit_sizes={sizes!r} is not allowed for profile "
+                             f"{profile.name!r}: its gradients (backward order, "
+                             f"{list(profile.sizes)}) do not fall into units of these sizes")
+        units.append(list(range(start, end)))
+        start = end
+    if start != len(profile.sizes):
+        raise ValueError(f"unit_sizes={sizes!r} is not allowed for profile {profile.name!r}: "
+                         f"they hold {sum(sizes)} of its {profile.numel} parameters")
+    return units
+
+
 def predict_fsdp(profile, network: Network, method="none", unit_mb: float = 25.0,
-                 blocking: bool = False, baseline_s: float | None = None) -> FSDPPrediction:
+                 blocking: bool = False, baseline_s: float | None = None,
+                 unit_sizes=None, overlap: bool = True) -> FSDPPrediction:
     """Model one FSDP iteration of `profile` (a Profile or name) on `network` with `method`
     ("none": FSDP's own reduce-scatter; else a method `resolve` takes whose payload has a fixed
-    size: casts, quantizers, top-k, random-k). `baseline_s`: t_iter of "none", if known."""
+    size: casts, quantizers, top-k, random-k). `baseline_s`: t_iter of "none", if known;
+    `unit_sizes` and `overlap`: see the module docstring."""
     profile = load_profile(profile)
     method = resolve(method)
     check_bool(blocking, "blocking")
+    check_bool(overlap, "overlap")
     if method.aggregation not in ("allreduce", "allgather"):
         raise ValueError(f"method={method.name!r} is not allowed for FSDP: its reduce-scatter "
                          "takes methods with fixed-size payloads (none, bf16, fp16, int8, "
                          "int4, topk, randomk)")
-    pred = _simulate(profile, network, method, units_of(profile, unit_mb), blocking)
+    units = units_of(profile, unit_mb, unit_sizes)
+    pred = _simulate(profile, network, method, units, blocking, overlap)
     if baseline_s is None:
         baseline_s = pred.t_iter_s if method.name == "none" else _simulate(
-            profile, network, resolve("none"), units_of(profile, unit_mb), blocking).t_iter_s
+            profile, network, resolve("none"), units, blocking, overlap).t_iter_s
     pred.speedup = baseline_s / pred.t_iter_s
     return pred
 
@@ -110,6 +142,20 @@ def _ring(network: Network, nbytes: float) -> float:
         "allgather")
 
 
+def _exchange(network: Network, collective: str, nbytes: float, add_time) -> float:
+    """A reduce-scatter or all-to-all of `nbytes` per worker: by its own latency and
+    bandwidth where the network has them, else as a ring all-gather's transfers (plus the
+    reduce-scatter's adds)."""
+    if network.prices(collective):
+        return network.cost(collective, nbytes, add_time)
+    p = network.workers
+    adds = 0.0
+    if collective == "reducescatter":
+        adds = (p - 1) * (nbytes / p / network.reduce_bytes_per_s if network.reduce_bytes_per_s
+                          else add_time(nbytes / p) or 0.0)
+    return _ring(network, nbytes) + adds
+
+
 def _reduce_scatter(profile: Profile, network: Network, method: MethodCost, numel: int):
     """(encode s, exchange s, decode s, bytes sent) of one unit's gradient of `numel` values."""
     p = network.workers
@@ -117,20 +163,18 @@ def _reduce_scatter(profile: Profile, network: Network, method: MethodCost, nume
     if p == 1:
         return 0.0, 0.0, 0.0, 0.0
     if method.name == "none":
-        per_add = (raw / p / network.reduce_bytes_per_s if network.reduce_bytes_per_s
-                   else profile.add_time(raw / p) or 0.0)
-        adds = (p - 1) * per_add
-        return 0.0, _ring(network, raw) + adds, 0.0, raw * (p - 1) / p
+        return (0.0, _exchange(network, "reducescatter", raw, profile.add_time), 0.0,
+                raw * (p - 1) / p)
     chunk = math.ceil(numel / p)
     wire = method.wire([(chunk,)], profile.dtype_bytes)[0]
-    exchange = (p - 1) * network.alpha("allgather") + (p - 1) * wire / network.bytes_per_s(
-        "allgather")
+    exchange = _exchange(network, "alltoall", p * wire, profile.add_time)
     encode = method.encode_s([(numel,)])
     decode = p * method.decode_s([(chunk,)])
     return encode, exchange, decode, (p - 1) * wire
 
 
-def _simulate(profile: Profile, network: Network, method: MethodCost, units, blocking: bool):
+def _simulate(profile: Profile, network: Network, method: MethodCost, units, blocking: bool,
+              overlap: bool):
     total = sum(profile.sizes) or 1
     numel = [sum(profile.sizes[i] for i in u) for u in units]
     ready = [0.0] + [profile.ready_s[u[-1]] for u in units]
@@ -146,12 +190,17 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, units, blo
         comm = max(comm, earliest) + seconds
         return comm
 
+    blocking = blocking or not overlap
+
+    def prefetch(start, end, seconds):  # the next unit's all-gather, issued at start (overlap)
+        return on_comm(start if overlap else end, seconds)
+
     # Forward, units in forward order (the reverse of backward order).
     gathered = {m - 1: on_comm(0.0, gather[m - 1])}
     for u in reversed(range(m)):
         start = max(compute, gathered[u])
         if u > 0:
-            gathered[u - 1] = on_comm(start, gather[u - 1])
+            gathered[u - 1] = prefetch(start, start + forward[u], gather[u - 1])
         compute = start + forward[u]
     forward_end = compute
     # Backward, units in backward order: gather again, compute, reduce-scatter.
@@ -162,9 +211,9 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, units, blo
     end = forward_end
     for u in range(m):
         start = max(compute, regathered[u])
-        if u + 1 < m:
-            regathered[u + 1] = on_comm(start, gather[u + 1])
         compute = start + backward[u]
+        if u + 1 < m and overlap:
+            regathered[u + 1] = on_comm(start, gather[u + 1])
         enc, exchange, dec, sent = _reduce_scatter(profile, network, method, numel[u])
         codec = max(codec, compute) + enc
         exchanged = on_comm(codec, exchange)
@@ -172,6 +221,8 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, units, blo
         end = max(end, codec, compute)
         if blocking:
             compute = codec
+        if u + 1 < m and not overlap:
+            regathered[u + 1] = on_comm(compute, gather[u + 1])
         rs_bytes += sent
         for key, value in zip(rows, (u, len(units[u]), numel[u], start, start + backward[u],
                                      start + backward[u], codec, sent)):

@@ -8,6 +8,9 @@ With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 byte
   reduce_bytes_per_s`` when that is set, else the profile's vec-add table, else free;
 * ring all-gather: ``(p-1) alpha + (p-1) * S/B``;
 * pipelined (ring) broadcast: ``(p-1) alpha + S/B``;
+* reduce-scatter of a worker's S bytes (each keeps S/p): ``(p-1) alpha + (p-1)/p * S/B + (p-1)
+  * add(S/p)``; all-to-all of S bytes (S/p to each worker): ``(p-1) alpha + (p-1)/p * S/B``
+  (FSDP's collectives: `model.fsdp`);
 * block-sparse all-reduce (`block_sparse_cost`): bitmaps, then upstream non-zero blocks per
   worker and the downstream union, with the all-gather's alpha and B
   (`gradcomp.comm.blocksparse`, `model.blocksparse`).
@@ -37,7 +40,7 @@ from .blocksparse import expected_traffic
 #: All-reduce algorithms a `Network` on a topology can run (see `topology.Topology`).
 ALGORITHMS = ("ring", "tree", "ps", "forest")
 
-COLLECTIVES = ("allreduce", "allgather", "broadcast")
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 
 
 
@@ -84,6 +87,12 @@ class Network:
         lat = self.latency_s
         return float(lat.get(collective, 0.0) if isinstance(lat, Mapping) else lat)
 
+    def prices(self, collective: str) -> bool:
+        """Whether `collective` has a latency and efficiency of its own here (one number for
+        every collective, or the mapping names it) rather than the defaults."""
+        return all(not isinstance(v, Mapping) or collective in v
+                   for v in (self.latency_s, self.efficiency))
+
     def efficiency_of(self, collective: str) -> float:
         eff = self.efficiency
         return float(eff.get(collective, 1.0) if isinstance(eff, Mapping) else eff)
@@ -111,12 +120,15 @@ class Network:
         if collective == "broadcast":
             return (p - 1) * alpha + nbytes / bw
         chunk = nbytes / p
+        if collective == "alltoall":
+            return (p - 1) * alpha + (p - 1) * chunk / bw
         add = 0.0
         if self.reduce_bytes_per_s is not None:
             add = chunk / self.reduce_bytes_per_s
         elif add_time is not None:
             add = add_time(chunk) or 0.0
-        return 2 * (p - 1) * alpha + 2 * (p - 1) * chunk / bw + (p - 1) * add
+        rounds = 2 if collective == "allreduce" else 1
+        return rounds * (p - 1) * (alpha + chunk / bw) + (p - 1) * add
 
     def block_sparse_cost(self, numel: int, element_bytes: int, block_size: int,
                           density: float, union_density: float,

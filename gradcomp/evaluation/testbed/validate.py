@@ -116,12 +116,13 @@ def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Pat
     return out / f"profile-{name}-b{batch_size}-{rate_tag(rate_bps)}.json"
 
 
-def _batch_args(batch_size: int | None) -> list[str]:
+def batch_args(batch_size: int | None) -> list[str]:
     """--batch-size for the sub-jobs, when one was given (else the factory's own)."""
     return [] if batch_size is None else ["--batch-size", str(batch_size)]
 
 
-def _job(testbed: Testbed, module: str, args: list[str], timeout: float) -> None:
+def run_job(testbed: Testbed, module: str, args: list[str], timeout: float) -> None:
+    """``python -m module args`` in every namespace of `testbed`."""
     testbed.run([sys.executable, "-m", module, *args], timeout=timeout)
 
 
@@ -142,36 +143,50 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
     need_codec = not planned["hook"] <= ResultTable(codec, CODEC_KEYS).done_keys()
     if not (need_coll or need_train or need_prof or need_codec):
         return
-    _say(progress, f"{format_rate(rate_bps)}: testbed of {workers} namespaces")
+    say(progress, f"{format_rate(rate_bps)}: testbed of {workers} namespaces")
     load, start = os.getloadavg()[0], time.monotonic()
     with Testbed(workers, rate_bps, threads=threads) as testbed:
         if need_coll:
-            _say(progress, f"{format_rate(rate_bps)}: all-reduce and all-gather sweep")
-            _job(testbed, "gradcomp.evaluation.benches.collective",
-                 ["--out", str(coll), "--backend", "gloo", "--collectives",
-                  "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
-                  "--repeats", "5", "--warmup", "2"], timeout=900)
+            say(progress, f"{format_rate(rate_bps)}: all-reduce and all-gather sweep")
+            run_job(testbed, "gradcomp.evaluation.benches.collective",
+                    ["--out", str(coll), "--backend", "gloo", "--collectives",
+                     "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
+                     "--repeats", "5", "--warmup", "2"], timeout=900)
         if need_train:
-            _say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
-            _job(testbed, "gradcomp.evaluation.benches.train",
-                 ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
-                  "--model", model, *_batch_args(batch_size), "--warmup", str(warmup),
-                  "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
-                  "--bandwidth", repr(rate_bps)], timeout=1800)
+            say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
+            run_job(testbed, "gradcomp.evaluation.benches.train",
+                    ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
+                     "--model", model, *batch_args(batch_size), "--warmup", str(warmup),
+                     "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
+                     "--bandwidth", repr(rate_bps)], timeout=1800)
         if need_prof or need_codec:
-            _say(progress, f"{format_rate(rate_bps)}: "
-                 + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
-                                                        ("hook-path costs", need_codec))
-                                if need) + " on every worker at once")
-            _job(testbed, "gradcomp.evaluation.testbed.validate",
-                 ["--model", model, *_batch_args(batch_size), "--methods",
-                  ",".join(methods), "--bucket-cap-mb", str(bucket_cap_mb),
-                  *(["--profile-out", str(prof)] if need_prof else []),
-                  *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
-    # Other work on the machine disturbs the timings: keep the load seen while measuring.
-    ResultTable(out / "conditions.csv", ("rate_bps",)).append(
+            say(progress, f"{format_rate(rate_bps)}: "
+                + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
+                                                       ("hook-path costs", need_codec))
+                               if need) + " on every worker at once")
+            run_job(testbed, "gradcomp.evaluation.testbed.validate",
+                    ["--model", model, *batch_args(batch_size), "--methods",
+                     ",".join(methods), "--bucket-cap-mb", str(bucket_cap_mb),
+                     *(["--profile-out", str(prof)] if need_prof else []),
+                     *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
+    record_conditions(out / "conditions.csv", rate_bps, load, start)
+
+
+def record_conditions(path: Path, rate_bps: float, load: float, start: float) -> None:
+    """Other work on the machine disturbs the timings: append the load seen while measuring
+    at `rate_bps` (`load`: the 1-minute load average before, `start`: `time.monotonic()`
+    then)."""
+    ResultTable(path, ("rate_bps",)).append(
         {"rate_bps": rate_bps, "load_1min_before": load, "load_1min_after": os.getloadavg()[0],
          "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
+
+
+def conditions_at(path: Path, rate_bps: float) -> dict:
+    """The load averages `record_conditions` kept last for `rate_bps` (NaN when none)."""
+    seen = ResultTable(path, ("rate_bps",)).frame()
+    seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
+    return {c: float(seen[c].iloc[0]) if len(seen) else math.nan
+            for c in ("load_1min_before", "load_1min_after")}
 
 
 def concurrent_job(argv=None) -> int:
@@ -228,10 +243,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
     fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
                            .frame(planned["collective"]))
     profile = load_profile(profile_path(out, rate_bps, model, batch_size))
-    seen = ResultTable(out / "conditions.csv", ("rate_bps",)).frame()
-    seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
-    load = {c: float(seen[c].iloc[0]) if len(seen) else math.nan
-            for c in ("load_1min_before", "load_1min_after")}
+    load = conditions_at(out / "conditions.csv", rate_bps)
     rows = []
     for _, run in train.iterrows():
         network = network_from_fit(fits, int(run["workers"]), rate_bps)
@@ -345,7 +357,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     planned = planned_keys(methods, spec, workers, collective_sizes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _say(progress, f"results in {out}")
+    say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
@@ -362,7 +374,8 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     return table
 
 
-def _say(progress: bool, text: str) -> None:
+def say(progress: bool, text: str) -> None:
+    """`text` on stderr, as `gradcomp validate`'s progress, when `progress`."""
     if progress:
         print(f"gradcomp validate: {text}", file=sys.stderr, flush=True)
 
