@@ -54,8 +54,9 @@ def add_validate(sub) -> None:
                     help="the workload: a built-in (mlp, tiny, cnn, gpt, ...), MODULE:FACTORY "
                     "or path/to/file.py:FACTORY returning a gradcomp.Workload")
     va.add_argument("--iterations", type=positive_int,
-                    default=default_of(validate_sweep, "iterations"),
-                    help="timed iterations per method and rate")
+                    help="timed iterations per method and rate (default "
+                    f"{default_of(validate_sweep, 'iterations')}, with --parallelism fsdp "
+                    f"{default_of(validate_fsdp.validate_fsdp_sweep, 'iterations')})")
     va.add_argument("--out", help="results folder (default: results/validate-<timestamp>); "
                     "an existing one is resumed")
     va.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -92,8 +93,8 @@ def _validate(args) -> None:
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
     with exits_on("validate", *FAILURES):
-        rows = sweep(out, args.rates.split(","), methods, args.model,
-                     iterations=args.iterations, progress=not args.json)
+        rows = sweep(out, args.rates.split(","), methods, args.model, progress=not args.json,
+                     **({} if args.iterations is None else {"iterations": args.iterations}))
     summary = summarize(rows)
     emit(args, {"results": out, "rows": rows.to_dict("records"),
                 "summary": summary.to_dict("records")},
