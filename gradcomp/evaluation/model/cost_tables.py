@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..common.store import read_table
 from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
+from .methods import PerBucket
 
 DATA = Path(__file__).parent / "codec_data"
 BUILTIN_TABLES = ("h100",)
@@ -46,11 +47,14 @@ class CostTable:
     fits: dict = field(default_factory=dict)
     changed: tuple = ()
     notes: tuple = ()
+    per_bucket: bool = False  # a hook-path table: its costs are a whole bucket's
 
     @property
     def costs(self) -> dict:
-        """{method: (encode, decode)} of the usable fits, for `methods.resolve`."""
-        return codec_costs(self.fits, usable_only=True)
+        """{method: (encode, decode)} of the usable fits, for `methods.resolve`
+        (`PerBucket` for a hook-path table)."""
+        costs = codec_costs(self.fits, usable_only=True)
+        return {m: PerBucket(c) for m, c in costs.items()} if self.per_bucket else costs
 
     @property
     def excluded(self) -> dict[str, str]:
@@ -84,7 +88,7 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
          "`gradcomp bench compress`") + f" on {device or 'an unrecorded device'}, "
         f"{len(sizes)} sizes {sizes[0]:,}-{sizes[-1]:,} elements"
         + (f", {dates[0][:10]}" if dates else "")),
-        fit_hook_path(frame) if hook_path else fit_codec(frame))
+        fit_hook_path(frame) if hook_path else fit_codec(frame), per_bucket=hook_path)
 
 
 def builtin_table(name: str) -> CostTable:

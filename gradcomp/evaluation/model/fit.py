@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..profiles.profiles import load_profile
-from .methods import resolve
+from .methods import PerBucket, resolve
 from .network import COLLECTIVES, Network
 from .timeline import predict
 
@@ -214,9 +214,10 @@ def fit_hook_path(table: pd.DataFrame) -> dict[tuple[str, str], Fit]:
 
 def hook_costs(table: pd.DataFrame, usable_only: bool = False
                ) -> dict[str, tuple[tuple[float, float], ...]]:
-    """{method: (encode, decode[, middle])} from a hook-path bench table, for
-    `methods.resolve` (`fit_hook_path`; `usable_only` as in `codec_costs`)."""
-    return codec_costs(fit_hook_path(table), usable_only)
+    """{method: `PerBucket` (encode, decode[, middle])} from a hook-path bench table, for
+    `methods.resolve` (`fit_hook_path`; `usable_only` as in `codec_costs`): what the hook
+    computes per bucket, priced once per bucket."""
+    return {m: PerBucket(c) for m, c in codec_costs(fit_hook_path(table), usable_only).items()}
 
 
 def fsdp_codec_costs(table: pd.DataFrame) -> dict[str, tuple[tuple[float, float], ...]]:

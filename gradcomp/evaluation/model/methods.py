@@ -45,6 +45,12 @@ DEFAULT_PASSES = (2, 1)
 EF_PASSES = 3
 
 
+class PerBucket(tuple):
+    """Fitted (encode, decode[, middle]) costs of a whole bucket as the hook computes it
+    (`fit.hook_costs`: the hook-path bench), so never multiplied by a method's applications
+    per bucket (PowerSGD's matrices)."""
+
+
 @dataclass(frozen=True)
 class BlockSparsity:
     """How a gradient falls into the blocks of the block-sparse all-reduce.
@@ -233,8 +239,8 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
 def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
     name with its `options`; names get their fitted costs from `costs` ({name: (encode,
-    decode)} or (encode, decode, middle), see `fit.codec_costs` and `fit.hook_costs`) when
-    there, else `assumed_costs`."""
+    decode)} or (encode, decode, middle), see `fit.codec_costs` and `fit.hook_costs`; a
+    `PerBucket` entry prices a bucket once) when there, else `assumed_costs`."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):
@@ -247,7 +253,9 @@ def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     comp = compressor(method, **options)
     built = MethodCost.from_compressor(comp, name=_label(method, options))
     if costs and method in costs:
-        return built.with_costs(*costs[method])
+        priced = built.with_costs(*costs[method])
+        return replace(priced, per_parameter=False) if isinstance(costs[method], PerBucket) \
+            else priced
     return assumed_costs(built, error_feedback=hasattr(comp, "inner"))
 
 

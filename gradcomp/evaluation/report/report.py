@@ -26,9 +26,8 @@ from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
-from ..model.cost_tables import CostTable, cost_table, default_costs
-from ..model.fit import (codec_costs, fit_codec, fit_collectives, fit_hook_path, poor_fits,
-                         summary)
+from ..model.cost_tables import CostTable, cost_table, default_costs, measured_table
+from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
 from . import plots
 from .converge_report import convergence_section
@@ -229,15 +228,19 @@ def _train(out: Path, train: pd.DataFrame, collective_fits: dict, codec_fits: di
     if train.empty or not collective_fits or not profile_path.exists():
         return lines + ["Not available: needs `train.csv`, `train_profile.json` and "
                         "`collective.csv` from this run.", ""]
-    fits, costs_text = (
-        (fit_hook_path(hook), f"the hook-path costs measured with it (`{HOOK}`: what each "
-         "method's hook computes per bucket, at the model's bucket sizes, every worker at "
-         "once)") if not hook.empty else
-        (codec_fits, f"this machine's codec fits (`{COMPRESS}`; the hook-path costs, "
-         f"`{HOOK}`, were not measured)"))
+    if not hook.empty:  # what the hook computes per bucket, priced once per bucket
+        hook_table = measured_table(hook, HOOK)
+        costs, excluded = hook_table.costs, hook_table.excluded
+        costs_text = (f"the hook-path costs measured with it (`{HOOK}`: what each method's "
+                      "hook computes per bucket, at the model's bucket sizes, every worker at "
+                      "once)")
+    else:
+        costs, excluded = codec_costs(codec_fits, usable_only=True), poor_fits(codec_fits)
+        costs_text = (f"this machine's codec fits (`{COMPRESS}`; the hook-path costs, "
+                      f"`{HOOK}`, were not measured)")
     try:
-        table = train_predictions(train, load_profile(profile_path), collective_fits,
-                                  codec_costs(fits, usable_only=True), poor_fits(fits))
+        table = train_predictions(train, load_profile(profile_path), collective_fits, costs,
+                                  excluded)
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""]
     _save_csv(table, out / VALIDATION)
