@@ -26,7 +26,11 @@ codec times of the chosen candidates and the bandwidth refitted from recent tran
 whose bytes cost at least their latency) are compared with the table (codec changes relative
 to the bucket's predicted time); when one moved by more than `drift` on any rank, the table
 takes the new values and every bucket is decided again (no new exploration needed: the model
-re-prices every candidate with the new network).
+re-prices every candidate with the new network). Sudden slowdowns are not left to the next
+check: every iteration after a decision the ranks agree (one all-reduce of four values per
+bucket) on the last iteration's samples, and when a bucket whose link was idle took over
+`slowdown` times its predicted time, a drift check runs at once, priced from that iteration's
+samples alone (the window's median would still be the old rate's).
 """
 from __future__ import annotations
 
@@ -106,6 +110,7 @@ class Chooser:
     check_every: int = 10
     redecide_every: int = 1000
     drift: float = 0.2
+    slowdown: float | None = 2.0  # None: periodic checks only
     order: list[int] | None = None  # exploration order of the candidates (None: as given)
     explore_start: int | None = None  # None: explore from `start`
     skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
@@ -172,6 +177,8 @@ class Chooser:
             self.samples.clear()
             self.skips, self.explored = [], []
             return False
+        if self.slowdown is not None and self._slowed_down(iteration, reduce):
+            return self._check_drift(reduce, since=iteration - 1)
         if (iteration - self.decided_at) % self.check_every == 0:
             return self._check_drift(reduce)
         return False
@@ -251,8 +258,31 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def _check_drift(self, reduce: Reduce) -> bool:
+    def _slowed_down(self, iteration: int, reduce: Reduce) -> bool:
+        """Whether a bucket of iteration - 1 whose link was idle on every rank took over
+        `slowdown` times the predicted time of the candidate that carried it (slowest codec,
+        least communication over ranks; a margin for the noise of single samples).
+        Only slowdowns: a faster link barely changes the time of a candidate chosen for a slow
+        one; the periodic check's bandwidth refit sees it."""
+        buckets = sorted(self.decisions)
+        last = {s.bucket: s for s in self.samples if s.iteration == iteration - 1}
+        rows = [[last[b].codec_s, -last[b].comm_s, -float(last[b].idle_link),
+                 float(last[b].candidate)] if b in last else [-math.inf, -math.inf, 0.0, -1.0]
+                for b in buckets]  # a bucket a rank did not measure: no evidence
+        reduced = reduce(torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 4))
+        for b, (codec, minus_comm, minus_idle, candidate) in zip(buckets, reduced.tolist()):
+            if minus_idle == -1 and candidate >= 0:
+                predicted = self.predict(b, int(candidate))
+                if math.isfinite(predicted) and codec - minus_comm > self.slowdown * predicted:
+                    return True
+        return False
+
+    def _check_drift(self, reduce: Reduce, since: int | None = None) -> bool:
+        """Re-price and re-decide when a cost moved by more than `drift` (module
+        docstring), from the window's samples (those from iteration `since` on, if given)."""
         samples = self._reduced(reduce)
+        if since is not None:
+            samples = [s for s in samples if s.iteration >= since]
         buckets = sorted(self.decisions)
         codec_now, drift = {}, 0.0
         for b in buckets:
