@@ -128,14 +128,15 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
 def slowdown_cases(rank):
     """auto's choice fed the model's times of one 4e7-byte bucket (uncompressed all-reduce,
     or 4e5 bytes all-gathered after 2 ms of codec) on a link 100x slower from iteration `drop`
-    on; rank 1 alone also waits 10x as long in iteration 12 (the other rank came late). Then
-    the hook with its slowdown check on, on the small model's buckets."""
+    on (None: never); rank 1 alone also waits 10x as long in iteration 12 (the other rank came
+    late); every rank's codec takes 0.1 s in iteration 22 (noise). Then the hook with its
+    slowdown check on, on the small model's buckets."""
     def reduce(values):
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return values
 
     res = {}
-    for drop in (17, 20):  # at a periodic check (it sees only the old rate), between two
+    for drop in (17, 20, None):  # at a periodic check (it sees only the old rate), between
         ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
                      explore_iters=3, check_every=10)
         changed = []
@@ -144,9 +145,10 @@ def slowdown_cases(rank):
                 changed.append(i)
             c = ch.choice(0, i)
             if ch.measured(i):
-                x = 1e-9 if i >= drop else 1e-11
+                x = 1e-9 if drop is not None and i >= drop else 1e-11
                 steps, per_byte = ch.transfers[c].factors(2)
                 nbytes, codec = (4e7, 0.0) if c == 0 else (4e5, 2e-3)
+                codec += 0.1 if i == 22 else 0.0
                 comm = (steps * 20e-6 + per_byte * nbytes * x) * (10 if (rank, i) == (1, 12) else 1)
                 ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
         res[f"drop{drop}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}

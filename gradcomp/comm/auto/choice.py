@@ -29,8 +29,9 @@ takes the new values and every bucket is decided again (no new exploration neede
 re-prices every candidate with the new network). Sudden slowdowns are not left to the next
 check: every iteration after a decision the ranks agree (one all-reduce of four values per
 bucket) on the last iteration's samples, and when a bucket whose link was idle took over
-`slowdown` times its predicted time, a drift check runs at once, priced from that iteration's
-samples alone (the window's median would still be the old rate's).
+`slowdown` times its predicted time, the bandwidth is refitted at once from that iteration's
+transfers alone (the window's would still be mostly the old rate's) and, when it moved by more
+than `drift`, every bucket is decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ class Chooser:
             self.skips, self.explored = [], []
             return False
         if self.slowdown is not None and self._slowed_down(iteration, reduce):
-            return self._check_drift(reduce, since=iteration - 1)
+            return self._check_network(reduce, since=iteration - 1)
         if (iteration - self.decided_at) % self.check_every == 0:
             return self._check_drift(reduce)
         return False
@@ -277,15 +278,11 @@ class Chooser:
                     return True
         return False
 
-    def _check_drift(self, reduce: Reduce, since: int | None = None) -> bool:
-        """Re-price and re-decide when a cost moved by more than `drift` (module
-        docstring), from the window's samples (those from iteration `since` on, if given)."""
+    def _check_drift(self, reduce: Reduce) -> bool:
+        """The periodic check (module docstring), from the window's samples."""
         samples = self._reduced(reduce)
-        if since is not None:
-            samples = [s for s in samples if s.iteration >= since]
-        buckets = sorted(self.decisions)
         codec_now, drift = {}, 0.0
-        for b in buckets:
+        for b in sorted(self.decisions):
             c = self.decisions[b]
             mine = [s.codec_s for s in samples if s.bucket == b and s.candidate == c]
             codec_now[b] = statistics.median(mine) if mine else self.codec[b, c]
@@ -293,15 +290,26 @@ class Chooser:
             total = self.predict(b, c)
             if total > 0:
                 drift = max(drift, abs(codec_now[b] - self.codec[b, c]) / total)
-        x_now = self._refit_bandwidth(samples)
+        return self._reprice(self._refit_bandwidth(samples), codec_now, drift)
+
+    def _check_network(self, reduce: Reduce, since: int) -> bool:
+        """After a slowdown: the bandwidth refitted from the transfers from iteration `since`
+        on alone (the window's would mix the old rate's); codec times stay (one iteration's
+        are too noisy to price from; the periodic check re-measures them)."""
+        samples = [s for s in self._reduced(reduce) if s.iteration >= since]
+        return self._reprice(self._refit_bandwidth(samples), {}, 0.0)
+
+    def _reprice(self, x_now: float, codec_now: dict[int, float], drift: float) -> bool:
+        """Take the new bandwidth and codec times of the chosen candidates and decide again
+        when one moved by more than `drift`; True when a decision changed."""
         drift = max(drift, _relative_change(x_now, self.x))
         if drift <= self.drift:
             return False
         self.x = x_now
-        for b in buckets:
-            self.codec[b, self.decisions[b]] = codec_now[b]
+        for b, codec in codec_now.items():
+            self.codec[b, self.decisions[b]] = codec
         before = dict(self.decisions)
-        self._decide(buckets)
+        self._decide(sorted(self.decisions))
         return self.decisions != before
 
     def _refit_bandwidth(self, samples) -> float:

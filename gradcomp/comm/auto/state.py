@@ -106,8 +106,8 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check at the next iteration, priced from that iteration (one small all-reduce per
-        iteration; None: only the periodic checks).
+        check at the next iteration, the bandwidth refitted from that iteration (one small
+        all-reduce per iteration; None: only the periodic checks).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
