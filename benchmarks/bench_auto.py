@@ -260,16 +260,20 @@ def summary(out: Path, a=None) -> str:
             fixed = med.drop(index=["ddp", "auto"], errors="ignore")
             auto = runs[runs["method"] == "auto"]
             for col in ("median_s", "median_steady_s"):
-                best = fixed[col].idxmin()
-                per_round = runs.pivot_table(index="round", columns="method", values=col)
-                rows.append({"rate": rate, "over": "all timed" if col == "median_s"
-                             else "steady", **{m: med.loc[m, col] * 1e3 for m in med.index},
-                             "best fixed": best,
-                             "auto / best": med.loc["auto", col] / fixed.loc[best, col],
-                             "per round": " ".join(f"{v:.2f}" for v in per_round["auto"]
-                                                   / per_round[fixed.index].min(axis=1)),
-                             "auto / ddp": med.loc["auto", col] / med.loc["ddp", col],
-                             "auto's choices": "; ".join(auto["auto_choices"])})
+                row = {"rate": rate, "over": "all timed" if col == "median_s" else "steady",
+                       **{m: med.loc[m, col] * 1e3 for m in med.index}}
+                if len(fixed) and len(auto):  # the ratios of the methods that ran
+                    best = fixed[col].idxmin()
+                    per_round = runs.pivot_table(index="round", columns="method", values=col)
+                    row.update({"best fixed": best,
+                                "auto / best": med.loc["auto", col] / fixed.loc[best, col],
+                                "per round": " ".join(f"{v:.2f}" for v in per_round["auto"]
+                                                      / per_round[fixed.index].min(axis=1))})
+                if len(auto) and "ddp" in med.index:
+                    row["auto / ddp"] = med.loc["auto", col] / med.loc["ddp", col]
+                if len(auto):
+                    row["auto's choices"] = "; ".join(auto["auto_choices"])
+                rows.append(row)
         parts.append("## (a) median iteration time, ms (median over rounds; per round: "
                      "auto / the round's best fixed candidate)\n\n"
                      + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))

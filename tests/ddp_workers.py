@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
 import gradcomp.comm
+from gradcomp.comm.auto.choice import Chooser, Sample, Transfer
 
 METHODS = gradcomp.names()
 HOOKS = METHODS + ["auto"]  # what the training, checkpoint and resume cases run
@@ -28,9 +29,10 @@ OPTIONS = {
     "powersgd": dict(rank=2),
     "efsignsgd": dict(error_feedback=True),
     "onebit": dict(error_feedback=True),
-    # decided after 4 candidates x 2 iterations at most, before the checkpoint; no re-decision;
+    # decided after 4 candidates x 2 iterations at most, before the checkpoint; no re-decision
+    # (no drift check, periodic or after a slowdown: timing would decide);
     # the guard's intervals end at 5, 9, 13, ...: the checkpoint falls inside one
-    "auto": dict(explore_iters=2, check_every=10_000, guard={"every": 4}),
+    "auto": dict(explore_iters=2, check_every=10_000, slowdown=None, guard={"every": 4}),
 }
 LR = {"signsgd": 0.002}
 LR_DEFAULT = 0.02
@@ -123,9 +125,42 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
             "guard": list(state.guard.engaged) if getattr(state, "guard", None) else None}
 
 
-def main_cases(rank, world_size, out_dir):
-    """Every method trains; references from plain DDP and torch's hooks; DDP options."""
+def slowdown_cases(rank):
+    """auto's choice fed the model's times of one 4e7-byte bucket (uncompressed all-reduce,
+    or 4e5 bytes all-gathered after 2 ms of codec) on a link 100x slower from iteration `drop`
+    on (None: never); rank 1 alone also waits 10x as long in iteration 12 (the other rank came
+    late); every rank's codec takes 0.1 s in iteration 22 (noise). Then the hook with its
+    slowdown check on, on the small model's buckets."""
+    def reduce(values):
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return values
+
     res = {}
+    for drop in (17, 20, None):  # at a periodic check (it sees only the old rate), between
+        ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
+                     explore_iters=3, check_every=10)
+        changed = []
+        for i in range(1, 31):
+            if ch.step(i, reduce):
+                changed.append(i)
+            c = ch.choice(0, i)
+            if ch.measured(i):
+                x = 1e-9 if drop is not None and i >= drop else 1e-11
+                steps, per_byte = ch.transfers[c].factors(2)
+                nbytes, codec = (4e7, 0.0) if c == 0 else (4e5, 2e-3)
+                codec += 0.1 if i == 22 else 0.0
+                comm = (steps * 20e-6 + per_byte * nbytes * x) * (10 if (rank, i) == (1, 12) else 1)
+                ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
+        res[f"drop{drop}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
+    run = train(rank, "auto", dict(explore_iters=2), steps=20)
+    res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at")}
+    return res
+
+
+def main_cases(rank, world_size, out_dir):
+    """Every method trains; references from plain DDP and torch's hooks; DDP options;
+    auto's slowdown check (`slowdown_cases`)."""
+    res = slowdown_cases(rank)
     res["ddp"] = train(rank)
     for name in HOOKS:
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),

@@ -126,6 +126,8 @@ def test_checkpoint_keeps_decisions_and_tables():
     (dict(explore_iters=1), "explore_iters"),
     (dict(drift=0), "drift"),
     (dict(check_every=0), "check_every"),
+    (dict(slowdown=1), "slowdown"),
+    (dict(slowdown="2"), "slowdown"),
 ])
 def test_bad_auto_options_name_the_option(bad, match):
     with pytest.raises(ValueError, match=match):

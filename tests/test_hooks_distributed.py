@@ -51,6 +51,23 @@ def test_auto_explores_every_candidate_then_every_rank_takes_the_same_decisions(
     assert chosen <= set(candidates) and len(chosen) >= 1
 
 
+def test_auto_reacts_to_a_slowdown_at_the_next_iteration_on_every_rank(runs):
+    for drop in (17, 20):
+        run = runs[0][f"drop{drop}"]
+        assert run == runs[1][f"drop{drop}"]
+        # decided at 7 (uncompressed); one iteration at the slow rate, then the all-gather,
+        # priced from that iteration alone (not the 10-iteration window's mix of rates);
+        # rank 1's lone wait at 12 is no slowdown (least communication over ranks)
+        assert run["changed"] == [7, drop + 1] and run["decisions"] == {0: 1}
+        assert run["x"] == pytest.approx(1e-9, rel=1e-9)
+    # a codec time 0.1 s over once: a check at 23 (and 27), priced from the windows' medians
+    assert runs[0]["dropNone"] == runs[1]["dropNone"]
+    assert runs[0]["dropNone"]["changed"] == [7] and runs[0]["dropNone"]["decisions"] == {0: 0}
+    on, other = runs[0]["auto_slowdown_on"], runs[1]["auto_slowdown_on"]
+    assert on["decided_at"] is not None and on["decisions"] == other["decisions"]
+    assert same(on["params"], other["params"])
+
+
 def test_none_equals_ddp_without_hook_bit_for_bit(runs):
     for rank in (0, 1):
         assert torch.equal(runs[rank]["none"]["params"], runs[rank]["ddp"]["params"])

@@ -26,7 +26,12 @@ codec times of the chosen candidates and the bandwidth refitted from recent tran
 whose bytes cost at least their latency) are compared with the table (codec changes relative
 to the bucket's predicted time); when one moved by more than `drift` on any rank, the table
 takes the new values and every bucket is decided again (no new exploration needed: the model
-re-prices every candidate with the new network).
+re-prices every candidate with the new network). Sudden slowdowns are not left to the next
+check: every iteration after a decision the ranks agree (one all-reduce of four values per
+bucket) on the last iteration's samples, and when a bucket whose link was idle took over
+`slowdown` times its predicted time, the bandwidth is refitted at once from that iteration's
+transfers alone (the window's would still be mostly the old rate's) and, when it moved by more
+than `drift`, every bucket is decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
@@ -106,6 +111,7 @@ class Chooser:
     check_every: int = 10
     redecide_every: int = 1000
     drift: float = 0.2
+    slowdown: float | None = 2.0  # None: periodic checks only
     order: list[int] | None = None  # exploration order of the candidates (None: as given)
     explore_start: int | None = None  # None: explore from `start`
     skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
@@ -172,6 +178,8 @@ class Chooser:
             self.samples.clear()
             self.skips, self.explored = [], []
             return False
+        if self.slowdown is not None and self._slowed_down(iteration, reduce):
+            return self._check_network(reduce, since=iteration - 1)
         if (iteration - self.decided_at) % self.check_every == 0:
             return self._check_drift(reduce)
         return False
@@ -251,11 +259,30 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def _check_drift(self, reduce: Reduce) -> bool:
-        samples = self._reduced(reduce)
+    def _slowed_down(self, iteration: int, reduce: Reduce) -> bool:
+        """Whether a bucket of iteration - 1 whose link was idle on every rank took over
+        `slowdown` times the predicted time of the candidate that carried it (slowest codec,
+        least communication over ranks; a margin for the noise of single samples).
+        Only slowdowns: a faster link barely changes the time of a candidate chosen for a slow
+        one; the periodic check's bandwidth refit sees it."""
         buckets = sorted(self.decisions)
+        last = {s.bucket: s for s in self.samples if s.iteration == iteration - 1}
+        rows = [[last[b].codec_s, -last[b].comm_s, -float(last[b].idle_link),
+                 float(last[b].candidate)] if b in last else [-math.inf, -math.inf, 0.0, -1.0]
+                for b in buckets]  # a bucket a rank did not measure: no evidence
+        reduced = reduce(torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 4))
+        for b, (codec, minus_comm, minus_idle, candidate) in zip(buckets, reduced.tolist()):
+            if minus_idle == -1 and candidate >= 0:
+                predicted = self.predict(b, int(candidate))
+                if math.isfinite(predicted) and codec - minus_comm > self.slowdown * predicted:
+                    return True
+        return False
+
+    def _check_drift(self, reduce: Reduce) -> bool:
+        """The periodic check (module docstring), from the window's samples."""
+        samples = self._reduced(reduce)
         codec_now, drift = {}, 0.0
-        for b in buckets:
+        for b in sorted(self.decisions):
             c = self.decisions[b]
             mine = [s.codec_s for s in samples if s.bucket == b and s.candidate == c]
             codec_now[b] = statistics.median(mine) if mine else self.codec[b, c]
@@ -263,15 +290,26 @@ class Chooser:
             total = self.predict(b, c)
             if total > 0:
                 drift = max(drift, abs(codec_now[b] - self.codec[b, c]) / total)
-        x_now = self._refit_bandwidth(samples)
+        return self._reprice(self._refit_bandwidth(samples), codec_now, drift)
+
+    def _check_network(self, reduce: Reduce, since: int) -> bool:
+        """After a slowdown: the bandwidth refitted from the transfers from iteration `since`
+        on alone (the window's would mix the old rate's); codec times stay (one iteration's
+        are too noisy to price from; the periodic check re-measures them)."""
+        samples = [s for s in self._reduced(reduce) if s.iteration >= since]
+        return self._reprice(self._refit_bandwidth(samples), {}, 0.0)
+
+    def _reprice(self, x_now: float, codec_now: dict[int, float], drift: float) -> bool:
+        """Take the new bandwidth and codec times of the chosen candidates and decide again
+        when one moved by more than `drift`; True when a decision changed."""
         drift = max(drift, _relative_change(x_now, self.x))
         if drift <= self.drift:
             return False
         self.x = x_now
-        for b in buckets:
-            self.codec[b, self.decisions[b]] = codec_now[b]
+        for b, codec in codec_now.items():
+            self.codec[b, self.decisions[b]] = codec
         before = dict(self.decisions)
-        self._decide(buckets)
+        self._decide(sorted(self.decisions))
         return self.decisions != before
 
     def _refit_bandwidth(self, samples) -> float:

@@ -22,7 +22,7 @@ DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
                       ("topk", {"ratio": 0.01, "error_feedback": True}))
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
 AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift",
-                "guard")
+                "slowdown", "guard")
 
 
 def build_candidates(candidates) -> list[Compressor]:
@@ -105,6 +105,9 @@ class AutoState(HookState):
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
+    slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
+        check at the next iteration, the bandwidth refitted from that iteration (one small
+        all-reduce per iteration; None: only the periodic checks).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
@@ -112,14 +115,17 @@ class AutoState(HookState):
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
                  check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
-                 guard=None, **hook_options):
+                 slowdown: float | None = 2.0, guard=None, **hook_options):
         members = build_candidates(candidates)
         check_int(explore_iters, "explore_iters", 2)
         check_int(check_every, "check_every", 1)
         check_int(redecide_every, "redecide_every", 1)
         check_number(drift, "drift", 0, above=True)
+        if slowdown is not None:
+            slowdown = check_number(slowdown, "slowdown", 1, above=True)
         self._explore = dict(explore_iters=explore_iters, check_every=check_every,
-                             redecide_every=redecide_every, drift=float(drift))
+                             redecide_every=redecide_every, drift=float(drift),
+                             slowdown=slowdown)
         self._guard = guard_settings(guard)
         self.guard = (Guard(**self._guard, start=hook_options.get("start_iter", 1))
                       if self._guard else None)
