@@ -181,6 +181,18 @@ def test_a_finished_training_sweep_is_not_run_again(training, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_sweep_resumed_for_its_hook_path_keeps_the_measured_profile(training):
+    folder, _, _ = training
+    before = (folder / "tiny.json").read_bytes()
+    bt.bench_train(["none"], 2, "gloo", model="tiny", batch_size=16, warmup=2, iterations=3,
+                   bandwidth_bps="10gbit", out=folder / "runs.csv",
+                   profile_out=folder / "tiny.json", hook_out=folder / "hook-again.csv",
+                   hook_repeats=1)
+    assert len(pd.read_csv(folder / "hook-again.csv")) == len(hook_sizes("tiny", 16, 25.0))
+    assert (folder / "tiny.json").read_bytes() == before  # not measured again
+
+
+@pytest.mark.slow
 def test_training_measures_the_hook_path_at_the_workloads_bucket_sizes(training):
     folder, _, df = training
     hook = pd.read_csv(folder / "hook.csv")

@@ -154,3 +154,11 @@ def test_validate_fsdp_measures_predicts_and_resumes(tmp_path):
                                 iterations=2, progress=False)
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
+
+
+def test_a_model_whose_units_the_timeline_cannot_place_is_refused_before_measuring(tmp_path):
+    # gpt's root holds its embeddings and LayerNorms, between the Linears in backward order:
+    # refused by name before a testbed starts (nothing written), not after every rate.
+    with pytest.raises(ValueError, match="model='gpt' is not allowed.*not consecutive"):
+        validate_fsdp_sweep(tmp_path / "out", ["1gbit"], ["fsdp"], "gpt", progress=False)
+    assert not (tmp_path / "out").exists()

@@ -259,9 +259,9 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
     options) pairs, options going to `gradcomp.comm.register`) across `world_size` local
     processes (None: 2) that it spawns once for all methods, or, under torchrun, on its
     processes. Rows already in `out` (a path or ResultTable) are skipped; `profile_out`: save
-    the workload's measured profile there; `hook_out`: append the hook-path costs of the
-    methods (`benches.hookpath`, at the workload's bucket sizes, median of `hook_repeats`)
-    there. Returns this sweep's rows."""
+    the workload's measured profile there (one already there is kept, not measured again);
+    `hook_out`: append the hook-path costs of the methods (`benches.hookpath`, at the
+    workload's bucket sizes, median of `hook_repeats`) there. Returns this sweep's rows."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(hook_repeats, "hook_repeats", 1)
@@ -274,10 +274,11 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
         hooks_todo = hook_out is not None and hook_path_pending(
             hook_out, hooks, hook_sizes(model, spec["batch_size"], spec["bucket_cap_mb"]),
             world_size, "cuda:0" if backend == "nccl" else "cpu")
-        if todo or hooks_todo or under_torchrun() \
-                or (profile_out is not None and not Path(profile_out).exists()):
-            launch(run_methods, world_size, backend, todo, spec, table, backend, profile_out,
-                   progress, hook_out if hooks_todo else None, hooks, hook_repeats)
+        profile_todo = profile_out is not None and not Path(profile_out).exists()
+        if todo or hooks_todo or profile_todo or under_torchrun():
+            launch(run_methods, world_size, backend, todo, spec, table, backend,
+                   profile_out if profile_todo else None, progress,
+                   hook_out if hooks_todo else None, hooks, hook_repeats)
         return table.frame(keys=set(plan))
 
 

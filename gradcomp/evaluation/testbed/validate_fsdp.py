@@ -52,9 +52,9 @@ from ..benches.hookpath import case_keys
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.fit import fit_collectives, fsdp_codec_costs, network_from_fit
-from ..model.fsdp import predict_fsdp
+from ..model.fsdp import predict_fsdp, units_of
 from ..model.methods import resolve
-from ..profiles.profiles import load_profile
+from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
 from .testbed import Testbed
 from .validate import (DEFAULT_RATES, batch_args, conditions_at, markdown,
@@ -78,8 +78,21 @@ def check_methods(methods) -> list[str]:
 
 
 def units(model: str, batch_size: int | None) -> list[int]:
-    """Parameters per FSDP unit (backward order) as the bench shards `model`."""
-    return train_fsdp.unit_sizes(load_workload(model, batch_size=batch_size).model)
+    """Parameters per FSDP unit (backward order) as the bench shards `model`; a ValueError
+    naming `model`, before anything is measured, when the units are not consecutive
+    gradients in backward order (the timeline's units, `model.fsdp.units_of`: e.g. a root
+    holding LayerNorms between the Linears)."""
+    built = load_workload(model, batch_size=batch_size).model
+    sizes = train_fsdp.unit_sizes(built)
+    backward = tuple(p.numel() for p in built.parameters())[::-1]
+    try:
+        units_of(Profile(model, sizes=backward, ready_s=(0.0,) * len(backward),
+                         forward_s=0.0, backward_s=0.0, optimizer_s=0.0), 25.0, sizes)
+    except ValueError as e:
+        raise ValueError(f"model={model!r} is not allowed with --parallelism fsdp: its FSDP "
+                         "units (each Linear, the root with the rest) are not consecutive "
+                         f"gradients in backward order, as the FSDP timeline needs ({e})") from e
+    return sizes
 
 
 def collective_sizes(unit_numels, workers: int) -> list[int]:
