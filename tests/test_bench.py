@@ -208,3 +208,33 @@ def test_training_measures_the_hook_path_at_the_workloads_bucket_sizes(training)
     assert table.provenance.startswith("the hook path") and ("topk", "middle") not in table.fits
     assert {("topk", "encode"), ("topk", "decode")} <= set(table.fits)
 
+
+
+def test_collectives_can_be_timed_right_after_compute(tmp_path):
+    # Training calls a collective right after computing: the sweep can time it so, the
+    # compute run untimed after the barrier, before each call.
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from gradcomp.evaluation.common.timing import compute_for, slowest_rank_times
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        cpu = torch.device("cpu")
+        events = []
+        times, _ = slowest_rank_times(lambda: events.append("call"), cpu, 2, 1,
+                                      lead_in=lambda: events.append("lead-in"))
+        assert events == ["lead-in", "call"] * 3 and len(times) == 2
+        start = time.perf_counter()
+        compute_for(0.02, cpu)
+        assert time.perf_counter() - start >= 0.02
+        row = bc.measure_collective("allreduce", 4096, 2, 0, cpu, after_compute_s=0.01)
+        assert row["after_compute_s"] == 0.01 and row["time_s"] > 0
+        assert bc.measure_collective("allreduce", 4096, 2, 0, cpu)["after_compute_s"] == 0.0
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(SystemExit):
+        bc.main(["--out", str(tmp_path / "c.csv"), "--after-compute-ms", "-1"])

@@ -20,6 +20,10 @@ with the payload the performance model uses:
   packed for equal links between all workers (local workers have no slower pairs), with
   `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
   time against ``allreduce`` is the executor's overhead, not a topology's speedup;
+* after_compute_s: with it > 0 every rank computes that long (untimed) after the barrier and
+  before each call, as training computes before it calls a collective: on this 2-core VM a
+  collective right after compute took ~4 ms where back-to-back calls took 0.15-0.8 ms (its
+  threads and the peer's are scheduled anew), which the alpha of a training model must hold;
 * collective, count (float32 elements per worker), dtype, repeats, warmup, device and the
   environment columns (world_size, backend, ...).
 
@@ -49,7 +53,7 @@ from ...comm import forest_all_reduce, pack_forest
 from ..common.env import (check_backend, environment, init_from_env, launch, local_device,
                           under_torchrun, workers)
 from ..common.store import ResultTable, as_table
-from ..common.timing import slowest_rank_times
+from ..common.timing import compute_for, slowest_rank_times
 from ..model.fit import fit_collectives, summary
 from ..model.network import COLLECTIVES
 
@@ -82,7 +86,7 @@ def _reduce_scatter(out: torch.Tensor, x: torch.Tensor) -> None:
 
 
 def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
-                       device: torch.device) -> dict:
+                       device: torch.device, after_compute_s: float = 0.0) -> dict:
     """One row (without environment columns); call on every rank of the process group."""
     p = dist.get_world_size()
     count = nbytes // 4
@@ -99,7 +103,8 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
               "reducescatter": partial(_reduce_scatter, torch.empty(count // p, device=device),
                                        x),
               "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
-    times, _ = slowest_rank_times(op, device, repeats, warmup)
+    lead_in = partial(compute_for, after_compute_s, device) if after_compute_s > 0 else None
+    times, _ = slowest_rank_times(op, device, repeats, warmup, lead_in=lead_in)
     time_s, spread = times.median().item(), (times.max() - times.min()).item()
     size = nbytes * p if collective == "allgather" else nbytes
     algbw = size / time_s / 1e9
@@ -107,7 +112,8 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
             "dtype": "float32", "time_s": time_s,
             "time_spread_s": spread, "time_mean_s": times.mean().item(), "algbw_GBps": algbw,
             "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
-            "warmup": warmup, "device": device.type, **extra}
+            "warmup": warmup, "after_compute_s": after_compute_s, "device": device.type,
+            **extra}
 
 
 def _forest_matches(forest, count: int, device) -> bool:
@@ -123,13 +129,13 @@ def _forest_matches(forest, count: int, device) -> bool:
 
 
 def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str,
-              progress: bool = False) -> None:
+              progress: bool = False, after_compute_s: float = 0.0) -> None:
     """Measure (collective, nbytes) `cases` on every rank; rank 0 appends the rows."""
     device = local_device(backend)
     rank = dist.get_rank()
     for collective, nbytes in tqdm(cases, desc="collective bench", file=sys.stderr,
                                    disable=not progress or rank != 0):
-        row = measure_collective(collective, nbytes, repeats, warmup, device)
+        row = measure_collective(collective, nbytes, repeats, warmup, device, after_compute_s)
         if rank == 0:
             table.append({**row, **environment(backend, dist.get_world_size(), device)})
 
@@ -203,7 +209,11 @@ def main(argv=None) -> int:
                       help="comma-separated payload bytes per worker (default: the sweep)")
     args.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES),
                       help=f"comma-separated, of {', '.join(MEASURED)}")
+    args.add_argument("--after-compute-ms", type=float, default=0.0,
+                      help="compute this long on every rank before each call (as training)")
     a = args.parse_args(argv)
+    if not a.after_compute_ms >= 0:
+        args.error(f"--after-compute-ms={a.after_compute_ms!r} is not allowed: give ms >= 0")
     backend = init_from_env(a.backend)
     try:
         table = ResultTable(a.out, KEY_COLUMNS)
@@ -218,7 +228,8 @@ def main(argv=None) -> int:
             done = table.done_keys()
             todo = [[case for key, case in keys.items() if key not in done]]
         dist.broadcast_object_list(todo, src=0)
-        run_cases(todo[0], a.repeats, a.warmup, table, backend, progress=True)
+        run_cases(todo[0], a.repeats, a.warmup, table, backend, progress=True,
+                  after_compute_s=a.after_compute_ms / 1e3)
         if dist.get_rank() == 0 and len(set(sizes)) > 1:  # a fit needs two sizes
             print(collective_fit(table.frame(keys=set(keys))).to_string(index=False))
     finally:

@@ -28,7 +28,8 @@ class Clock:
         return start.elapsed_time(end) / 1e3 if self.cuda else end - start
 
 
-def median_seconds(fn, device: torch.device, repeats: int = 5, warmup: int = 1) -> tuple[float, float]:
+def median_seconds(fn, device: torch.device, repeats: int = 5,
+                   warmup: int = 1) -> tuple[float, float]:
     """Median and spread (max - min) of `repeats` timed calls of `fn`, after `warmup` calls."""
     clock = Clock(torch.device(device))
     for _ in range(warmup):
@@ -54,9 +55,9 @@ def slowest_rank_seconds(fn, device: torch.device, repeats: int, warmup: int,
 
 
 def slowest_rank_times(fn, device: torch.device, repeats: int, warmup: int,
-                       reset=None) -> tuple[torch.Tensor, object]:
+                       reset=None, lead_in=None) -> tuple[torch.Tensor, object]:
     """`slowest_rank_seconds`' slowest-rank times of each timed call (float64), and the last
-    call's result."""
+    call's result. `lead_in`: called untimed after the barrier, right before each call."""
     import torch.distributed as dist
 
     from .env import barrier
@@ -66,6 +67,8 @@ def slowest_rank_times(fn, device: torch.device, repeats: int, warmup: int,
         if reset is not None:
             reset()
         barrier(device)
+        if lead_in is not None:
+            lead_in()
         clock.sync()
         start = clock.mark()
         result = fn()
@@ -76,3 +79,14 @@ def slowest_rank_times(fn, device: torch.device, repeats: int, warmup: int,
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.cpu(), result
+
+
+def compute_for(seconds: float, device: torch.device) -> None:
+    """Keep this process's device busy with small element-wise work for about `seconds` (as
+    training computes before it calls a collective)."""
+    work = torch.ones(1 << 14, device=device)
+    clock = Clock(device)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        work.mul_(1.0)
+        clock.sync()

@@ -1,9 +1,10 @@
 """Hold the performance model against real training at controlled bandwidths (`gradcomp
 validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
 
-1. a collective sweep (all-reduce and all-gather, payloads around the model's buckets) gives
-   alpha and beta at that rate (`fit.fit_collectives`; the fitted bandwidth includes what
-   TCP, tbf and gloo's reductions cost);
+1. a collective sweep (all-reduce and all-gather, payloads around the model's buckets, each
+   call after `AFTER_COMPUTE_MS` of compute on every worker, as in training) gives alpha and
+   beta at that rate (`fit.fit_collectives`; the fitted bandwidth includes what TCP, tbf and
+   gloo's reductions cost, alpha what a collective costs right after compute);
 2. DDP training of a workload (a built-in model or the user's MODULE:FACTORY) with each
    method's hook gives measured iteration times
    (`bench_train`, `threads` torch threads per worker);
@@ -63,6 +64,9 @@ from ..workloads.load import describe
 from .testbed import Testbed
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
+#: Compute before each call of the collective sweep, as training computes before it calls one
+#: (`benches.collective`: right after compute a collective here costs ~4 ms more).
+AFTER_COMPUTE_MS = 20.0
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
                    "signsgd")
 COLLECTIVE_SIZES = (2**16, 2**18, 2**20, 2**22, 2**24)
@@ -151,7 +155,8 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
             run_job(testbed, "gradcomp.evaluation.benches.collective",
                     ["--out", str(coll), "--backend", "gloo", "--collectives",
                      "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
-                     "--repeats", "5", "--warmup", "2"], timeout=900)
+                     "--repeats", "5", "--warmup", "2",
+                     "--after-compute-ms", repr(AFTER_COMPUTE_MS)], timeout=900)
         if need_train:
             say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
             run_job(testbed, "gradcomp.evaluation.benches.train",

@@ -57,7 +57,7 @@ from ..model.methods import resolve
 from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
 from .testbed import Testbed
-from .validate import (DEFAULT_RATES, batch_args, conditions_at, markdown,
+from .validate import (AFTER_COMPUTE_MS, DEFAULT_RATES, batch_args, conditions_at, markdown,
                        profile_path, rate_tag, record_conditions, run_job, say)
 
 DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
@@ -166,7 +166,8 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, given_batch: i
             run_job(testbed, "gradcomp.evaluation.benches.collective",
                     ["--out", str(files["collective"]), "--backend", "gloo", "--collectives",
                      ",".join(COLLECTIVES), "--sizes", ",".join(map(str, coll_sizes)),
-                     "--repeats", "9", "--warmup", "2"], timeout=900)
+                     "--repeats", "9", "--warmup", "2",
+                     "--after-compute-ms", repr(AFTER_COMPUTE_MS)], timeout=900)
         if need["train"]:
             say(progress, f"{rate}: FSDP training with {', '.join(methods)}")
             run_job(testbed, "gradcomp.evaluation.benches.train_fsdp",
