@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .analyses.whatif import BANDWIDTH, PROFILE, WORKERS
-from .benches.collective import bench_collective
+from .benches.collective import AFTER_COMPUTE_MS, bench_collective
 from .benches.compress import bench_compress
 from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
 from .benches.train import bench_train
@@ -82,7 +82,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
                      repeats=plan["collective_repeats"], warmup=plan["collective_warmup"],
-                     out=out / COLLECTIVE, progress=progress)
+                     out=out / COLLECTIVE, progress=progress,
+                     after_compute_s=AFTER_COMPUTE_MS / 1e3)
     _say(progress, f"3/5 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
     bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
                 iterations=plan["iterations"], out=out / TRAIN,

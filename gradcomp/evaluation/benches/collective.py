@@ -65,6 +65,11 @@ MEASURED = COLLECTIVES + ("forest",)
 DEFAULT_COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
 
+#: Compute before each call where a sweep stands for training's collectives (`gradcomp run`,
+#: `validate`): right after compute a collective here costs ~4 ms more than back to back.
+AFTER_COMPUTE_MS = 20.0
+
+
 def default_sizes() -> list[int]:
     """Per-worker payloads of 4 B, 64 B, 1 KiB, ... 64 MiB (powers of 16)."""
     return [2**k for k in range(2, 27, 4)]
@@ -166,12 +171,13 @@ def collective_key(table, collective, nbytes, world_size, backend, device_name):
 
 def bench_collective(world_size: int | None = None, backend: str | None = None, sizes=None,
                      repeats: int = 10, warmup: int = 3, collectives=DEFAULT_COLLECTIVES, out=None,
-                     progress: bool = False) -> pd.DataFrame:
+                     progress: bool = False, after_compute_s: float = 0.0) -> pd.DataFrame:
     """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
     `default_sizes()`) across `world_size` local processes (None: 2) that it spawns, or under
     torchrun on its processes (`backend`: NCCL when each process can have a GPU, else gloo).
-    Rows already in `out` (a path or ResultTable) are skipped. Returns the rows of this
-    sweep (measured now or before)."""
+    Rows already in `out` (a path or ResultTable) are skipped; `after_compute_s`: compute
+    before each call (module docstring). Returns the rows of this sweep (measured now or
+    before)."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(repeats, "repeats", 1)
@@ -187,7 +193,7 @@ def bench_collective(world_size: int | None = None, backend: str | None = None, 
         todo = [case for key, case in keys.items() if key not in done]
         if todo or under_torchrun():
             launch(run_cases, world_size, backend, todo, repeats, warmup, table, backend,
-                   progress)
+                   progress, after_compute_s)
         return table.frame(keys=set(keys))
 
 

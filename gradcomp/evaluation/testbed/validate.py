@@ -46,6 +46,7 @@ import pandas as pd
 import torch
 
 from ...comm.auto import DEFAULT_CANDIDATES
+from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
@@ -64,9 +65,6 @@ from ..workloads.load import describe
 from .testbed import Testbed
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
-#: Compute before each call of the collective sweep, as training computes before it calls one
-#: (`benches.collective`: right after compute a collective here costs ~4 ms more).
-AFTER_COMPUTE_MS = 20.0
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
                    "signsgd")
 COLLECTIVE_SIZES = (2**16, 2**18, 2**20, 2**22, 2**24)

@@ -45,7 +45,7 @@ from ... import fsdp
 from ...checks import check_choice
 from ..benches import train_fsdp
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
-from ..benches.collective import collective_key
+from ..benches.collective import AFTER_COMPUTE_MS, collective_key
 from ..benches.fsdp_codec import bench_fsdp_codec
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import case_keys
@@ -57,8 +57,8 @@ from ..model.methods import resolve
 from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
 from .testbed import Testbed
-from .validate import (AFTER_COMPUTE_MS, DEFAULT_RATES, batch_args, conditions_at, markdown,
-                       profile_path, rate_tag, record_conditions, run_job, say)
+from .validate import (DEFAULT_RATES, batch_args, conditions_at, markdown, profile_path,
+                       rate_tag, record_conditions, run_job, say)
 
 DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
 METHODS = ("fsdp", *fsdp.METHODS)
