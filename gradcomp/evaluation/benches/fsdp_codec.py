@@ -18,6 +18,7 @@ slowest_rank, and the environment columns. `fit.fsdp_codec_costs` fits the model
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pandas as pd
 import torch
@@ -30,7 +31,7 @@ from ..common.env import environment
 from ..common.store import as_table
 from ..common.timing import Clock
 from .compress import method_cases
-from .hookpath import KEY_COLUMNS, case_keys, dtype_name, evict
+from .hookpath import KEY_COLUMNS, case_keys, dtype_name, evict, measure_cases
 
 PHASES = ("encode", "decode")
 
@@ -89,19 +90,6 @@ def bench_fsdp_codec(methods, sizes, world_size: int, repeats: int = 5, warmup: 
     cases = [(name, options, numel, key) for name, options in method_cases(methods)
              for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, "cpu",
                                                     torch.float32, env["device_name"]))]
-    done = table.done_keys() if table else set()
-    skip = [[table is not None and table.key(c[3]) in done for c in cases]]
-    if slowest_rank:
-        dist.broadcast_object_list(skip, src=0)
-    rows = []
-    for (name, options, numel, _), skipped in zip(cases, skip[0]):
-        if skipped:
-            continue
-        row = {**measure_fsdp_codec(name, options, numel, world_size, repeats, warmup,
-                                    slowest_rank=slowest_rank), **env}
-        if table is not None:
-            table.append(row)
-        rows.append(row)
-    if table is None:
-        return pd.DataFrame(rows)
-    return table.frame(keys={table.key(c[3]) for c in cases})
+    measure = partial(measure_fsdp_codec, world_size=world_size, repeats=repeats,
+                      warmup=warmup, slowest_rank=slowest_rank)
+    return measure_cases(cases, table, measure, env, slowest_rank)

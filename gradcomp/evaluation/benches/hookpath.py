@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from functools import partial
 
 import pandas as pd
 import torch
@@ -191,6 +192,18 @@ def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
              for name, options in method_cases(methods)
              for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, device,
                                                     dtype, env["device_name"]))]
+    measure = partial(measure_hook_path, world_size=world_size, device=device, dtype=dtype,
+                      repeats=repeats, warmup=warmup, slowest_rank=slowest_rank)
+    return measure_cases(cases, table, measure, env, slowest_rank, "hook-path bench",
+                         progress)
+
+
+def measure_cases(cases, table, measure, env: dict, slowest_rank: bool, desc: str = "",
+                  progress: bool = False) -> pd.DataFrame:
+    """`measure(name, options, numel)` of each (name, options, numel, key) of `cases` not
+    yet in `table` (a ResultTable or None), each row (with `env`) appended as measured;
+    with `slowest_rank` every rank calls this, and rank 0's table says what to skip. The
+    rows of every case (measured now or before; this sweep's when `table` is None)."""
     done = table.done_keys() if table else set()
     skip = [table is not None and table.key(c[3]) in done for c in cases]
     if slowest_rank:
@@ -198,13 +211,11 @@ def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
         dist.broadcast_object_list(shared, src=0)
         skip = shared[0]
     rows = []
-    for (name, options, numel, key), skipped in tqdm(list(zip(cases, skip)),
-                                                     desc="hook-path bench", file=sys.stderr,
-                                                     disable=not progress):
+    for (name, options, numel, _), skipped in tqdm(list(zip(cases, skip)), desc=desc,
+                                                   file=sys.stderr, disable=not progress):
         if skipped:
             continue
-        row = {**measure_hook_path(name, options, numel, world_size, device, dtype, repeats,
-                                   warmup, slowest_rank=slowest_rank), **env}
+        row = {**measure(name, options, numel), **env}
         if table is not None:
             table.append(row)
         rows.append(row)

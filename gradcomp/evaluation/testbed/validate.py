@@ -192,25 +192,32 @@ def conditions_at(path: Path, rate_bps: float) -> dict:
             for c in ("load_1min_before", "load_1min_after")}
 
 
+def concurrent_parser(doc: str):
+    """The options of a testbed's concurrent job on every rank (`concurrent_job`, and
+    `validate_fsdp`'s): --profile-out, --codec-out, --model, --batch-size, --methods."""
+    import argparse
+
+    args = argparse.ArgumentParser(description=doc.splitlines()[0])
+    args.add_argument("--profile-out")
+    args.add_argument("--codec-out")
+    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
+    args.add_argument("--batch-size", type=int, default=None)
+    args.add_argument("--methods", default="")
+    return args
+
+
 def concurrent_job(argv=None) -> int:
     """In every rank of a testbed (``python -m gradcomp.evaluation.testbed.validate``): measure
     the model's profile under DDP (``--profile-out``) and the hooks' per-bucket costs
     (``--codec-out``) on all ranks at once, as they compute during training (each its own
     process and threads, the others busy too); rank 0 writes the results."""
-    import argparse
-
     import torch.distributed as dist
 
     from ..benches.train import model_profile
     from ..common.env import init_from_env
     from ..profiles.profiles import save_profile
 
-    args = argparse.ArgumentParser(description=concurrent_job.__doc__.splitlines()[0])
-    args.add_argument("--profile-out")
-    args.add_argument("--codec-out")
-    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
-    args.add_argument("--batch-size", type=int, default=None)
-    args.add_argument("--methods", default="")
+    args = concurrent_parser(concurrent_job.__doc__)
     args.add_argument("--bucket-cap-mb", type=float, default=25.0)
     a = args.parse_args(argv)
     init_from_env("gloo")
@@ -257,19 +264,23 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
         pred = (_NO_PREDICTION if name == "auto" else
                 predict(profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
                         contention, baseline_s=math.nan))
-        rows.append({"rate_bps": rate_bps, "rate": format_rate(rate_bps),
-                     "method": run["method"], "measured": run["t_iter_s"],
-                     "predicted": pred.t_iter_s,
-                     "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
-                     "measured_spread": run["t_iter_spread_s"],
-                     "exposed_comm": pred.exposed_comm_s, "wire_bytes": pred.wire_bytes,
-                     "t_iter_single": profile.t_iter_single,
+        rows.append({**compared(rate_bps, run, pred, profile),
                      "allreduce_bandwidth_bps": fits["allreduce"].params["bandwidth_bps"],
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
                      "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
                      **load})
     return pd.DataFrame(rows)
+
+
+def compared(rate_bps: float, run, pred, profile) -> dict:
+    """The columns every validation row has: the rate, the training `run`'s method and
+    measured time against the prediction `pred`, and the `profile`'s single-worker time."""
+    return {"rate_bps": rate_bps, "rate": format_rate(rate_bps), "method": run["method"],
+            "measured": run["t_iter_s"], "predicted": pred.t_iter_s,
+            "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
+            "measured_spread": run["t_iter_spread_s"], "exposed_comm": pred.exposed_comm_s,
+            "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single}
 
 
 #: `auto`'s row: no prediction (it chooses among methods at run time).

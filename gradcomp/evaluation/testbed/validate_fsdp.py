@@ -57,8 +57,8 @@ from ..model.methods import resolve
 from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
 from .testbed import Testbed
-from .validate import (DEFAULT_RATES, batch_args, conditions_at, markdown, profile_path,
-                       rate_tag, record_conditions, run_job, say)
+from .validate import (DEFAULT_RATES, batch_args, compared, concurrent_parser, conditions_at,
+                       markdown, profile_path, rate_tag, record_conditions, run_job, say)
 
 DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
 METHODS = ("fsdp", *fsdp.METHODS)
@@ -191,20 +191,13 @@ def concurrent_job(argv=None) -> int:
     """In every rank of a testbed (``python -m gradcomp.evaluation.testbed.validate_fsdp``):
     the model's profile (``--profile-out``) and the compressed reduce-scatter's costs
     (``--codec-out``), measured on all ranks at once; rank 0 writes them."""
-    import argparse
-
     import torch.distributed as dist
 
     from ..benches.fsdp_profile import measure_fsdp_profile
     from ..common.env import init_from_env
     from ..profiles.profiles import save_profile
 
-    args = argparse.ArgumentParser(description=concurrent_job.__doc__.splitlines()[0])
-    args.add_argument("--profile-out")
-    args.add_argument("--codec-out")
-    args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
-    args.add_argument("--batch-size", type=int, default=None)
-    args.add_argument("--methods", default="")
+    args = concurrent_parser(concurrent_job.__doc__)
     args.add_argument("--sizes", default="", help="comma-separated elements per unit")
     a = args.parse_args(argv)
     init_from_env("gloo")
@@ -243,13 +236,8 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
         network = network_from_fit(fits, int(run["workers"]), rate_bps)
         pred = predict_fsdp(profile, network, timeline_method(run["method"], costs),
                             baseline_s=math.nan, unit_sizes=unit_numels, overlap=False)
-        rows.append({"rate_bps": rate_bps, "rate": format_rate(rate_bps),
-                     "method": run["method"], "measured": run["t_iter_s"],
-                     "predicted": pred.t_iter_s,
-                     "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
-                     "measured_spread": run["t_iter_spread_s"],
-                     "exposed_comm": pred.exposed_comm_s, "wire_bytes": pred.wire_bytes,
-                     "rs_wire_bytes": pred.rs_wire_bytes, "t_iter_single": profile.t_iter_single,
+        rows.append({**compared(rate_bps, run, pred, profile),
+                     "rs_wire_bytes": pred.rs_wire_bytes,
                      **{f"{c}_{k}": fits[c].params[k] for c in COLLECTIVES
                         for k in ("bandwidth_bps", "alpha_s")},
                      **load})
