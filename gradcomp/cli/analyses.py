@@ -5,8 +5,8 @@ from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
-from ..evaluation.analyses.recommend import (SAFE, recommend_by_accuracy, recommend_by_iteration,
-                                             sixteen_bit)
+from ..evaluation.analyses.recommend import (best_safe, recommend_by_accuracy,
+                                             recommend_by_iteration, sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
@@ -243,8 +243,7 @@ def _topology_recommendation(ranking, costs, device: str, args) -> str:
     question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
                 f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
     answer = recommend_by_iteration(fastest, costs, device, question)
-    chosen = fastest[fastest["method"].isin(SAFE) & fastest["method"].map(costs.priced)]
-    return answer + f" On this topology: the {chosen['algorithm'].iloc[0]} all-reduce."
+    return answer + f" On this topology: the {best_safe(fastest, costs)['algorithm']} all-reduce."
 
 
 def _measured(args, costs, latency):

@@ -97,13 +97,18 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
             f"predicted){'; ' + '; '.join(parts) if parts else ''}.{tail}")
 
 
+def best_safe(ranking: pd.DataFrame, table: CostTable) -> pd.Series:
+    """The row `recommend_by_iteration` recommends: the first of `ranking` (fastest first)
+    that is lossless enough without convergence runs (`SAFE`) and priced by `table`."""
+    return ranking[ranking["method"].isin(SAFE) & ranking["method"].map(table.priced)].iloc[0]
+
+
 def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_device: str,
                            question: str) -> str:
     """The recommendation line from an `advise` ranking when no convergence runs exist."""
     head = _head(profile_device, table, question)
     rows = ranking[ranking["method"].map(table.priced)]
-    safe = rows[rows["method"].isin(SAFE)]
-    best = safe.iloc[0]
+    best = best_safe(ranking, table)
     by = rows.set_index("method")
     half = sixteen_bit(profile_device)
     parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "

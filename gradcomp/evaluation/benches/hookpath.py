@@ -43,6 +43,8 @@ from ...compressors import compressor
 from ..common.env import environment
 from ..common.store import as_table
 from ..common.timing import Clock
+from ..model.bucketing import DDP
+from ..profiles.profiles import Profile
 from ..workloads.load import load_workload
 from .compress import method_cases
 
@@ -51,7 +53,6 @@ EVICT_FACTOR = 4
 EVICT_MIN_BYTES = 64 << 20
 PHASES = ("encode", "middle", "decode")
 HOOK_SIZE_STEPS = 6
-MIB = 1 << 20
 
 
 def matrix_shape(numel: int) -> tuple[int, int]:
@@ -235,20 +236,18 @@ def case_keys(name: str, options: dict, sizes, world_size: int, device, dtype,
 
 def hook_sizes(model: str, batch_size: int | None, bucket_cap_mb: float) -> list[int]:
     """The bucket sizes (elements) the hook-path bench prices `model` at: its largest DDP
-    bucket (DDP fills buckets of `bucket_cap_mb` with the gradients in reverse parameter
+    bucket (`model.bucketing.DDP` at `bucket_cap_mb`, the gradients in reverse parameter
     order) and that size / 4, / 16, ... (`HOOK_SIZE_STEPS` sizes; those under 256 elements
     left out, but for the largest two).
     Not powers of two: those are the best case of several codecs (random-k's permutation
     walks once per position at 4^m elements and up to 4 times just above; int8 pads to its
     blocks), and dividing by 4 keeps where a size falls between two powers of 4."""
     params = [p for p in load_workload(model, "model", batch_size=batch_size).model.parameters()
-              if p.requires_grad]
-    largest, current = 0, 0
-    for p in reversed(params):
-        current += p.numel()
-        if current * p.element_size() >= bucket_cap_mb * MIB:
-            largest, current = max(largest, current), 0
-    largest = max(largest, current)
+              if p.requires_grad][::-1]
+    grads = Profile("buckets", [p.numel() for p in params], [0.0] * len(params), 0.0, 0.0, 0.0,
+                    params[0].element_size())
+    largest = max(sum(grads.sizes[i] for i in b.params)
+                  for b in DDP(bucket_cap_mb, first_bucket_mb=bucket_cap_mb).assign(grads))
     sizes = [max(1, largest // 4**j) for j in range(HOOK_SIZE_STEPS)]
     return sorted({n for j, n in enumerate(sizes) if n >= 256 or j < 2})
 
