@@ -20,9 +20,10 @@ and the rate goes back up before the next method. Rows in OUT/drop.csv: per meth
 total, before and after the drop, each iteration's time (slowest rank), and for auto its
 switches (iteration, bucket, candidate) and the iterations from the drop to its first switch.
 converge: `gradcomp bench converge`'s default task and target (teacher, accuracy 0.85, seeds
-0-2, 600 iterations at most, local gloo workers: no testbed) with each candidate without and
-with error feedback (none: without), auto, and auto among the compressed candidates only,
-each without and with the guard (every 20 iterations), into OUT/converge.csv.
+0..`--seeds`-1, 600 iterations at most, local gloo workers: no testbed) with each candidate
+without and with error feedback (none: without), auto, and auto among the compressed
+candidates only, each without and with the guard (every 20 iterations), into
+OUT/converge.csv.
 
 OUT/conditions.csv keeps the load average before and after (the machine may be shared).
 """
@@ -234,7 +235,7 @@ def run_converge(out: Path, a) -> None:
                 ("auto", {"candidates": compressed}),
                 ("auto", {"candidates": compressed, "guard": {"every": 20}})]
     load, start = os.getloadavg()[0], time.monotonic()
-    bench_converge(methods, out=out / "converge.csv", progress=True)
+    bench_converge(methods, seeds=a.seeds, out=out / "converge.csv", progress=True)
     _conditions(out, "converge", load, start)
 
 
@@ -318,6 +319,7 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default="", help="comma-separated: only these of ddp, "
                    "the candidates' names and auto (rates, drop)")
     p.add_argument("--rounds", type=int, default=1, help="rates: runs of each method")
+    p.add_argument("--seeds", type=int, default=3, help="converge: seeds 0..SEEDS-1")
     p.add_argument("--handshake")
     a = p.parse_args(argv)
     if a.what.startswith("worker"):

@@ -16,8 +16,9 @@ from gradcomp.comm import wire
 from gradcomp.comm.communicators import Bucket
 from gradcomp.comm.hooks import average
 from gradcomp.comm.ranks import Ranks
-from gradcomp.evaluation.benches.hookpath import (bench_hook_path, hook_communicator,
-                                                  matrix_shape, run_phases)
+from gradcomp.evaluation.benches.hookpath import (BucketGradient, bench_hook_path,
+                                                  hook_communicator, hook_sizes, matrix_shape,
+                                                  run_phases, workload_gradient)
 from gradcomp.evaluation.model.fit import hook_costs
 from gradcomp.evaluation.model.methods import MethodCost, resolve
 from gradcomp.evaluation.model.network import Network
@@ -127,10 +128,39 @@ def test_bench_rows_phases_and_resume(tmp_path):
     middle = rows["middle_s"]
     assert (middle.loc["powersgd"] > 0).all()
     assert middle.drop("powersgd", level="method").isna().all()
-    assert list(rows.loc["powersgd", "rows"]) == [64, 128]
+    assert (rows["data"] == "randn").all() and (rows["tensors"] == 1).all()
     again = bench_hook_path(["none", "topk", "powersgd"], sizes=[4096, 16384], world_size=2,
                             repeats=1, warmup=0, out=out)
     assert len(pd.read_csv(out)) == 6 and len(again) == 6  # resumed: nothing measured again
+
+
+def test_a_gradient_prefix_keeps_whole_tensors_and_cuts_the_next():
+    values = torch.arange(10 + 320 + 32 + 1024, dtype=torch.float32)
+    grad = BucketGradient(values, tuple(SHAPES[:4]), "x")
+    assert grad.prefix(10)[1] == [torch.Size([10])]
+    cut_values, cut = grad.prefix(10 + 320 + 32 + 24)
+    assert cut == [*SHAPES[:3], torch.Size([4, 6])] and torch.equal(cut_values, values[:386])
+    assert grad.prefix(values.numel())[1] == list(SHAPES[:4])
+    with pytest.raises(ValueError, match="numel"):
+        grad.prefix(values.numel() + 1)
+
+
+def test_workload_gradient_is_the_largest_bucket_of_one_backward_pass():
+    from gradcomp.evaluation.workloads.load import load_workload
+
+    grad = workload_gradient("tiny", 8, 25.0, rank=1)
+    params = [p for p in load_workload("tiny", batch_size=8).model.parameters()][::-1]
+    assert grad.shapes == tuple(p.shape for p in params)  # one bucket: every parameter
+    assert grad.values.numel() == max(hook_sizes("tiny", 8, 25.0))
+    assert grad.values.abs().sum() > 0 and grad.source == "tiny gradient, batch 8"
+    assert not torch.equal(grad.values, workload_gradient("tiny", 8, 25.0, rank=0).values)
+    assert workload_gradient("mlp", None, 25.0).source == "mlp gradient, batch 64"  # its own
+    rows = bench_hook_path(["powersgd"], sizes=[100, grad.values.numel()], world_size=2,
+                           repeats=1, warmup=0, gradient=grad)
+    assert list(rows["data"]) == [grad.source] * 2
+    assert list(rows["tensors"]) == [2, len(params)]  # a cut bias + a matrix; all of them
+    with pytest.raises(ValueError, match="sizes.*holds"):
+        bench_hook_path(["none"], sizes=[grad.values.numel() + 1], gradient=grad)
 
 
 def test_matrix_shape():

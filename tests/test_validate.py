@@ -108,7 +108,11 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert sorted(zip(train["method"], train["batch_size"])) == \
         [("auto", 64), ("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
-    assert {"int8", "none"} <= set(pd.read_csv(tmp_path / "hook-2.5gbit.csv")["method"])
+    hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
+    assert {"int8", "none"} <= set(hook["method"])
+    # Priced on the workload's own gradients, keyed by the batch size the sub-jobs resolve
+    # (no --batch-size at first: tiny's own 64).
+    assert set(hook["data"]) == {"tiny gradient, batch 64", "tiny gradient, batch 32"}
     # The profile is DDP's: its copies out of the buckets after backward are timed.
     assert json.loads((tmp_path / "profile-tiny-b64-2.5gbit.json").read_text())["finalize_s"] > 0
     small = json.loads((tmp_path / "profile-tiny-b32-2.5gbit.json").read_text())

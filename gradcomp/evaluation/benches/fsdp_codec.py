@@ -11,9 +11,10 @@ the caches. With `slowest_rank` (every rank of the process group runs the sweep 
 the workers compute side by side in training) each phase starts after a barrier and its time
 is the slowest rank's.
 
-Columns: method, options, numel (the flat gradient, a multiple of `world_size`), world_size,
-dtype, device, encode_s, decode_s (all `world_size` payloads), their spreads, repeats,
-slowest_rank, and the environment columns. `fit.fsdp_codec_costs` fits the model's costs.
+Columns: method, options, numel (the flat gradient, a multiple of `world_size`), data
+("randn": the gradient is N(0, 1) noise), world_size, dtype, device, encode_s, decode_s
+(all `world_size` payloads), their spreads, repeats, slowest_rank, and the environment
+columns. `fit.fsdp_codec_costs` fits the model's costs.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from ..common.env import environment
 from ..common.store import as_table
 from ..common.timing import Clock
 from .compress import method_cases
-from .hookpath import KEY_COLUMNS, case_keys, dtype_name, evict, measure_cases
+from .hookpath import KEY_COLUMNS, NOISE, case_keys, dtype_name, evict, measure_cases
 
 PHASES = ("encode", "decode")
 
@@ -70,7 +71,8 @@ def measure_fsdp_codec(name: str, options: dict, numel: int, world_size: int,
             for phase, t in zip(PHASES, seconds.tolist()):
                 times[phase].append(t)
     row = {"method": name, "options": json.dumps(comp.options(), sort_keys=True),
-           "numel": numel, "world_size": world_size, "dtype": dtype_name(torch.float32),
+           "numel": numel, "data": NOISE, "world_size": world_size,
+           "dtype": dtype_name(torch.float32),
            "device": "cpu"}
     for phase, values in times.items():
         series = pd.Series(values, dtype=float)

@@ -19,16 +19,24 @@ With `slowest_rank` (every rank of a process group runs the same sweep at once, 
 workers compute side by side in training): each phase starts after a barrier and its time is
 the slowest rank's, since the collective after it waits for that rank.
 
-Columns: method, options, aggregation, communicator (its class), numel, rows, cols (the
-bucket holds one rows x cols tensor), world_size, dtype, device, encode_s, middle_s (NaN but
-for two-round methods), decode_s (the whole bucket's decode: all `world_size` payloads),
-their spreads, repeats, slowest_rank, and the environment columns.
+What the bucket holds matters: a workload's gradients (`workload_gradient`: one backward
+pass, the tensors of its largest DDP bucket, each rank its own batch) cost several codecs more
+than Gaussian noise does (top-k's sampled threshold keeps more candidates; PowerSGD multiplies
+the parameters' own matrices, not one square one), so the benches behind a prediction use them;
+without one, a bucket is N(0, 1) noise in one `matrix_shape` tensor.
+
+Columns: method, options, aggregation, communicator (its class), numel, data ("randn" or the
+workload gradient's `source`), tensors (how many tensors the bucket holds), world_size, dtype,
+device, encode_s, middle_s (NaN but for two-round methods), decode_s (the whole bucket's
+decode: all `world_size` payloads), their spreads, repeats, slowest_rank, and the
+environment columns.
 """
 from __future__ import annotations
 
 import json
 import math
 import sys
+from dataclasses import dataclass
 from functools import partial
 
 import pandas as pd
@@ -45,10 +53,12 @@ from ..common.store import as_table
 from ..common.timing import Clock
 from ..model.bucketing import DDP
 from ..profiles.profiles import Profile
-from ..workloads.load import load_workload
+from ..workloads.load import describe, load_workload
 from .compress import method_cases
 
-KEY_COLUMNS = ("method", "options", "numel", "world_size", "dtype", "device", "device_name")
+KEY_COLUMNS = ("method", "options", "numel", "data", "world_size", "dtype", "device",
+               "device_name")
+NOISE = "randn"
 EVICT_FACTOR = 4
 EVICT_MIN_BYTES = 64 << 20
 PHASES = ("encode", "middle", "decode")
@@ -63,6 +73,67 @@ def matrix_shape(numel: int) -> tuple[int, int]:
     while numel % rows:
         rows -= 1
     return rows, numel // rows
+
+
+@dataclass(frozen=True)
+class BucketGradient:
+    """A bucket as training hands it to the hook: gradient `values` laid end to end, the
+    `shapes` of the tensors they fill, and where they came from (`source`)."""
+
+    values: torch.Tensor
+    shapes: tuple[torch.Size, ...]
+    source: str
+
+    def prefix(self, numel: int) -> tuple[torch.Tensor, list[torch.Size]]:
+        """The first `numel` values (1 <= numel <= all) and the shapes of the tensors they
+        fill: those wholly inside, then what is left of the next one as a `matrix_shape`
+        tensor (a bucket of `numel` values of this workload)."""
+        check_int(numel, "numel", 1, self.values.numel())
+        shapes, filled = [], 0
+        for shape in self.shapes:
+            if filled + shape.numel() > numel:
+                break
+            shapes.append(shape)
+            filled += shape.numel()
+        if filled < numel:
+            shapes.append(torch.Size(matrix_shape(numel - filled)))
+        return self.values[:numel], shapes
+
+
+def gradient_source(model: str, batch_size: int | None) -> str:
+    """The `data` of a bench of `model`'s gradients at `batch_size` (as `describe` resolves
+    it: None only for a workload whose inputs hold no tensor)."""
+    return f"{model} gradient" + ("" if batch_size is None else f", batch {batch_size}")
+
+
+def workload_gradient(model: str, batch_size: int | None, bucket_cap_mb: float,
+                      rank: int = 0) -> BucketGradient:
+    """The gradients of `model`'s largest DDP bucket at `bucket_cap_mb` after one forward and
+    backward pass of its freshly built model on rank `rank`'s first batch (float32, CPU);
+    `batch_size` None: the workload's own."""
+    workload, batch_size = describe(model, "model", batch_size)
+    inputs, targets = workload.batch(rank, 0, "cpu")
+    workload.loss(workload.model(inputs), targets).backward()
+    params = _bucket_order(workload.model)
+    bucket = [params[i] for i in _largest_bucket(params, bucket_cap_mb)]
+    values = torch.cat([p.grad.detach().reshape(-1).float() if p.grad is not None
+                        else torch.zeros(p.numel()) for p in bucket])
+    return BucketGradient(values, tuple(p.shape for p in bucket),
+                          gradient_source(model, batch_size))
+
+
+def _bucket_order(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters whose gradients DDP communicates, in the order it buckets them."""
+    return [p for p in module.parameters() if p.requires_grad][::-1]
+
+
+def _largest_bucket(params, bucket_cap_mb: float) -> list[int]:
+    """The indices into `params` (`_bucket_order`) of the largest bucket DDP forms at
+    `bucket_cap_mb` (`model.bucketing.DDP`)."""
+    grads = Profile("buckets", [p.numel() for p in params], [0.0] * len(params), 0.0, 0.0, 0.0,
+                    params[0].element_size())
+    buckets = DDP(bucket_cap_mb, first_bucket_mb=bucket_cap_mb).assign(grads)
+    return list(max(buckets, key=lambda b: sum(grads.sizes[i] for i in b.params)).params)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -113,21 +184,27 @@ def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> di
 def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
                       device="cpu", dtype=torch.float32, repeats: int = 5, warmup: int = 1,
                       seed: int = 0, min_compression_rate: float = 1.0,
-                      slowest_rank: bool = False) -> dict:
+                      slowest_rank: bool = False,
+                      gradient: BucketGradient | None = None) -> dict:
     """Median seconds of the hook's encode, middle (two-round methods) and decode of one
-    bucket of `numel` values (one `matrix_shape` tensor) among `world_size` ranks, through
-    `hook_communicator` (`min_compression_rate`: the hook's option; `slowest_rank`: see the
-    module docstring)."""
+    bucket of `numel` values among `world_size` ranks, through `hook_communicator`
+    (`min_compression_rate`: the hook's option; `slowest_rank`: see the module docstring).
+    The bucket: `gradient.prefix(numel)`, or N(0, 1) noise (`seed`) in one `matrix_shape`
+    tensor."""
     check_int(numel, "numel", 1)
     check_int(world_size, "world_size", 1)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
     device = check_device(device)
-    shape = torch.Size(matrix_shape(numel))
-    gen = torch.Generator(device=device).manual_seed(seed)
-    grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    if gradient is None:
+        shapes = [torch.Size(matrix_shape(numel))]
+        gen = torch.Generator(device=device).manual_seed(seed)
+        grad = torch.randn(numel, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    else:
+        values, shapes = gradient.prefix(numel)
+        grad = values.to(device=device, dtype=dtype)
     buffer = torch.empty_like(grad)
-    bucket = Bucket(buffer, 0, lambda: [shape])
+    bucket = Bucket(buffer, 0, lambda: shapes)
     comp, communicator = hook_communicator(name, options, bucket, world_size,
                                            min_compression_rate)
     nbytes = numel * grad.element_size()
@@ -157,7 +234,8 @@ def measure_hook_path(name: str, options: dict, numel: int, world_size: int = 2,
                    if isinstance(communicator, DenseAllReduce) else comp.aggregation)
     row = {"method": name, "options": json.dumps(comp.options(), sort_keys=True),
            "aggregation": aggregation, "communicator": type(communicator).__name__,
-           "numel": numel, "rows": shape[0], "cols": shape[1], "world_size": world_size,
+           "numel": numel, "data": NOISE if gradient is None else gradient.source,
+           "tensors": len(shapes), "world_size": world_size,
            "dtype": dtype_name(dtype), "device": str(device)}
     for phase, values in times.items():
         series = pd.Series(values, dtype=float)
@@ -177,24 +255,31 @@ def _slowest(seconds: dict) -> dict:
 
 def bench_hook_path(methods=None, sizes=None, world_size: int = 2, device="cpu",
                     dtype=torch.float32, repeats: int = 5, warmup: int = 1, out=None,
-                    progress: bool = False, slowest_rank: bool = False) -> pd.DataFrame:
+                    progress: bool = False, slowest_rank: bool = False,
+                    gradient: BucketGradient | None = None) -> pd.DataFrame:
     """`measure_hook_path` of every (method, options) of `methods` (see
-    `compress.method_cases`) at every size of `sizes` (elements); rows already in `out` (a
-    path or ResultTable) are skipped. Returns this sweep's rows (measured now or before).
-    `slowest_rank`: call it on every rank of the default process group, `out` on rank 0
-    only (which says what to skip; every rank measures the rest together)."""
+    `compress.method_cases`) at every size of `sizes` (elements; with a `gradient`, its
+    prefixes); rows already in `out` (a path or ResultTable) are skipped. Returns this
+    sweep's rows (measured now or before). `slowest_rank`: call it on every rank of the
+    default process group, `out` on rank 0 only (which says what to skip; every rank
+    measures the rest together)."""
     sizes = list(sizes) if sizes is not None else [2**k for k in range(12, 23, 2)]
     if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
+    if gradient is not None and max(sizes) > gradient.values.numel():
+        raise ValueError(f"sizes={sizes!r} is not allowed: the gradient holds "
+                         f"{gradient.values.numel()} values")
     device = check_device(device)
     table = as_table(out, KEY_COLUMNS)
     env = environment(world_size=world_size, device=device)  # the ranks priced
+    data = NOISE if gradient is None else gradient.source
     cases = [(name, options, numel, key)
              for name, options in method_cases(methods)
              for numel, key in zip(sizes, case_keys(name, options, sizes, world_size, device,
-                                                    dtype, env["device_name"]))]
+                                                    dtype, env["device_name"], data))]
     measure = partial(measure_hook_path, world_size=world_size, device=device, dtype=dtype,
-                      repeats=repeats, warmup=warmup, slowest_rank=slowest_rank)
+                      repeats=repeats, warmup=warmup, slowest_rank=slowest_rank,
+                      gradient=gradient)
     return measure_cases(cases, table, measure, env, slowest_rank, "hook-path bench",
                          progress)
 
@@ -226,10 +311,12 @@ def measure_cases(cases, table, measure, env: dict, slowest_rank: bool, desc: st
 
 
 def case_keys(name: str, options: dict, sizes, world_size: int, device, dtype,
-              device_name: str) -> list[dict]:
-    """The key columns of the measurements of (name, options) at each of `sizes`."""
+              device_name: str, data: str = NOISE) -> list[dict]:
+    """The key columns of the measurements of (name, options) at each of `sizes` of `data`
+    ("randn" or a `BucketGradient.source`)."""
     built = json.dumps(compressor(name, **options).options(), sort_keys=True)
-    return [{"method": name, "options": built, "numel": numel, "world_size": world_size,
+    return [{"method": name, "options": built, "numel": numel, "data": data,
+             "world_size": world_size,
              "dtype": dtype_name(dtype), "device": str(torch.device(device)),
              "device_name": device_name} for numel in sizes]
 
@@ -242,12 +329,8 @@ def hook_sizes(model: str, batch_size: int | None, bucket_cap_mb: float) -> list
     Not powers of two: those are the best case of several codecs (random-k's permutation
     walks once per position at 4^m elements and up to 4 times just above; int8 pads to its
     blocks), and dividing by 4 keeps where a size falls between two powers of 4."""
-    params = [p for p in load_workload(model, "model", batch_size=batch_size).model.parameters()
-              if p.requires_grad][::-1]
-    grads = Profile("buckets", [p.numel() for p in params], [0.0] * len(params), 0.0, 0.0, 0.0,
-                    params[0].element_size())
-    largest = max(sum(grads.sizes[i] for i in b.params)
-                  for b in DDP(bucket_cap_mb, first_bucket_mb=bucket_cap_mb).assign(grads))
+    params = _bucket_order(load_workload(model, "model", batch_size=batch_size).model)
+    largest = sum(params[i].numel() for i in _largest_bucket(params, bucket_cap_mb))
     sizes = [max(1, largest // 4**j) for j in range(HOOK_SIZE_STEPS)]
     return sorted({n for j, n in enumerate(sizes) if n >= 256 or j < 2})
 
@@ -265,12 +348,13 @@ def hook_methods(methods) -> list[tuple[str, dict]]:
     return cases
 
 
-def hook_path_pending(out, methods, sizes, world_size: int, device="cpu") -> bool:
+def hook_path_pending(out, methods, sizes, world_size: int, device="cpu",
+                      data: str = NOISE) -> bool:
     """Whether the table `out` lacks a row `bench_hook_path(methods, sizes, world_size,
-    device)` would measure."""
+    device)` of `data` would measure."""
     table = as_table(out, KEY_COLUMNS)
     device_name = environment(world_size=world_size, device=device)["device_name"]
     done = table.done_keys()
     return any(table.key(key) not in done for name, options in method_cases(methods)
                for key in case_keys(name, options, sizes, world_size, device, torch.float32,
-                                    device_name))
+                                    device_name, data))

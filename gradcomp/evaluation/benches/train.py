@@ -64,7 +64,8 @@ from ..profiles.profiles import Profile, save_profile
 from ..workloads.contract import AUTOCAST, autocast
 from ..workloads.load import describe, load_workload
 from .compress import method_cases
-from .hookpath import bench_hook_path, hook_methods, hook_path_pending, hook_sizes
+from .hookpath import (bench_hook_path, gradient_source, hook_methods, hook_path_pending,
+                       hook_sizes, workload_gradient)
 
 KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
                "world_size", "backend", "device_name")
@@ -192,7 +193,9 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
         bench_hook_path(hook_cases, hook_sizes(spec["model"], spec["batch_size"],
                                                spec["bucket_cap_mb"]),
                         dist.get_world_size(), device, repeats=hook_repeats, warmup=1,
-                        out=hook_out if rank == 0 else None, slowest_rank=True)
+                        out=hook_out if rank == 0 else None, slowest_rank=True,
+                        gradient=workload_gradient(spec["model"], spec["batch_size"],
+                                                   spec["bucket_cap_mb"], rank))
     dist.broadcast_object_list(single, src=0)
     spec = {**spec, "t_iter_single_s": single[0]}
     for name, options in tqdm(cases, desc="train bench", file=sys.stderr,
@@ -273,7 +276,8 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
         hooks = hook_methods(plan.values())
         hooks_todo = hook_out is not None and hook_path_pending(
             hook_out, hooks, hook_sizes(model, spec["batch_size"], spec["bucket_cap_mb"]),
-            world_size, "cuda:0" if backend == "nccl" else "cpu")
+            world_size, "cuda:0" if backend == "nccl" else "cpu",
+            gradient_source(model, spec["batch_size"]))
         profile_todo = profile_out is not None and not Path(profile_out).exists()
         if todo or hooks_todo or profile_todo or under_torchrun():
             launch(run_methods, world_size, backend, todo, spec, table, backend,

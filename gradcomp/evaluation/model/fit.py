@@ -13,7 +13,9 @@ validation of predictions against measured runs.
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an
-  intercept. An all-reduce's reduction work is absorbed into its beta.
+  intercept, squared errors weighted by 1/time as for the codecs (unweighted, the largest
+  payload's noise decides alpha alone: 0 at 100 Mbit/s on the testbed, where a 16 KB
+  all-reduce takes milliseconds). An all-reduce's reduction work is absorbed into its beta.
 * `fit_runs`: the contention factor and the network efficiency from measured iteration times
   (columns method, workers, bandwidth_bps, t_iter_s), minimising squared relative errors by a
   shrinking grid search.
@@ -87,20 +89,26 @@ def _nonneg_lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _lstsq(label: dict, X: np.ndarray, y: np.ndarray, names: tuple) -> Fit:
+    """Coefficients `names` >= 0 (noise could otherwise give alpha < 0) by
+    `_weighted_lstsq`."""
     if len(y) < len(names) or np.linalg.matrix_rank(X) < len(names):
         raise ValueError(f"cannot fit {label}: need at least {len(names)} measurements that "
                          f"vary (got {len(y)})")
-    # Costs cannot be negative (noise can otherwise give alpha < 0).
-    coef = _nonneg_lstsq(X, y)
+    coef = _weighted_lstsq(X, y)
     fitted = X @ coef
     return Fit(label, dict(zip(names, map(float, coef))), _r2(y, fitted), y - fitted, len(y))
 
 
 def _weighted_line(n: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(a, b) >= 0 minimising sum((y - a - b*n)^2 / t), t the time a plain fit gives at n
+    """(a, b) >= 0 of the line a + b*n by `_weighted_lstsq`."""
+    return _weighted_lstsq(np.column_stack([np.ones_like(n), n]), y)
+
+
+def _weighted_lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Coefficients >= 0 minimising sum((y - X c)^2 / t), t the time a plain fit gives
     (floored at 0.1% of its largest): between absolute errors (the largest sizes decide
-    alone) and relative ones (the smallest count as much as those priced)."""
-    X = np.column_stack([np.ones_like(n), n])
+    alone, and a latency is lost in their noise) and relative ones (the smallest count as
+    much as those priced)."""
     first = X @ _nonneg_lstsq(X, y)
     weight = 1 / np.sqrt(np.maximum(first, max(float(first.max()), 1e-30) * 1e-3))
     return _nonneg_lstsq(X * weight[:, None], y * weight)

@@ -14,7 +14,7 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    method's hook computes per bucket (`benches.hookpath`: encode with error feedback,
    PowerSGD's work between its rounds, decode and aggregation of every rank's payload and the
    write-back; each phase the slowest rank's, as the collective after it waits for that
-   rank), over bucket sizes;
+   rank), over bucket sizes, on the workload's own gradients (`workload_gradient`);
 4. the model predicts each iteration from that profile, that network (alpha and the fitted
    bandwidth per collective) and those per-bucket costs (`fit.hook_costs`), with DDP's
    buckets as torch forms them.
@@ -50,7 +50,8 @@ from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
-from ..benches.hookpath import bench_hook_path, case_keys, hook_methods, hook_sizes
+from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hook_methods,
+                                hook_sizes, workload_gradient)
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import make_spec, plan_runs
 from ..common.env import environment
@@ -67,7 +68,9 @@ from .testbed import Testbed
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
                    "signsgd")
-COLLECTIVE_SIZES = (2**16, 2**18, 2**20, 2**22, 2**24)
+COLLECTIVE_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)
+COLLECTIVE_REPEATS = 10
+HOOK_WARMUP, HOOK_REPEATS = 5, 10
 
 
 def rate_tag(rate_bps: float) -> str:
@@ -79,7 +82,8 @@ def rate_tag(rate_bps: float) -> str:
 
 
 def model_collective_sizes(model: str) -> list[int]:
-    """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least two)."""
+    """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least the two
+    smallest, which decide the latency)."""
     from ..workloads.load import load_workload
 
     grad_bytes = 4 * sum(p.numel() for p in load_workload(model).model.parameters())
@@ -108,8 +112,8 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
             "train": set(plan_runs(methods, spec, workers, "gloo", "cpu",
                                    ResultTable("train.csv", TRAIN_KEYS))),
             "hook": {codec.key(k) for m, o in hook_methods(methods)
-                     for k in case_keys(m, o, sizes, workers, "cpu", torch.float32,
-                                        "cpu")}}
+                     for k in case_keys(m, o, sizes, workers, "cpu", torch.float32, "cpu",
+                                        gradient_source(spec["model"], spec["batch_size"]))}}
 
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
@@ -153,7 +157,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
             run_job(testbed, "gradcomp.evaluation.benches.collective",
                     ["--out", str(coll), "--backend", "gloo", "--collectives",
                      "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
-                     "--repeats", "5", "--warmup", "2",
+                     "--repeats", str(COLLECTIVE_REPEATS), "--warmup", "2",
                      "--after-compute-ms", repr(AFTER_COMPUTE_MS)], timeout=900)
         if need_train:
             say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
@@ -233,9 +237,10 @@ def concurrent_job(argv=None) -> int:
             dist.barrier()
             methods = hook_methods(m for m in a.methods.split(",") if m)
             sizes = hook_sizes(a.model, a.batch_size, a.bucket_cap_mb)
-            bench_hook_path(methods, sizes, dist.get_world_size(), repeats=5,
-                            warmup=2, out=a.codec_out if rank == 0 else None,
-                            slowest_rank=True)
+            bench_hook_path(methods, sizes, dist.get_world_size(), repeats=HOOK_REPEATS,
+                            warmup=HOOK_WARMUP, out=a.codec_out if rank == 0 else None,
+                            slowest_rank=True, gradient=workload_gradient(
+                                a.model, a.batch_size, a.bucket_cap_mb, rank))
         dist.barrier()
     finally:
         dist.destroy_process_group()
