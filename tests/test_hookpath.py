@@ -280,3 +280,41 @@ def test_slowest_rank_sweep_on_two_ranks(tmp_path):
     assert list(rows["method"]) == ["topk", "powersgd"] and rows["slowest_rank"].all()
     assert (rows["world_size"] == 2).all() and (rows["encode_s"] > 0).all()
     assert rows["middle_s"].isna().tolist() == [True, False]
+
+
+def _powersgd_exchange_calls(out):
+    """How many all-reduces one PowerSGD exchange of a bucket with plain pieces issues."""
+    from gradcomp.comm.communicators import TwoRounds
+    from gradcomp.compressors import compressor
+
+    comp = compressor("powersgd")
+    comp.set_rank(dist.get_rank())
+    communicator = TwoRounds(comp, Ranks())
+    assert communicator.ranks.round_group(0, torch.device("cpu")) is not None  # chained
+    calls, real = [], dist.all_reduce
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    buf = torch.randn(sum(s.numel() for s in SHAPES), generator=torch.Generator().manual_seed(0))
+    bucket = Bucket(buf, 0, lambda: SHAPES)
+    sent = communicator.encode(bucket)
+    dist.all_reduce = counted
+    try:
+        received = communicator.exchange(sent).wait()
+    finally:
+        dist.all_reduce = real
+    communicator.decode(sent, received)
+    if dist.get_rank() == 0:
+        torch.save(len(calls), out)
+
+
+def test_powersgd_sends_its_plain_pieces_with_round_one(tmp_path):
+    # Two all-reduces per bucket, not a third for the vectors (a concurrent all-reduce on
+    # another group cost the MLP's exchange 2-3 ms on the testbed).
+    from gradcomp.evaluation.common.env import spawn
+
+    out = tmp_path / "calls.pt"
+    spawn(_powersgd_exchange_calls, 2, "gloo", str(out))
+    assert torch.load(out) == 2

@@ -197,6 +197,7 @@ class TwoRoundCompressor(Compressor):
         c.finish(step, plain_mean, second_mean, out=flat)
 
     `shapes` are the shapes of the tensors laid end to end in `flat` (one bucket's parameters).
+    A step may use buffers kept for its `key`: finish it before the next `begin` of that key.
     """
 
     aggregation: ClassVar[str] = "allreduce"
