@@ -129,19 +129,25 @@ def slowdown_cases(rank):
     """auto's choice fed the model's times of one 4e7-byte bucket (uncompressed all-reduce,
     or 4e5 bytes all-gathered after 2 ms of codec) on a link 100x slower from iteration `drop`
     on (None: never); rank 1 alone also waits 10x as long in iteration 12 (the other rank came
-    late); every rank's codec takes 0.1 s in iteration 22 (noise). Then the hook with its
-    slowdown check on, on the small model's buckets."""
+    late); every rank's codec takes 0.1 s in iteration 22 (noise); the check blocking, or
+    launched and read an iteration later ("launched"). Then the hook with its slowdown check
+    on, on the small model's buckets."""
     def reduce(values):
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return values
 
+    def launch(values):
+        work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
+        return lambda: (work.wait(), values)[1]
+
     res = {}
-    for drop in (17, 20, None):  # at a periodic check (it sees only the old rate), between
+    cases = [(drop, "") for drop in (17, 20, None)] + [(17, "launched"), (20, "launched")]
+    for drop, how in cases:  # at a periodic check (it sees only the old rate), between
         ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
                      explore_iters=3, check_every=10)
         changed = []
         for i in range(1, 31):
-            if ch.step(i, reduce):
+            if ch.step(i, reduce, launch if how else None):
                 changed.append(i)
             c = ch.choice(0, i)
             if ch.measured(i):
@@ -151,7 +157,7 @@ def slowdown_cases(rank):
                 codec += 0.1 if i == 22 else 0.0
                 comm = (steps * 20e-6 + per_byte * nbytes * x) * (10 if (rank, i) == (1, 12) else 1)
                 ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
-        res[f"drop{drop}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
+        res[f"drop{drop}{how}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
     run = train(rank, "auto", dict(explore_iters=2), steps=20)
     res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at")}
     return res

@@ -106,8 +106,9 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check at the next iteration, the bandwidth refitted from that iteration (one small
-        all-reduce per iteration; None: only the periodic checks).
+        check two iterations later, the bandwidth refitted from that iteration on (one small
+        all-reduce per iteration, not waited for until the next; None: only the periodic
+        checks).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
@@ -172,7 +173,8 @@ class AutoState(HookState):
         if self._stepped != iteration:
             self._stepped = iteration
             self._collect(iteration)
-            chooser.step(iteration, self._reduce(bucket.buffer.device))
+            chooser.step(iteration, self._reduce(bucket.buffer.device),
+                         self._launch(bucket.buffer.device))
             if self.guard is not None:
                 self.guard.step(iteration, self._reduce(bucket.buffer.device))
         candidate = chooser.choice(bucket.index, iteration)
@@ -269,6 +271,20 @@ class AutoState(HookState):
             dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group)
             return moved.cpu()
         return reduce
+
+    def _launch(self, device):
+        def launch(values: torch.Tensor):
+            if self.ranks.world_size == 1:
+                return lambda: values
+            moved = values.to(device)
+            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group,
+                                   async_op=True)
+
+            def wait() -> torch.Tensor:
+                work.wait()
+                return moved.cpu()
+            return wait
+        return launch
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
