@@ -280,7 +280,7 @@ def _ortho_timings(rank: int, reps: int = 50) -> dict:
     """Milliseconds to orthogonalise all of ResNet-50's P matrices once (every compressed
     weight, grouped by shape as gradcomp groups them), with each implementation."""
     from gradcomp import kernels
-    from gradcomp.compressors import powersgd
+    from gradcomp.compressors import orthogonalize, powersgd
 
     comp = gradcomp.compressor("powersgd", rank=rank)
     lay = comp.layout([p.shape for p in resnet50().parameters()])
@@ -297,7 +297,7 @@ def _ortho_timings(rank: int, reps: int = 50) -> dict:
                 torch_psgd._orthogonalize(m, 0)
 
     impls = {"torch-per-tensor": torch_hook,
-             "gradcomp-torch-per-shape": lambda buf: [powersgd._orthogonalize_torch(v, 0.0)
+             "gradcomp-torch-per-shape": lambda buf: [orthogonalize.orthogonalize_torch(v, 0.0)
                                                       for v in views(buf)],
              "gradcomp-triton-one-launch": lambda buf: kernels.orthogonalize_(buf, 0.0,
                                                                               shapes=shapes)}

@@ -1,5 +1,5 @@
 """The batched orthogonalisation kernel (gradcomp.kernels.orthogonalize_) against PowerSGD's
-torch reference (gradcomp.compressors.powersgd's Gram-Schmidt for r <= 2, QR for r > 2).
+torch reference (gradcomp.compressors.orthogonalize's Gram-Schmidt for r <= 2, QR for r > 2).
 
 Without a GPU the kernel runs on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 is
 set below, before the kernels load), and the compile test builds it for sm_90; with a GPU the
@@ -18,7 +18,7 @@ from test_kernels import CUDA, DEVICE, run_without_interpreter
 
 import gradcomp
 from gradcomp import kernels
-from gradcomp.compressors import powersgd
+from gradcomp.compressors import orthogonalize
 
 # The interpreter evaluates both sides of tl.where in numpy, which warns about NaN/Inf there.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -32,7 +32,7 @@ def randn(*shape, seed):
 
 
 def reference(x, eps=0.0):
-    return powersgd._orthogonalize_torch(x.clone(), eps)
+    return orthogonalize.orthogonalize_torch(x.clone(), eps)
 
 
 def kernel(x, eps=0.0, **kw):
@@ -126,7 +126,7 @@ def test_non_finite_spreads_as_in_the_reference(value, r):
     col = r // 2
     x[1, 4, col] = value
     q, ref = kernel(x), reference(x)
-    # what `_finite_or_eye` looks at: which matrices are finite
+    # what `identity_if_not_finite` looks at: which matrices are finite
     assert torch.equal(torch.isfinite(q).all(dim=(1, 2)), torch.isfinite(ref).all(dim=(1, 2)))
     assert torch.isfinite(q[1, :, :col]).all()  # the columns before it stay finite
     assert (~torch.isfinite(q[1, :, col:])).any(dim=0).all()  # it and those after it do not
@@ -148,7 +148,7 @@ def test_finite_or_eye_replaces_non_finite_matrices(chunk, r):
     x[1, 3, 0] = float("nan")
     x[2, 0, r - 1] = float("-inf")
     q = kernel(x, finite_or_eye=True, chunk_rows=chunk)
-    want = reference(powersgd._finite_or_eye(x))
+    want = reference(orthogonalize.identity_if_not_finite(x))
     if r <= 2:
         torch.testing.assert_close(q, want, **EXACT_TOL)
     else:
@@ -189,7 +189,7 @@ def kernel_path(monkeypatch):
             ok = t.dtype == torch.float32 and t.is_contiguous() and t.numel() > 0
             return ok and (max_rank is not None or t.shape[2] <= t.shape[1])
 
-        monkeypatch.setattr(powersgd, "_use_kernel", use_kernel)
+        monkeypatch.setattr(orthogonalize, "use_kernel", use_kernel)
     calls = []
     real = kernels.orthogonalize_
 
@@ -205,7 +205,7 @@ def kernel_path(monkeypatch):
 def torch_path_run(fn):
     """fn() with PowerSGD on its torch code."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(powersgd, "_use_kernel", lambda t, max_rank=None: False)
+        mp.setattr(orthogonalize, "use_kernel", lambda t, max_rank=None: False)
         return fn()
 
 

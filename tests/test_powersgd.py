@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import gradcomp
-from gradcomp.compressors.powersgd import orthogonalize_, square_view
+from gradcomp.compressors.orthogonalize import orthogonalize_
+from gradcomp.compressors.powersgd import square_view
 
 
 def rel_error(c, m):

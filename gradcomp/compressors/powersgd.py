@@ -33,69 +33,11 @@ from typing import Any, Hashable
 import numpy as np
 import torch
 
-from .. import kernels
 from ..checks import check_bool, check_int
 from .base import Payload, TwoRoundCompressor, check_tensor, work_dtype
 from .memory import finite_or_zero
+from .orthogonalize import orthogonalize_all
 from .registry import register
-
-
-def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
-    """Orthonormalise the columns of a batch of tall matrices (b, n, r) in place: Gram-Schmidt
-    for r <= 2, QR otherwise (as torch's hook does).
-
-    A contiguous float32 CUDA batch goes to the Triton kernel when `kernels.available()` (one
-    program per matrix; `gradcomp.kernels.orthogonalize_`): for r <= 2 it runs the same
-    Gram-Schmidt steps, equal to this torch code up to float32 rounding (NaN where torch gives
-    NaN: a zero column with epsilon 0, a NaN/Inf column and those after it); for r > 2 it runs
-    re-orthogonalised Gram-Schmidt, which agrees with torch's QR up to the signs of the columns
-    and rounding (P Q^T does not depend on the signs), and, like QR, completes a zero column
-    to an orthonormal set instead of giving NaN.
-    """
-    if _use_kernel(matrices):
-        return kernels.orthogonalize_(matrices, epsilon)
-    return _orthogonalize_torch(matrices, epsilon)
-
-
-def _orthogonalize_torch(matrices: torch.Tensor, epsilon: float) -> torch.Tensor:
-    rank = matrices.shape[2]
-    if rank > 2:
-        q, _ = torch.linalg.qr(matrices)
-        return matrices.copy_(q)
-    for i in range(rank):
-        col = matrices[:, :, i : i + 1]
-        col /= torch.linalg.vector_norm(col, dim=1, keepdim=True) + epsilon
-        if i + 1 < rank:
-            rest = matrices[:, :, i + 1 :]
-            rest -= torch.sum(col * rest, dim=1, keepdim=True) * col
-    return matrices
-
-
-def _use_kernel(t: torch.Tensor, max_rank: int | None = None) -> bool:
-    """Whether float32 CUDA matrices (at most `max_rank` columns) go to the Triton kernel."""
-    if not (t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() and t.numel()
-            and kernels.available()):
-        return False
-    from ..kernels.orthogonal import MAX_RANK
-
-    if max_rank is None:  # one (b, n, r) batch
-        return t.dim() == 3 and t.shape[2] <= min(t.shape[1], MAX_RANK)
-    return max_rank <= MAX_RANK
-
-
-def _orthogonalize_all(flat: torch.Tensor, views: dict, shapes: list, epsilon: float,
-                       finite_or_eye: bool = False) -> None:
-    """Orthonormalise every batch of `views` (views of `flat`, whose (b, n, r) are `shapes`)
-    in place: one kernel launch for them all on a GPU, else the torch code per batch. With
-    `finite_or_eye`, a matrix holding NaN/Inf is first replaced by the identity's columns."""
-    if _use_kernel(flat, max((r for _, _, r in shapes), default=0)):
-        kernels.orthogonalize_(flat, epsilon, shapes=shapes, finite_or_eye=finite_or_eye)
-        return
-    for v in views.values():
-        if finite_or_eye:
-            v.copy_(_orthogonalize_torch(_finite_or_eye(v), epsilon))
-        else:
-            _orthogonalize_torch(v, epsilon)
 
 
 def square_view(numel: int) -> tuple[int, int]:
@@ -296,7 +238,7 @@ class PowerSGD(TwoRoundCompressor):
             qs = self._fresh_qs(layout, work)
         q_buf = torch.cat([q.reshape(-1) for q in qs.values()]) if qs else work.new_zeros(0)
         qs = _split(q_buf, layout.groups, q_shapes)
-        _orthogonalize_all(q_buf, qs, q_shapes, self.epsilon, finite_or_eye=True)
+        orthogonalize_all(q_buf, qs, q_shapes, self.epsilon, finite_or_eye=True)
         p_buf = _bmm_flat(mats, qs, False, work)
         return PowerStep(key, layout, work, flat.dtype, packed, mats, q_buf, qs, p_buf,
                          _split(p_buf, layout.groups, p_shapes))
@@ -326,7 +268,7 @@ class PowerSGD(TwoRoundCompressor):
         lay = step.layout
         step.p_buf = p_sum.to(step.work.dtype)
         step.ps = _split(step.p_buf, lay.groups, lay.low_rank_shapes(0))
-        _orthogonalize_all(step.p_buf, step.ps, lay.low_rank_shapes(0), self.epsilon)
+        orthogonalize_all(step.p_buf, step.ps, lay.low_rank_shapes(0), self.epsilon)
         step.q_buf = _bmm_flat(step.mats, step.ps, True, step.work)
         step.qs = _split(step.q_buf, lay.groups, lay.low_rank_shapes(1))
         return step.q_buf
@@ -392,14 +334,6 @@ class PowerSGD(TwoRoundCompressor):
         self._seed_stream.set_state(state["seed_stream"])
         self.memories = {k: dict(v) for k, v in state["memories"].items()}
         self.residuals = {k: v.clone() for k, v in state["residuals"].items()}
-
-
-def _finite_or_eye(q: torch.Tensor) -> torch.Tensor:
-    """A copy of the stacked Qs (b, m, r) where a Q that holds NaN/Inf (after a non-finite
-    gradient) is replaced by the first r columns of the identity, so warm start recovers; the
-    same on every rank, since Q was all-reduced, and without a host sync."""
-    eye = torch.eye(q.shape[1], q.shape[2], dtype=q.dtype, device=q.device).expand_as(q)
-    return torch.where(torch.isfinite(q).all(dim=(1, 2), keepdim=True), q, eye)
 
 
 #: Each group's matrices start at a multiple of this many elements of the gathered buffer (64

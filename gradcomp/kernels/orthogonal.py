@@ -4,7 +4,7 @@ one Triton program per matrix: `orthogonalize_`.
 Imported lazily by `gradcomp.kernels` (this module imports Triton). Inputs are contiguous
 float32 tensors on a CUDA device, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1).
 What it computes, per matrix of r columns, is the torch reference of
-`gradcomp.compressors.powersgd.orthogonalize_` (Gram-Schmidt for r <= 2, QR otherwise) up to
+`gradcomp.compressors.orthogonalize.orthogonalize_` (Gram-Schmidt for r <= 2, QR otherwise) up to
 float32 rounding, and for r > 2 up to the signs of the columns (see
 `gradcomp.kernels.jit.orthogonal`).
 """
