@@ -211,6 +211,21 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
 
 
+def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):
+    import pickle
+
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   candidates=["none", ("topk", {"ratio": 0.01})])
+    x = torch.randn(16, 64)
+    for _ in range(8):
+        ddp(x).square().mean().backward()
+    assert state.chooser.decided_at is not None and state.chooser.pending is not None
+    copy = pickle.loads(pickle.dumps(state))
+    assert copy.chooser.pending is None and copy.chooser.decisions == state.chooser.decisions
+
+
 class SlowSecondRound(gradcomp.compressors.powersgd.PowerSGD):
     """PowerSGD whose work between its two all-reduces takes 50 ms more."""
 

@@ -152,9 +152,11 @@ def test_workload_gradient_is_the_largest_bucket_of_one_backward_pass():
     params = [p for p in load_workload("tiny", batch_size=8).model.parameters()][::-1]
     assert grad.shapes == tuple(p.shape for p in params)  # one bucket: every parameter
     assert grad.values.numel() == max(hook_sizes("tiny", 8, 25.0))
-    assert grad.values.abs().sum() > 0 and grad.source == "tiny gradient, batch 8"
+    assert grad.values.abs().sum() > 0
+    assert grad.source == "tiny gradient, batch 8, 25 MB buckets"
     assert not torch.equal(grad.values, workload_gradient("tiny", 8, 25.0, rank=0).values)
-    assert workload_gradient("mlp", None, 25.0).source == "mlp gradient, batch 64"  # its own
+    own = workload_gradient("mlp", None, 25.0)  # the workload's own batch size
+    assert own.source == "mlp gradient, batch 64, 25 MB buckets"
     rows = bench_hook_path(["powersgd"], sizes=[100, grad.values.numel()], world_size=2,
                            repeats=1, warmup=0, gradient=grad)
     assert list(rows["data"]) == [grad.source] * 2

@@ -110,7 +110,7 @@ def test_kept_buffers_give_the_result_of_fresh_ones_bit_for_bit():
         a, b = _average_alone(kept, flat.clone()), _average_alone(fresh, flat.clone())
         assert torch.equal(a, b)
         assert torch.equal(kept.residuals[0], fresh.residuals[0])
-        packed.add(next(iter(kept._scratch(0, "packed").values())).data_ptr())
+        packed.add(next(iter(kept._scratch(0, "packed", flat.device).values())).data_ptr())
     assert len(packed) == 1  # one buffer for the bucket's matrices, reused
 
 
@@ -130,3 +130,11 @@ def test_a_payload_survives_the_next_compress_of_its_key():
     first = c.compress(a)
     c.compress(b)
     assert torch.equal(c.decompress(first), a)
+
+
+def test_buffers_are_kept_on_the_cpu_only():
+    # CUDA's caching allocator reuses freed blocks; kept buffers would hold ~2x the gradient.
+    c = gradcomp.compressor("powersgd")
+    assert c._scratch(0, "packed", torch.device("cpu")) is c._scratch(0, "packed",
+                                                                      torch.device("cpu"))
+    assert c._scratch(0, "packed", torch.device("cuda", 0)) is None

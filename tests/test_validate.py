@@ -112,7 +112,8 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert {"int8", "none"} <= set(hook["method"])
     # Priced on the workload's own gradients, keyed by the batch size the sub-jobs resolve
     # (no --batch-size at first: tiny's own 64).
-    assert set(hook["data"]) == {"tiny gradient, batch 64", "tiny gradient, batch 32"}
+    assert set(hook["data"]) == {"tiny gradient, batch 64, 25 MB buckets",
+                                 "tiny gradient, batch 32, 25 MB buckets"}
     # The profile is DDP's: its copies out of the buckets after backward are timed.
     assert json.loads((tmp_path / "profile-tiny-b64-2.5gbit.json").read_text())["finalize_s"] > 0
     small = json.loads((tmp_path / "profile-tiny-b32-2.5gbit.json").read_text())

@@ -230,7 +230,7 @@ class PowerSGD(TwoRoundCompressor):
             if residual is not None and residual.shape == work.shape:
                 work += residual
         if not single:
-            packed, mats = _gather(work, layout, self._scratch(key, "packed"))
+            packed, mats = _gather(work, layout, self._scratch(key, "packed", work.device))
         q_shapes, p_shapes = layout.low_rank_shapes(1), layout.low_rank_shapes(0)
         qs = self.memories.get(key, {}) if self.warm_start else {}
         if [(s, tuple(q.shape), q.device) for s, q in qs.items()] != [
@@ -243,11 +243,13 @@ class PowerSGD(TwoRoundCompressor):
         return PowerStep(key, layout, work, flat.dtype, packed, mats, q_buf, qs, p_buf,
                          _split(p_buf, layout.groups, p_shapes))
 
-    def _scratch(self, key: Hashable, name: str) -> dict:
-        """Buffers kept between calls for `key` (a bucket), one set per `name`: a CPU
-        allocator gives a large freed buffer back to the kernel, and page-faulting it in
-        again made the MLP bucket's encode 14-19 ms instead of 8 on some calls."""
-        return self._scratches.setdefault((key, name), {})
+    def _scratch(self, key: Hashable, name: str, device: torch.device) -> dict | None:
+        """Buffers kept between calls for `key` (a bucket), one set per `name`, on the CPU
+        only: glibc gives a large freed buffer back to the kernel, and page-faulting it in
+        again made the MLP bucket's encode 14-19 ms instead of 8 on some calls. (CUDA's
+        caching allocator reuses freed blocks without that cost, and kept buffers would hold
+        about twice the gradient's size for good.) None: allocate."""
+        return self._scratches.setdefault((key, name), {}) if device.type == "cpu" else None
 
     def _fresh_qs(self, layout: _Layout, work: torch.Tensor) -> dict:
         """Random Qs shared by all ranks, drawn on the CPU as torch's hook draws them (a new
@@ -281,7 +283,7 @@ class PowerSGD(TwoRoundCompressor):
         direct = (out is not None and out.dtype == step.work.dtype and out.is_contiguous()
                   and out.numel() == step.work.numel())
         result = _assemble(step, plain_mean, step.ps, qs, out.view(-1) if direct else None,
-                           self._scratch(step.key, "approx"))
+                           self._scratch(step.key, "approx", step.work.device))
         if self.warm_start:
             self.memories[step.key] = qs
         if self.error_feedback:  # in the step's buffer, which is done with
@@ -342,16 +344,20 @@ class PowerSGD(TwoRoundCompressor):
 _ALIGN = 16
 
 
-def _reused(scratch: dict, shape, like: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor of `shape` like `like`, kept in `scratch` for the next call."""
+def _reused(scratch: dict | None, shape, like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor of `shape` like `like`, kept in `scratch` (if any) for the
+    next call."""
     shape = tuple(shape)
+    if scratch is None:
+        return like.new_empty(shape)
     buf = scratch.get(shape)
     if buf is None or buf.dtype != like.dtype or buf.device != like.device:
         buf = scratch[shape] = like.new_empty(shape)
     return buf
 
 
-def _gather(work: torch.Tensor, lay: _Layout, scratch: dict) -> tuple[torch.Tensor, dict]:
+def _gather(work: torch.Tensor, lay: _Layout, scratch: dict | None
+            ) -> tuple[torch.Tensor, dict]:
     """One buffer holding the plain pieces, then each group's matrices (zero-padded for square
     views, each group aligned to `_ALIGN` elements), gathered by one concatenation into a
     buffer of `scratch`; and the (b, n, m) views of the matrices."""
@@ -378,7 +384,7 @@ def _gather(work: torch.Tensor, lay: _Layout, scratch: dict) -> tuple[torch.Tens
 def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict,
               into: torch.Tensor | None = None, scratch: dict | None = None) -> torch.Tensor:
     """The flat result (written into `into` when given): plain pieces as given, compressed
-    ones as P Q^T (each group's product in a buffer of `scratch` when given; one batched
+    ones as P Q^T (each group's product in a buffer of `scratch`, if any; one batched
     copy)."""
     lay = step.layout
     if into is None and not lay.plain and len(lay.pieces) == 1:

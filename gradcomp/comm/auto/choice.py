@@ -348,6 +348,10 @@ class Chooser:
         return max(sum(b * t for _, b, t in points) / sbb, 0.0) if sbb else self.x
 
     # -- checkpoints ------------------------------------------------------------------------
+    def __getstate__(self):
+        """Picklable (as the hook state that holds it): a launched check stays behind."""
+        return {**self.__dict__, "pending": None}
+
     def state_dict(self) -> dict:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
                 "decisions": dict(self.decisions),

@@ -4,7 +4,7 @@ Q = M^T P from the summed P), on each parameter's own matrix.
 Collectives must be issued in the same order on every rank, and a round issued from a
 callback could interleave with another bucket's collectives. Where `Ranks.round_group` gives the
 bucket its own gloo group (gloo, default group, CPU tensors), round 2 is chained on round 1
-there without waiting, while the plain pieces travel on the hook's group. Elsewhere (NCCL,
+there without waiting. Elsewhere (NCCL,
 CUDA tensors on gloo, a custom process group) `exchange` waits for round 1 before computing
 round 2: on NCCL a stream wait that does not block the CPU; on gloo it holds the backward pass
 for one round trip.

@@ -26,10 +26,10 @@ the parameters' own matrices, not one square one), so the benches behind a predi
 without one, a bucket is N(0, 1) noise in one `matrix_shape` tensor.
 
 Columns: method, options, aggregation, communicator (its class), numel, data ("randn" or the
-workload gradient's `source`), tensors (how many tensors the bucket holds), world_size, dtype,
-device, encode_s, middle_s (NaN but for two-round methods), decode_s (the whole bucket's
-decode: all `world_size` payloads), their spreads, repeats, slowest_rank, and the
-environment columns.
+workload gradient's `source`, e.g. "mlp gradient, batch 64, 25 MB buckets"), tensors (how
+many tensors the bucket holds), world_size, dtype, device, encode_s, middle_s (NaN but for
+two-round methods), decode_s (the whole bucket's decode: all `world_size` payloads), their
+spreads, repeats, slowest_rank, and the environment columns.
 """
 from __future__ import annotations
 
@@ -100,10 +100,12 @@ class BucketGradient:
         return self.values[:numel], shapes
 
 
-def gradient_source(model: str, batch_size: int | None) -> str:
+def gradient_source(model: str, batch_size: int | None, bucket_cap_mb: float) -> str:
     """The `data` of a bench of `model`'s gradients at `batch_size` (as `describe` resolves
-    it: None only for a workload whose inputs hold no tensor)."""
-    return f"{model} gradient" + ("" if batch_size is None else f", batch {batch_size}")
+    it: None only for a workload whose inputs hold no tensor) in buckets of
+    `bucket_cap_mb`."""
+    batch = "" if batch_size is None else f", batch {batch_size}"
+    return f"{model} gradient{batch}, {bucket_cap_mb:g} MB buckets"
 
 
 def workload_gradient(model: str, batch_size: int | None, bucket_cap_mb: float,
@@ -119,7 +121,7 @@ def workload_gradient(model: str, batch_size: int | None, bucket_cap_mb: float,
     values = torch.cat([p.grad.detach().reshape(-1).float() if p.grad is not None
                         else torch.zeros(p.numel()) for p in bucket])
     return BucketGradient(values, tuple(p.shape for p in bucket),
-                          gradient_source(model, batch_size))
+                          gradient_source(model, batch_size, bucket_cap_mb))
 
 
 def _bucket_order(module: torch.nn.Module) -> list[torch.nn.Parameter]:

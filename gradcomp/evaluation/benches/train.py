@@ -277,7 +277,7 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
         hooks_todo = hook_out is not None and hook_path_pending(
             hook_out, hooks, hook_sizes(model, spec["batch_size"], spec["bucket_cap_mb"]),
             world_size, "cuda:0" if backend == "nccl" else "cpu",
-            gradient_source(model, spec["batch_size"]))
+            gradient_source(model, spec["batch_size"], spec["bucket_cap_mb"]))
         profile_todo = profile_out is not None and not Path(profile_out).exists()
         if todo or hooks_todo or profile_todo or under_torchrun():
             launch(run_methods, world_size, backend, todo, spec, table, backend,

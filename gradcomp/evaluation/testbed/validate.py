@@ -113,7 +113,8 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
                                    ResultTable("train.csv", TRAIN_KEYS))),
             "hook": {codec.key(k) for m, o in hook_methods(methods)
                      for k in case_keys(m, o, sizes, workers, "cpu", torch.float32, "cpu",
-                                        gradient_source(spec["model"], spec["batch_size"]))}}
+                                        gradient_source(spec["model"], spec["batch_size"],
+                                                        spec["bucket_cap_mb"]))}}
 
 
 def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
