@@ -198,14 +198,20 @@ def test_auto_options_are_part_of_what_ranks_must_agree_on():
     assert settings(a, DDPBucket())["hook options"] != settings(b, DDPBucket())["hook options"]
 
 
-def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
+def _auto_on_a_linear(iterations: int):
+    """auto among none and top-k on one Linear(64, 64) bucket after `iterations` backwards."""
     torch.manual_seed(0)
     ddp = DDP(torch.nn.Linear(64, 64))
     state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
                                    candidates=["none", ("topk", {"ratio": 0.01})])
     x = torch.randn(16, 64)
-    for _ in range(6):
+    for _ in range(iterations):
         ddp(x).square().mean().backward()
+    return state
+
+
+def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
+    state = _auto_on_a_linear(6)
     codec = state.chooser.codec
     assert codec and all(v < float("inf") for v in codec.values())
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
@@ -214,13 +220,7 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
 def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):
     import pickle
 
-    torch.manual_seed(0)
-    ddp = DDP(torch.nn.Linear(64, 64))
-    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
-                                   candidates=["none", ("topk", {"ratio": 0.01})])
-    x = torch.randn(16, 64)
-    for _ in range(8):
-        ddp(x).square().mean().backward()
+    state = _auto_on_a_linear(8)
     assert state.chooser.decided_at is not None and state.chooser.pending is not None
     copy = pickle.loads(pickle.dumps(state))
     assert copy.chooser.pending is None and copy.chooser.decisions == state.chooser.decisions
