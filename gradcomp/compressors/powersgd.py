@@ -208,8 +208,8 @@ class PowerSGD(TwoRoundCompressor):
     def begin(self, flat: torch.Tensor, shapes: list[torch.Size], key: Hashable = None,
               flat_as_square: bool = False) -> PowerStep:
         """Add the residual, build the matrices and compute P = M Q (to be all-reduced).
-        The corrected input takes over the residual's buffer, and the matrices and P Q^T of
-        `finish` are written into buffers kept for `key` (`_scratch`)."""
+        The corrected input takes over the residual's buffer, and on the CPU the matrices
+        and P Q^T of `finish` are written into buffers kept for `key` (`_scratch`)."""
         check_tensor(flat)
         layout = self.layout(shapes, flat_as_square)
         dtype = work_dtype(flat.dtype)
