@@ -332,7 +332,11 @@ def hook_sizes(model: str, batch_size: int | None, bucket_cap_mb: float) -> list
     walks once per position at 4^m elements and up to 4 times just above; int8 pads to its
     blocks), and dividing by 4 keeps where a size falls between two powers of 4."""
     params = _bucket_order(load_workload(model, "model", batch_size=batch_size).model)
-    largest = sum(params[i].numel() for i in _largest_bucket(params, bucket_cap_mb))
+    return quarter_sizes(sum(params[i].numel() for i in _largest_bucket(params, bucket_cap_mb)))
+
+
+def quarter_sizes(largest: int) -> list[int]:
+    """`largest` and largest / 4, / 16, ... (`hook_sizes`), ascending."""
     sizes = [max(1, largest // 4**j) for j in range(HOOK_SIZE_STEPS)]
     return sorted({n for j, n in enumerate(sizes) if n >= 256 or j < 2})
 

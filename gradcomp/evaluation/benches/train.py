@@ -65,7 +65,7 @@ from ..workloads.contract import AUTOCAST, autocast
 from ..workloads.load import describe, load_workload
 from .compress import method_cases
 from .hookpath import (bench_hook_path, gradient_source, hook_methods, hook_path_pending,
-                       hook_sizes, workload_gradient)
+                       hook_sizes, quarter_sizes, workload_gradient)
 
 KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
                "world_size", "backend", "device_name")
@@ -190,12 +190,12 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
             save_profile(profile, profile_out)
     if hook_out is not None:
         barrier(device)
-        bench_hook_path(hook_cases, hook_sizes(spec["model"], spec["batch_size"],
-                                               spec["bucket_cap_mb"]),
+        gradient = workload_gradient(spec["model"], spec["batch_size"], spec["bucket_cap_mb"],
+                                     rank)
+        bench_hook_path(hook_cases, quarter_sizes(gradient.values.numel()),
                         dist.get_world_size(), device, repeats=hook_repeats, warmup=1,
                         out=hook_out if rank == 0 else None, slowest_rank=True,
-                        gradient=workload_gradient(spec["model"], spec["batch_size"],
-                                                   spec["bucket_cap_mb"], rank))
+                        gradient=gradient)
     dist.broadcast_object_list(single, src=0)
     spec = {**spec, "t_iter_single_s": single[0]}
     for name, options in tqdm(cases, desc="train bench", file=sys.stderr,

@@ -51,7 +51,7 @@ from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hook_methods,
-                                hook_sizes, workload_gradient)
+                                hook_sizes, quarter_sizes, workload_gradient)
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import make_spec, plan_runs
 from ..common.env import environment
@@ -237,11 +237,11 @@ def concurrent_job(argv=None) -> int:
         if a.codec_out:
             dist.barrier()
             methods = hook_methods(m for m in a.methods.split(",") if m)
-            sizes = hook_sizes(a.model, a.batch_size, a.bucket_cap_mb)
-            bench_hook_path(methods, sizes, dist.get_world_size(), repeats=HOOK_REPEATS,
-                            warmup=HOOK_WARMUP, out=a.codec_out if rank == 0 else None,
-                            slowest_rank=True, gradient=workload_gradient(
-                                a.model, a.batch_size, a.bucket_cap_mb, rank))
+            gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
+            bench_hook_path(methods, quarter_sizes(gradient.values.numel()),
+                            dist.get_world_size(), repeats=HOOK_REPEATS, warmup=HOOK_WARMUP,
+                            out=a.codec_out if rank == 0 else None, slowest_rank=True,
+                            gradient=gradient)
         dist.barrier()
     finally:
         dist.destroy_process_group()
