@@ -103,6 +103,30 @@ def test_a_faster_network_is_noticed_and_the_decision_follows():
     assert ch.step(17, same) and ch.decisions == {0: 0}  # 1000x the bandwidth: uncompressed
 
 
+def test_after_a_decision_no_step_waits_for_the_other_ranks():
+    """Decided, every iteration's samples go into a launched reduction read at the next step;
+    the periodic check decides from those: no blocking reduction (each made the rank that came
+    early wait instead of encoding)."""
+    ch = chooser(check_every=5)
+    codec, nbytes = [[0.0, 2e-3]], [[4e7, 4e5]]
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+    ch.step(7, same)
+    assert ch.decisions == {0: 1}
+    blocking, launched, changed = [], [], []
+
+    def launch(values):
+        launched.append(values)
+        return lambda: values
+
+    feed(ch, [7], alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+    for i in range(8, 23):
+        if ch.step(i, lambda v: blocking.append(v) or v, launch):
+            changed.append(i)
+        feed(ch, [i], alpha=20e-6, x=1e-8 if i < 11 else 1e-11, codec=codec, nbytes=nbytes)
+    assert not blocking and len(launched) == 15
+    assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
+
+
 def test_ranks_that_measured_different_buckets_raise():
     ch = chooser()
     feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])

@@ -18,23 +18,27 @@ least squares to the communication times of buckets whose collective started on 
 (the previous bucket's had finished), so queueing behind other buckets does not count.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
-anything is decided (one all-reduce): codec times are the slowest rank's; communication times
-the least any rank saw (a rank that reached the collective early also waited for the others),
-idle links only where idle on every rank. Every decision is then the same function of the same
-numbers on every rank. Drift: every `check_every` iterations after a decision, the measured
-codec times of the chosen candidates and the bandwidth refitted from recent transfers (those
-whose bytes cost at least their latency) are compared with the table (codec changes relative
-to the bucket's predicted time); when one moved by more than `drift` on any rank, the table
-takes the new values and every bucket is decided again (no new exploration needed: the model
+anything is decided: codec times are the slowest rank's; communication times the least any
+rank saw (a rank that reached the collective early also waited for the others), idle links
+only where idle on every rank. Every decision is then the same function of the same numbers
+on every rank. During an exploration the samples are reduced when they are needed (one
+all-reduce each). After a decision every iteration's samples are reduced as they come (one
+all-reduce of five values per bucket); with a `Launch` it is started without waiting and read
+one iteration later, so nothing waits for it (a blocking one, issued right after backward's
+compute, cost about 3 ms per iteration on the 2-worker testbed: the rank that came early
+could not encode while it waited; the periodic check's blocking reductions, every 10
+iterations, 0.35 ms per iteration more on loopback).
+
+Drift: every `check_every` iterations after a decision, the codec times of the chosen
+candidates and the bandwidth refitted from the reduced samples since the last check (the
+transfers whose bytes cost at least their latency) are compared with the table (codec changes
+relative to the bucket's predicted time); when one moved by more than `drift`, the table takes
+the new values and every bucket is decided again (no new exploration needed: the model
 re-prices every candidate with the new network). Sudden slowdowns are not left to the next
-check: every iteration after a decision the ranks agree (one all-reduce of four values per
-bucket) on the last iteration's samples, and when a bucket whose link was idle took over
-`slowdown` times its predicted time, the bandwidth is refitted at once from the transfers
-since that iteration alone (the window's would still be mostly the old rate's) and, when it
-moved by more than `drift`, every bucket is decided again (codec times are left to the
-periodic check). With a `Launch` that all-reduce is started without waiting and read one
-iteration later: a blocking one, issued right after backward's compute, cost about 3 ms per
-iteration on the 2-worker testbed (auto ran 1.05-1.10x its chosen candidate run fixed).
+check: when a bucket whose link was idle took over `slowdown` times its predicted time, the
+bandwidth is refitted at once from the transfers since that iteration alone (the window's
+would still be mostly the old rate's) and, when it moved by more than `drift`, every bucket is
+decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
@@ -128,7 +132,8 @@ class Chooser:
     decided_at: int | None = None
     samples: list[Sample] = field(default_factory=list)  # measured, not yet reduced
     explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
-    pending: tuple | None = None  # a launched slowdown check: (iteration, buckets, wait)
+    window: list[Sample] = field(default_factory=list)  # reduced since the last check
+    pending: tuple | None = None  # a launched reduction: (iteration, buckets, wait)
 
     @property
     def first(self) -> int:
@@ -170,8 +175,9 @@ class Chooser:
 
     def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
-        for drift, start a periodic exploration. True when the decisions changed. `launch`:
-        the slowdown check reads an iteration later (module docstring)."""
+        for drift, start a periodic exploration. True when the decisions changed. With `launch`
+        the samples after a decision are reduced without waiting, read an iteration later
+        (module docstring)."""
         if self.decided_at is None and self.exploring(iteration - 1):
             self._skip_if_hopeless(iteration, reduce)
         if iteration == self.explore_end and self.decided_at is None:
@@ -184,14 +190,14 @@ class Chooser:
         if iteration - self.decided_at >= self.redecide_every:
             self.explore_start, self.decided_at = iteration, None
             self.samples.clear()
-            self.skips, self.explored, self.pending = [], [], None
+            self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
-        if self.slowdown is not None:
-            since = self._slowed_down(iteration, reduce, launch)
-            if since is not None:
-                return self._check_network(reduce, since=since)
+        latest = self._stream(iteration, reduce, launch)
+        self.window += latest
+        if self.slowdown is not None and self._over(latest):
+            return self._check_network(since=latest[0].iteration)
         if (iteration - self.decided_at) % self.check_every == 0:
-            return self._check_drift(reduce)
+            return self._check_drift()
         return False
 
     # -- deciding ---------------------------------------------------------------------------
@@ -235,8 +241,8 @@ class Chooser:
         self._decide(buckets)
 
     def _reduced(self, reduce: Reduce) -> list[Sample]:
-        """This window's samples, reduced across ranks (module docstring), in the same order
-        on every rank; the window is emptied."""
+        """The samples measured so far, reduced across ranks (module docstring), in the same
+        order on every rank; `samples` is emptied."""
         samples = sorted(self.samples, key=lambda s: (s.iteration, s.bucket))
         self.samples = []
         n = len(samples)
@@ -269,41 +275,43 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def _slowed_down(self, iteration: int, reduce: Reduce,
-                     launch: Launch | None = None) -> int | None:
-        """The iteration (iteration - 1; with `launch`, iteration - 2, whose check was
-        launched at the last step) in which a bucket whose link was idle on every rank took
-        over `slowdown` times the predicted time of the candidate that carried it (slowest
-        codec, least communication over ranks; a margin for the noise of single samples), or
-        None. Only slowdowns: a faster link barely changes the time of a candidate chosen for
-        a slow one; the periodic check's bandwidth refit sees it."""
+    def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
+        """Start reducing the last iteration's samples of the decided buckets (a bucket a rank
+        did not measure: no evidence); the reduced samples that are ready: those with
+        `launch`, launched at the last step (iteration - 2), else the ones just reduced."""
         buckets = sorted(self.decisions)
         last = {s.bucket: s for s in self.samples if s.iteration == iteration - 1}
+        self.samples = [s for s in self.samples if s.iteration >= iteration]
         rows = [[last[b].codec_s, -last[b].comm_s, -float(last[b].idle_link),
-                 float(last[b].candidate)] if b in last else [-math.inf, -math.inf, 0.0, -1.0]
-                for b in buckets]  # a bucket a rank did not measure: no evidence
-        rows = torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 4)
+                 float(last[b].candidate), float(last[b].nbytes)] if b in last
+                else [-math.inf, -math.inf, 0.0, -1.0, 0.0] for b in buckets]
+        rows = torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 5)
         if launch is None:
-            return iteration - 1 if self._over(buckets, reduce(rows)) else None
-        pending, self.pending = self.pending, (iteration - 1, buckets, launch(rows))
-        if pending is None:
-            return None
-        since, checked, wait = pending
-        return since if self._over(checked, wait()) else None
+            ready = (iteration - 1, buckets, reduce(rows))
+        else:
+            ready, self.pending = self.pending, (iteration - 1, buckets, launch(rows))
+            if ready is None:
+                return []
+            ready = (ready[0], ready[1], ready[2]())
+        since, checked, table = ready
+        return [Sample(since, b, int(candidate), codec, -minus_comm, nbytes, minus_idle == -1)
+                for b, (codec, minus_comm, minus_idle, candidate, nbytes)
+                in zip(checked, table.tolist()) if candidate >= 0]
 
-    def _over(self, buckets, reduced: torch.Tensor) -> bool:
-        """Whether a bucket of the reduced check rows took over `slowdown` times its
-        prediction (`_slowed_down`)."""
-        for b, (codec, minus_comm, minus_idle, candidate) in zip(buckets, reduced.tolist()):
-            if minus_idle == -1 and candidate >= 0:
-                predicted = self.predict(b, int(candidate))
-                if math.isfinite(predicted) and codec - minus_comm > self.slowdown * predicted:
-                    return True
+    def _over(self, samples: list[Sample]) -> bool:
+        """Whether a bucket whose link was idle on every rank took over `slowdown` times the
+        predicted time of the candidate that carried it (a margin for the noise of single
+        samples). Only slowdowns: a faster link barely changes the time of a candidate chosen
+        for a slow one; the periodic check's bandwidth refit sees it."""
+        for s in samples:
+            predicted = self.predict(s.bucket, s.candidate) if s.idle_link else math.inf
+            if math.isfinite(predicted) and s.codec_s + s.comm_s > self.slowdown * predicted:
+                return True
         return False
 
-    def _check_drift(self, reduce: Reduce) -> bool:
+    def _check_drift(self) -> bool:
         """The periodic check (module docstring), from the window's samples."""
-        samples = self._reduced(reduce)
+        samples, self.window = self.window, []
         codec_now, drift = {}, 0.0
         for b in sorted(self.decisions):
             c = self.decisions[b]
@@ -315,12 +323,13 @@ class Chooser:
                 drift = max(drift, abs(codec_now[b] - self.codec[b, c]) / total)
         return self._reprice(self._refit_bandwidth(samples), codec_now, drift)
 
-    def _check_network(self, reduce: Reduce, since: int) -> bool:
+    def _check_network(self, since: int) -> bool:
         """After a slowdown: the bandwidth refitted from the transfers from iteration `since`
-        on alone (the window's would mix the old rate's); codec times stay (one iteration's
-        are too noisy to price from; the periodic check re-measures them)."""
-        samples = [s for s in self._reduced(reduce) if s.iteration >= since]
-        return self._reprice(self._refit_bandwidth(samples), {}, 0.0)
+        on alone, which stay the window (the older ones would mix the old rate's in); codec
+        times stay (one iteration's are too noisy to price from; the periodic check
+        re-measures them)."""
+        self.window = [s for s in self.window if s.iteration >= since]
+        return self._reprice(self._refit_bandwidth(self.window), {}, 0.0)
 
     def _reprice(self, x_now: float, codec_now: dict[int, float], drift: float) -> bool:
         """Take the new bandwidth and codec times of the chosen candidates and decide again
@@ -349,7 +358,7 @@ class Chooser:
 
     # -- checkpoints ------------------------------------------------------------------------
     def __getstate__(self):
-        """Picklable (as the hook state that holds it): a launched check stays behind."""
+        """Picklable (as the hook state that holds it): a launched reduction stays behind."""
         return {**self.__dict__, "pending": None}
 
     def state_dict(self) -> dict:
@@ -362,7 +371,7 @@ class Chooser:
         for name, value in state.items():
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
-        self.samples, self.explored, self.pending = [], [], None
+        self.samples, self.explored, self.window, self.pending = [], [], [], None
 
 
 def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:

@@ -106,9 +106,10 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check two iterations later, the bandwidth refitted from that iteration on (one small
-        all-reduce per iteration, not waited for until the next; None: only the periodic
-        checks).
+        check two iterations later (when the ranks have agreed on it), the bandwidth
+        refitted from that iteration on (None: only the periodic checks). After a decision
+        the samples are reduced every iteration (one small all-reduce, not waited for until
+        the next iteration).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
