@@ -23,11 +23,15 @@ rank saw (a rank that reached the collective early also waited for the others), 
 only where idle on every rank. Every decision is then the same function of the same numbers
 on every rank. During an exploration the samples are reduced when they are needed (one
 all-reduce each). After a decision every iteration's samples are reduced as they come (one
-all-reduce of five values per bucket); with a `Launch` it is started without waiting and read
-one iteration later, so nothing waits for it (a blocking one, issued right after backward's
-compute, cost about 3 ms per iteration on the 2-worker testbed: the rank that came early
-could not encode while it waited; the periodic check's blocking reductions, every 10
-iterations, 0.35 ms per iteration more on loopback).
+all-reduce of five values per bucket), never waited for right after backward's compute (a
+blocking one there cost about 3 ms per iteration on the 2-worker testbed: the rank that came
+early could not encode while it waited; the periodic check's blocking reductions, every 10
+iterations, 0.35 ms per iteration more on loopback): the hook launches it as the iteration's
+last bucket is done (`launch_check`, on a gloo group of auto's own), so the next step reads it
+without waiting and a slower link in iteration i is acted on from i + 1; where auto has no
+group of its own (NCCL, whose CUDA-event timings would make the host wait for the GPU at the
+iteration's end; a custom process group) the step launches it (`Launch`) and reads it one
+iteration later, acting from i + 2.
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
@@ -275,28 +279,44 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
-        """Start reducing the last iteration's samples of the decided buckets (a bucket a rank
-        did not measure: no evidence); the reduced samples that are ready: those with
-        `launch`, launched at the last step (iteration - 2), else the ones just reduced."""
+    def launch_check(self, iteration: int, launch: Launch) -> None:
+        """At the end of `iteration` (its last bucket done, every rank alike): start reducing
+        its samples where the next step reads them, so that the next step finds them reduced
+        (module docstring)."""
+        if (self.decided_at is not None and iteration >= self.decided_at
+                and not self.exploring(iteration)):
+            self.pending = self._start(iteration, launch)
+
+    def _start(self, iteration: int, launch: Launch) -> tuple:
+        """(iteration, buckets, wait): the reduction of `iteration`'s samples of the decided
+        buckets (a bucket a rank did not measure: no evidence), started by `launch`; the
+        samples up to `iteration` leave `samples`."""
         buckets = sorted(self.decisions)
-        last = {s.bucket: s for s in self.samples if s.iteration == iteration - 1}
-        self.samples = [s for s in self.samples if s.iteration >= iteration]
+        last = {s.bucket: s for s in self.samples if s.iteration == iteration}
+        self.samples = [s for s in self.samples if s.iteration > iteration]
         rows = [[last[b].codec_s, -last[b].comm_s, -float(last[b].idle_link),
                  float(last[b].candidate), float(last[b].nbytes)] if b in last
                 else [-math.inf, -math.inf, 0.0, -1.0, 0.0] for b in buckets]
-        rows = torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 5)
-        if launch is None:
-            ready = (iteration - 1, buckets, reduce(rows))
+        return iteration, buckets, launch(
+            torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 5))
+
+    def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
+        """The reduced samples of the latest iteration whose reduction is ready: iteration -
+        1's, launched at its end (`launch_check`) or else reduced now; with `launch` (and
+        none launched at the end), iteration - 1's are launched now and those launched at the
+        last step (iteration - 2) are read."""
+        if self.pending is not None and self.pending[0] == iteration - 1:
+            ready, self.pending = self.pending, None
+        elif launch is None:
+            ready = self._start(iteration - 1, lambda rows: lambda: reduce(rows))
         else:
-            ready, self.pending = self.pending, (iteration - 1, buckets, launch(rows))
+            ready, self.pending = self.pending, self._start(iteration - 1, launch)
             if ready is None:
                 return []
-            ready = (ready[0], ready[1], ready[2]())
-        since, checked, table = ready
+        since, checked, wait = ready
         return [Sample(since, b, int(candidate), codec, -minus_comm, nbytes, minus_idle == -1)
                 for b, (codec, minus_comm, minus_idle, candidate, nbytes)
-                in zip(checked, table.tolist()) if candidate >= 0]
+                in zip(checked, wait().tolist()) if candidate >= 0]
 
     def _over(self, samples: list[Sample]) -> bool:
         """Whether a bucket whose link was idle on every rank took over `slowdown` times the

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import inspect
+import threading
+from dataclasses import dataclass
 from typing import Any, Hashable
 
 import torch
@@ -106,10 +108,10 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check two iterations later (when the ranks have agreed on it), the bandwidth
-        refitted from that iteration on (None: only the periodic checks). After a decision
-        the samples are reduced every iteration (one small all-reduce, not waited for until
-        the next iteration).
+        check at the next iteration (two later on NCCL: `choice`), when the ranks have agreed
+        on it, the bandwidth refitted from that iteration on (None: only the periodic
+        checks). After a decision the samples are reduced every iteration (one small
+        all-reduce, launched as the iteration ends and read at the next).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
@@ -149,6 +151,8 @@ class AutoState(HookState):
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
         self._pending: list[tuple[BucketRecord, int, int, float]] = []
         self._stepped: int | None = None
+        self._open: _Open | None = None  # the iteration in progress, on auto's own group
+        self._lock = threading.Lock()  # buckets finish on the process groups' threads
 
     def _chooser(self) -> Chooser:
         if self.chooser is None:
@@ -174,10 +178,18 @@ class AutoState(HookState):
         if self._stepped != iteration:
             self._stepped = iteration
             self._collect(iteration)
-            chooser.step(iteration, self._reduce(bucket.buffer.device),
-                         self._launch(bucket.buffer.device))
+            device = bucket.buffer.device
+            # on a group of its own, each iteration's samples are launched at its end
+            # (`_arrived`); elsewhere at the next step, and read an iteration later
+            own = self.ranks.own_group("auto", device)
+            reduce = self._reduce(device, own)
+            chooser.step(iteration, reduce, None if own else self._launch(device, None))
             if self.guard is not None:
-                self.guard.step(iteration, self._reduce(bucket.buffer.device))
+                self.guard.step(iteration, reduce)
+            self._open = _Open(iteration) if own else None
+        if self._open is not None:
+            with self._lock:
+                self._open.hooked += 1
         candidate = chooser.choice(bucket.index, iteration)
         if self.guard is not None:
             self.guard.add(bucket.index, bucket.buffer)
@@ -213,6 +225,7 @@ class AutoState(HookState):
     def end_iteration(self, iteration: int) -> None:
         """No warning: an uncompressed bucket is `auto`'s choice, not a silent no-op."""
         self._iteration_reasons.clear()
+        self._arrived(iteration, closed=True)
 
     def finished(self, record: BucketRecord, communicator: Communicator, sent: Sent) -> None:
         """Keep the record as a sample of the candidate the bucket was given (also when it
@@ -221,6 +234,25 @@ class AutoState(HookState):
         if (record.iteration >= self.start_iter and candidate is not None
                 and self._chooser().measured(record.iteration)):
             self._pending.append((record, candidate, sent.nbytes, sent.between_s))
+        self._arrived(record.iteration, done=True)
+
+    def _arrived(self, iteration: int, closed: bool = False, done: bool = False) -> None:
+        """The iteration's last bucket was hooked (`closed`) or a bucket finished (`done`);
+        when both the last bucket was hooked and every hooked bucket finished, launch the
+        agreement on the iteration's samples on auto's own group, so that the next step
+        finds it done (`Chooser.launch_check`). Runs on the process groups' threads too."""
+        now = self._open
+        if now is None or now.iteration != iteration:
+            return
+        with self._lock:
+            now.closed |= closed
+            now.done += int(done)
+            if not now.closed or now.done < now.hooked or now.launched:
+                return
+            now.launched = True
+        self._collect(iteration + 1)
+        cpu = torch.device("cpu")  # auto has a group of its own for CPU buckets only
+        self.chooser.launch_check(iteration, self._launch(cpu, self.ranks.own_group("auto", cpu)))
 
     # -- reports ----------------------------------------------------------------------------
     def label(self, candidate: int) -> str:
@@ -264,21 +296,23 @@ class AutoState(HookState):
                 self.chooser.warmup(record.iteration)))
             previous = record
 
-    def _reduce(self, device):
+    def _reduce(self, device, group):
+        """The element-wise maximum over ranks, on `group` (None: the hook's)."""
         def reduce(values: torch.Tensor) -> torch.Tensor:
             if self.ranks.world_size == 1:
                 return values
             moved = values.to(device)
-            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group)
+            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group or self.ranks.group)
             return moved.cpu()
         return reduce
 
-    def _launch(self, device):
+    def _launch(self, device, group):
+        """`_reduce`, started without waiting."""
         def launch(values: torch.Tensor):
             if self.ranks.world_size == 1:
                 return lambda: values
             moved = values.to(device)
-            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group,
+            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group or self.ranks.group,
                                    async_op=True)
 
             def wait() -> torch.Tensor:
@@ -308,5 +342,18 @@ class AutoState(HookState):
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped")}
+                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped",
+                             "_open", "_lock")}
+
+
+@dataclass
+class _Open:
+    """The buckets of an iteration in progress: hooked, finished, and whether its last was
+    hooked and its agreement launched (`AutoState._arrived`)."""
+
+    iteration: int
+    hooked: int = 0
+    done: int = 0
+    closed: bool = False
+    launched: bool = False
 
