@@ -129,7 +129,7 @@ def test_after_a_decision_no_step_waits_for_the_other_ranks():
 
 def test_samples_launched_at_an_iterations_end_are_read_at_the_next_step():
     """With the agreement launched as each iteration ends (`launch_check`, as the hook does
-    on a gloo group of auto's own), a slower link in iteration 12 is acted on at 13, and no
+    on the CPU), a slower link in iteration 12 is acted on at 13, and no
     step waits; a step whose iteration was not launched at its end reduces it itself (so
     every rank reads the same iteration at the same step)."""
     ch = chooser()

@@ -76,7 +76,7 @@ def test_auto_reacts_to_a_slowdown_within_two_iterations_on_every_rank(runs):
     assert runs[0]["dropNone"]["changed"] == [7] and runs[0]["dropNone"]["decisions"] == {0: 0}
     on, other = runs[0]["auto_slowdown_on"], runs[1]["auto_slowdown_on"]
     assert on["decided_at"] is not None and on["decisions"] == other["decisions"]
-    # the hook on gloo launched the agreement on its last iteration (19) as it ended
+    # the hook on CPU launched the agreement on its last iteration (19) as it ended
     assert on["launched_at_end"] == other["launched_at_end"] == 19
     assert same(on["params"], other["params"])
 

@@ -1,16 +1,15 @@
 """The ranks a hook averages over: its process group, with size, rank and backend, and the
-gloo groups of their own on which multi-round exchanges chain their rounds (one per bucket)
-and `auto` agrees on its measurements."""
+per-bucket gloo groups on which multi-round exchanges chain their rounds."""
 from __future__ import annotations
 
 import torch.distributed as dist
 
-#: (default group, key) -> (default group, that key's own gloo group), shared by
+#: (default group, bucket index) -> (default group, that bucket's own gloo group), shared by
 #: every hook in this process and kept until it exits. A gloo group freed by one of its own
 #: worker threads aborts the process ("Resource deadlock avoided": its destructor joins the
 #: thread it runs on), and a group owned by a hook could be freed that way when the last
 #: reference to the hook sat in a future callback at teardown; here no callback holds one.
-_OWN_GROUPS: dict[tuple, tuple] = {}
+_ROUND_GROUPS: dict[tuple[int, int], tuple] = {}
 
 
 class Ranks:
@@ -60,16 +59,10 @@ class Ranks:
         """A gloo group of all ranks for one bucket's multi-round exchange, created on first
         use (in bucket order, the same on every rank); None where the rounds must wait
         instead (see `can_chain`)."""
-        return self.own_group(bucket_index, device)
-
-    def own_group(self, key, device):
-        """A gloo group of all ranks for `key` alone (a bucket index, or a name such as
-        "auto" for auto's agreement), created on first use, from the main thread at the same
-        point on every rank; None where `can_chain` says no."""
         if not self.can_chain(device):
             return None
         world = dist.group.WORLD
-        key = (id(world), key)
-        if key not in _OWN_GROUPS:
-            _OWN_GROUPS[key] = (world, dist.new_group(backend="gloo"))
-        return _OWN_GROUPS[key][1]
+        key = (id(world), bucket_index)
+        if key not in _ROUND_GROUPS:
+            _ROUND_GROUPS[key] = (world, dist.new_group(backend="gloo"))
+        return _ROUND_GROUPS[key][1]

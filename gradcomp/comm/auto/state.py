@@ -108,7 +108,7 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check at the next iteration (two later on NCCL: `choice`), when the ranks have agreed
+        check at the next iteration (two later on CUDA: `choice`), when the ranks have agreed
         on it, the bandwidth refitted from that iteration on (None: only the periodic
         checks). After a decision the samples are reduced every iteration (one small
         all-reduce, launched as the iteration ends and read at the next).
@@ -151,7 +151,7 @@ class AutoState(HookState):
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
         self._pending: list[tuple[BucketRecord, int, int, float]] = []
         self._stepped: int | None = None
-        self._open: _Open | None = None  # the iteration in progress, on auto's own group
+        self._open: _Open | None = None  # the iteration in progress, on the CPU
         self._lock = threading.Lock()  # buckets finish on the process groups' threads
 
     def _chooser(self) -> Chooser:
@@ -179,14 +179,15 @@ class AutoState(HookState):
             self._stepped = iteration
             self._collect(iteration)
             device = bucket.buffer.device
-            # on a group of its own, each iteration's samples are launched at its end
-            # (`_arrived`); elsewhere at the next step, and read an iteration later
-            own = self.ranks.own_group("auto", device)
-            reduce = self._reduce(device, own)
-            chooser.step(iteration, reduce, None if own else self._launch(device, None))
+            # CPU timings are read as an iteration ends: its samples are launched then
+            # (`_arrived`) and read here; CUDA events would make the host wait for the GPU
+            # there, so on CUDA they are launched here and read an iteration later
+            at_end = device.type == "cpu"
+            chooser.step(iteration, self._reduce(device),
+                         None if at_end else self._launch(device))
             if self.guard is not None:
-                self.guard.step(iteration, reduce)
-            self._open = _Open(iteration) if own else None
+                self.guard.step(iteration, self._reduce(device))
+            self._open = _Open(iteration) if at_end else None
         if self._open is not None:
             with self._lock:
                 self._open.hooked += 1
@@ -239,8 +240,11 @@ class AutoState(HookState):
     def _arrived(self, iteration: int, closed: bool = False, done: bool = False) -> None:
         """The iteration's last bucket was hooked (`closed`) or a bucket finished (`done`);
         when both the last bucket was hooked and every hooked bucket finished, launch the
-        agreement on the iteration's samples on auto's own group, so that the next step
-        finds it done (`Chooser.launch_check`). Runs on the process groups' threads too."""
+        agreement on the iteration's samples, so that the next step finds it done
+        (`Chooser.launch_check`). Runs on the process group's threads too: every collective
+        of the iteration has been issued by then, and the next iteration's come after
+        backward returns, which waits for this bucket's future, so every rank issues it at
+        the same place in its order of collectives."""
         now = self._open
         if now is None or now.iteration != iteration:
             return
@@ -251,8 +255,7 @@ class AutoState(HookState):
                 return
             now.launched = True
         self._collect(iteration + 1)
-        cpu = torch.device("cpu")  # auto has a group of its own for CPU buckets only
-        self.chooser.launch_check(iteration, self._launch(cpu, self.ranks.own_group("auto", cpu)))
+        self.chooser.launch_check(iteration, self._launch(torch.device("cpu")))
 
     # -- reports ----------------------------------------------------------------------------
     def label(self, candidate: int) -> str:
@@ -296,24 +299,27 @@ class AutoState(HookState):
                 self.chooser.warmup(record.iteration)))
             previous = record
 
-    def _reduce(self, device, group):
-        """The element-wise maximum over ranks, on `group` (None: the hook's)."""
+    def _reduce(self, device):
+        """The element-wise maximum over ranks."""
+        group = self.ranks.group
+
         def reduce(values: torch.Tensor) -> torch.Tensor:
             if self.ranks.world_size == 1:
                 return values
             moved = values.to(device)
-            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group or self.ranks.group)
+            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group)
             return moved.cpu()
         return reduce
 
-    def _launch(self, device, group):
+    def _launch(self, device):
         """`_reduce`, started without waiting."""
+        group = self.ranks.group
+
         def launch(values: torch.Tensor):
             if self.ranks.world_size == 1:
                 return lambda: values
             moved = values.to(device)
-            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group or self.ranks.group,
-                                   async_op=True)
+            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group, async_op=True)
 
             def wait() -> torch.Tensor:
                 work.wait()
