@@ -103,50 +103,52 @@ def test_a_faster_network_is_noticed_and_the_decision_follows():
     assert ch.step(17, same) and ch.decisions == {0: 0}  # 1000x the bandwidth: uncompressed
 
 
-def test_after_a_decision_no_step_waits_for_the_other_ranks():
-    """Decided, every iteration's samples go into a launched reduction read at the next step;
-    the periodic check decides from those: no blocking reduction (each made the rank that came
-    early wait instead of encoding)."""
-    ch = chooser(check_every=5)
-    codec, nbytes = [[0.0, 2e-3]], [[4e7, 4e5]]
-    feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+CODEC, NBYTES = [[0.0, 2e-3]], [[4e7, 4e5]]  # uncompressed, or 100x less after 2 ms
+
+
+def decided(x, **options):
+    """A chooser of one bucket (`CODEC`, `NBYTES`) that decided at 7, the link at `x`
+    seconds per byte; and the reductions its steps run: (blocking, launched), each a list
+    of the values it was given, and the reduce and launch functions that record them."""
+    ch = chooser(**options)
+    feed(ch, range(1, 7), alpha=20e-6, x=x, codec=CODEC, nbytes=NBYTES)
     ch.step(7, same)
-    assert ch.decisions == {0: 1}
-    blocking, launched, changed = [], [], []
+    blocking, launched = [], []
 
     def launch(values):
         launched.append(values)
         return lambda: values
+    return ch, (blocking, launched), (lambda v: blocking.append(v) or v, launch)
 
-    feed(ch, [7], alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
+
+def test_after_a_decision_no_step_waits_for_the_other_ranks():
+    """Decided, every iteration's samples go into a launched reduction read at the next step;
+    the periodic check decides from those: no blocking reduction (each made the rank that came
+    early wait instead of encoding)."""
+    ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5)
+    assert ch.decisions == {0: 1}
+    changed = []
+    feed(ch, [7], alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
     for i in range(8, 23):
-        if ch.step(i, lambda v: blocking.append(v) or v, launch):
+        if ch.step(i, reduce, launch):
             changed.append(i)
-        feed(ch, [i], alpha=20e-6, x=1e-8 if i < 11 else 1e-11, codec=codec, nbytes=nbytes)
+        feed(ch, [i], alpha=20e-6, x=1e-8 if i < 11 else 1e-11, codec=CODEC, nbytes=NBYTES)
     assert not blocking and len(launched) == 15
     assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
 
 
 def test_samples_launched_at_an_iterations_end_are_read_at_the_next_step():
     """With the agreement launched as each iteration ends (`launch_check`, as the hook does
-    on the CPU), a slower link in iteration 12 is acted on at 13, and no
-    step waits; a step whose iteration was not launched at its end reduces it itself (so
-    every rank reads the same iteration at the same step)."""
-    ch = chooser()
-    codec, nbytes = [[0.0, 2e-3]], [[4e7, 4e5]]
-    feed(ch, range(1, 7), alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
-    ch.step(7, same)
+    on the CPU), a slower link in iteration 12 is acted on at 13, and no step waits; a step
+    whose iteration was not launched at its end reduces it itself (so every rank reads the
+    same iteration at the same step)."""
+    ch, (blocking, launched), (reduce, launch) = decided(1e-11)
     assert ch.decisions == {0: 0}
-    blocking, launched, changed = [], [], []
-
-    def launch(values):
-        launched.append(values)
-        return lambda: values
-
+    changed = []
     for i in range(7, 16):
-        if i > 7 and ch.step(i, lambda v: blocking.append(v) or v):
+        if i > 7 and ch.step(i, reduce):
             changed.append(i)
-        feed(ch, [i], alpha=20e-6, x=1e-9 if i >= 12 else 1e-11, codec=codec, nbytes=nbytes)
+        feed(ch, [i], alpha=20e-6, x=1e-9 if i >= 12 else 1e-11, codec=CODEC, nbytes=NBYTES)
         if i != 9:
             ch.launch_check(i, launch)
     assert changed == [13] and ch.decisions == {0: 1}
