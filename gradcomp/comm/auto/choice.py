@@ -31,8 +31,8 @@ iteration's last bucket is done (`launch_check`), so the next step reads it with
 and a slower link in iteration i is acted on from i + 1; on CUDA, whose event timings would
 make the host wait for the GPU at the iteration's end, the step launches it (`Launch`) and
 reads it one iteration later, acting from i + 2. (On a gloo group of auto's own instead of
-the hook's, the launch at the iteration's end cost 4-5 ms per iteration on the 2-worker
-testbed, against about 1 ms on the hook's group.)
+the hook's, the launch at the iteration's end cost 3.2-3.7 ms more per iteration on the
+2-worker testbed at 1 Gbit/s, in interleaved runs.)
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
