@@ -179,9 +179,9 @@ class AutoState(HookState):
             self._stepped = iteration
             self._collect(iteration)
             device = bucket.buffer.device
-            # CPU timings are read as an iteration ends: its samples are launched then
-            # (`_arrived`) and read here; CUDA events would make the host wait for the GPU
-            # there, so on CUDA they are launched here and read an iteration later
+            # on the CPU an iteration's samples are launched as it ends (`_arrived`) and read
+            # here; reading CUDA events there would make the host wait for the GPU, so on
+            # CUDA they are launched here and read an iteration later
             at_end = device.type == "cpu"
             chooser.step(iteration, self._reduce(device),
                          None if at_end else self._launch(device))
