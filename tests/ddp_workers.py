@@ -132,8 +132,8 @@ def slowdown_cases(rank):
     on (None: never); rank 1 alone also waits 10x as long in iteration 12 (the other rank came
     late); every rank's codec takes 0.1 s in iteration 22 (noise); the check blocking,
     launched at the next step and read an iteration later ("launched"), or launched as each
-    iteration ends ("end", as the hook on the CPU). Then the hook with its slowdown check on, on
-    the small model's buckets."""
+    iteration ends ("end", as the hook on the CPU). Then the hook with its slowdown check on,
+    on the small model's buckets."""
     def reduce(values):
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return values

@@ -66,7 +66,7 @@ def test_auto_reacts_to_a_slowdown_within_two_iterations_on_every_rank(runs):
         assert launched == runs[1][f"drop{drop}launched"]
         assert launched["changed"] == [7, drop + 2] and launched["decisions"] == {0: 1}
         assert launched["x"] == pytest.approx(1e-9, rel=1e-9)
-        # launched as each iteration ends (the hook on gloo): acted on at drop + 1, no wait
+        # launched as each iteration ends (the hook on the CPU): acted on at drop + 1, no wait
         at_end = runs[0][f"drop{drop}end"]
         assert at_end == runs[1][f"drop{drop}end"]
         assert at_end["changed"] == [7, drop + 1] and at_end["decisions"] == {0: 1}

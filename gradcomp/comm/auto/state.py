@@ -301,25 +301,22 @@ class AutoState(HookState):
 
     def _reduce(self, device):
         """The element-wise maximum over ranks."""
-        group = self.ranks.group
-
         def reduce(values: torch.Tensor) -> torch.Tensor:
             if self.ranks.world_size == 1:
                 return values
             moved = values.to(device)
-            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group)
+            dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group)
             return moved.cpu()
         return reduce
 
     def _launch(self, device):
         """`_reduce`, started without waiting."""
-        group = self.ranks.group
-
         def launch(values: torch.Tensor):
             if self.ranks.world_size == 1:
                 return lambda: values
             moved = values.to(device)
-            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group, async_op=True)
+            work = dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=self.ranks.group,
+                                   async_op=True)
 
             def wait() -> torch.Tensor:
                 work.wait()
