@@ -6,18 +6,21 @@ MLP, gloo, one thread per worker (as `gradcomp validate`). Needs root.
     python benchmarks/bench_auto.py converge OUT  # (c) iterations to target (no testbed)
     python benchmarks/bench_auto.py summary OUT   # OUT/summary.md from the tables there
 
+Every run of a method is a job of its own (fresh worker processes, as a user's job runs:
+methods run one after another in one process slowed the later ones by up to 10%, measured
+on auto after top-k at 100 Mbit/s), methods one after another, `--rounds` times.
+
 rates: at each of `validate`'s default rates, DDP without a hook, each of auto's default
-candidates as a fixed method (same options), and auto (`--auto`: its options as JSON), each
-from a fresh model, `--rounds` times interleaved; rows in OUT/rates.csv: per rate, method and
-round the median iteration time over the timed iterations and over the steady ones (from the
-end of auto's exploration on, the same window for every method), auto's choices, and every
-iteration's time (the slowest rank's).
+candidates as a fixed method (same options), and auto (`--auto`: its options as JSON); rows
+in OUT/rates.csv: per rate, method and round the median iteration time over the timed
+iterations and over the steady ones (from the end of auto's exploration on, the same window
+for every method), auto's choices, and every iteration's time (the slowest rank's).
 
 drop: every method trains `--iterations` iterations (after `--warmup`) at 2.5 Gbit/s; at the
 first timed iteration of the second half rank 0 asks this process to drop the link to 100
 Mbit/s (a file handshake; the workers meet at a barrier after it, so the wait is not timed)
-and the rate goes back up before the next method. Rows in OUT/drop.csv: per method the
-total, before and after the drop, each iteration's time (slowest rank), and for auto its
+and the rate goes back up before the next run. Rows in OUT/drop.csv: per method and round
+the total, before and after the drop, each iteration's time (slowest rank), and for auto its
 switches (iteration, bucket, candidate) and the iterations from the drop to its first switch.
 converge: `gradcomp bench converge`'s default task and target (teacher, accuracy 0.85, seeds
 0..`--seeds`-1, 600 iterations at most, local gloo workers: no testbed) with each candidate
@@ -54,11 +57,16 @@ HIGH, LOW = "2.5gbit", "100mbit"
 
 
 def cases(auto_options: dict, methods: str = "") -> list[tuple[str, dict]]:
-    """DDP, each default candidate as a fixed method, then auto (only `methods`, a
-    comma-separated list of names, when given)."""
+    """DDP, each default candidate as a fixed method, then auto; only `methods` (a
+    comma-separated list of names), in its order, when given."""
     fixed = [(c, {}) if isinstance(c, str) else (c[0], dict(c[1])) for c in DEFAULT_CANDIDATES]
-    every = [("ddp", {}), *fixed, ("auto", auto_options)]
-    return [c for c in every if not methods or c[0] in methods.split(",")]
+    every = dict([("ddp", {}), *fixed, ("auto", auto_options)])
+    names = methods.split(",") if methods else list(every)
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise SystemExit(f"--methods: {', '.join(unknown)} not allowed; choose among "
+                         f"{', '.join(every)}")
+    return [(n, every[n]) for n in names]
 
 
 # -- inside the testbed (every rank) -------------------------------------------------------
@@ -109,64 +117,61 @@ def _median(values) -> float:
 
 
 def worker_rates(a) -> None:
-    """Each method `--rounds` times (methods interleaved); rank 0 appends one row per method
-    and round: median over the timed iterations, and over the steady ones (from the end of
-    auto's exploration on, the same window for every method)."""
+    """One run of the method `--methods` names; rank 0 appends its row: median over the
+    timed iterations, and over the steady ones (from the end of auto's exploration on, the
+    same window for every method)."""
     init_from_env("gloo")
     auto = json.loads(a.auto)
     steady_from = (auto.get("start_iter", 1)
                    + len(auto.get("candidates", DEFAULT_CANDIDATES)) * auto.get("explore_iters", 3))
-    table = ResultTable(a.out, ("rate", "method", "round")) if dist.get_rank() == 0 else None
     try:
-        for round_ in range(a.rounds):
-            for name, options in cases(auto, a.methods):
-                times, state = timed_run(name, options, a.warmup + a.iterations)
-                if table is not None:
-                    table.append({
-                        "rate": a.rate, "method": name, "round": round_,
-                        "options": json.dumps(options), "warmup": a.warmup,
-                        "iterations": a.iterations, "steady_from": steady_from,
-                        "median_s": _median(times[a.warmup:]),
-                        "median_steady_s": _median(times[max(a.warmup, steady_from):]),
-                        "auto_choices": state.choices_text() if name == "auto" else "",
-                        "auto_model": auto_model(state) if name == "auto" else "",
-                        "times_s": json.dumps(times)})
+        [(name, options)] = cases(auto, a.methods)
+        times, state = timed_run(name, options, a.warmup + a.iterations)
+        if dist.get_rank() == 0:
+            ResultTable(a.out, ("rate", "method", "round")).append({
+                "rate": a.rate, "method": name, "round": a.round,
+                "options": json.dumps(options), "warmup": a.warmup,
+                "iterations": a.iterations, "steady_from": steady_from,
+                "median_s": _median(times[a.warmup:]),
+                "median_steady_s": _median(times[max(a.warmup, steady_from):]),
+                "auto_choices": state.choices_text() if name == "auto" else "",
+                "auto_model": auto_model(state) if name == "auto" else "",
+                "times_s": json.dumps(times)})
     finally:
         dist.destroy_process_group()
 
 
 def worker_drop(a) -> None:
+    """One run of the method `--methods` names, the rate dropped halfway; rank 0 appends
+    its row."""
     init_from_env("gloo")
-    rank, folder = dist.get_rank(), Path(a.handshake)
-    asked = [0]
-    table = ResultTable(a.out, ("method",)) if rank == 0 else None
+    rank = dist.get_rank()
+    table = ResultTable(a.out, ("method", "round")) if rank == 0 else None
     drop_at = a.warmup + a.iterations // 2
 
-    def set_rate(rate):
-        if rank == 0:
-            _ask(folder, asked[0], rate)
-        asked[0] += 1
-        dist.barrier()
+    def drop(i):
+        if i == drop_at:
+            if rank == 0:
+                _ask(Path(a.handshake), 0, LOW)
+            dist.barrier()
 
     try:
-        for name, options in cases(json.loads(a.auto), a.methods):
-            times, state = timed_run(name, options, a.warmup + a.iterations,
-                                     lambda i: set_rate(LOW) if i == drop_at else None)
-            set_rate(HIGH)
-            if rank == 0:
-                t, half = times[a.warmup:], a.iterations // 2
-                switches = state.switches if name == "auto" else []
-                after = [i for i, _, _ in switches if i >= drop_at]
-                table.append({
-                    "method": name, "options": json.dumps(options), "warmup": a.warmup,
-                    "iterations": a.iterations, "drop_at_iteration": drop_at,
-                    "total_s": sum(t), "before_drop_s": sum(t[:half]),
-                    "after_drop_s": sum(t[half:]), "median_before_s": _median(t[:half]),
-                    "median_after_s": _median(t[half:]),
-                    "iterations_to_switch": after[0] - drop_at if after else "",
-                    "switches": json.dumps(switches),
-                    "auto_model": auto_model(state) if name == "auto" else "",
-                    "times_s": json.dumps(times)})
+        [(name, options)] = cases(json.loads(a.auto), a.methods)
+        times, state = timed_run(name, options, a.warmup + a.iterations, drop)
+        if rank == 0:
+            t, half = times[a.warmup:], a.iterations // 2
+            switches = state.switches if name == "auto" else []
+            after = [i for i, _, _ in switches if i >= drop_at]
+            table.append({
+                "method": name, "round": a.round, "options": json.dumps(options),
+                "warmup": a.warmup, "iterations": a.iterations, "drop_at_iteration": drop_at,
+                "total_s": sum(t), "before_drop_s": sum(t[:half]),
+                "after_drop_s": sum(t[half:]), "median_before_s": _median(t[:half]),
+                "median_after_s": _median(t[half:]),
+                "iterations_to_switch": after[0] - drop_at if after else "",
+                "switches": json.dumps(switches),
+                "auto_model": auto_model(state) if name == "auto" else "",
+                "times_s": json.dumps(times)})
     finally:
         dist.destroy_process_group()
 
@@ -178,49 +183,60 @@ def _conditions(out: Path, what: str, load: float, start: float) -> None:
          "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
 
 
+def _runs(a) -> list[tuple[int, str]]:
+    """(round, method) of every run, in order: the methods one after another, each round."""
+    return [(r, name) for r in range(a.rounds) for name, _ in cases(json.loads(a.auto),
+                                                                   a.methods)]
+
+
+def _worker(what: str, out: Path, a, round_: int, name: str) -> list[str]:
+    return [sys.executable, __file__, what, "--out", str(out), "--round", str(round_),
+            "--methods", name, "--warmup", str(a.warmup), "--iterations", str(a.iterations),
+            "--auto", a.auto]
+
+
 def run_rates(out: Path, a) -> None:
     for rate in a.rates.split(","):
         load, start = os.getloadavg()[0], time.monotonic()
-        print(f"bench_auto: {rate}", file=sys.stderr, flush=True)
         with Testbed(2, rate, threads=1) as testbed:
-            testbed.run([sys.executable, __file__, "worker-rates", "--out",
-                         str(out / "rates.csv"), "--rate", rate, "--rounds", str(a.rounds),
-                         "--warmup", str(a.warmup), "--iterations", str(a.iterations),
-                         "--auto", a.auto, "--methods", a.methods], timeout=3000)
+            for round_, name in _runs(a):
+                print(f"bench_auto: {rate} round {round_} {name}", file=sys.stderr, flush=True)
+                testbed.run(_worker("worker-rates", out / "rates.csv", a, round_, name)
+                            + ["--rate", rate], timeout=3000)
         _conditions(out, f"rates {rate}", load, start)
 
 
 def run_drop(out: Path, a) -> None:
     handshake = out / "handshake"
     handshake.mkdir(parents=True, exist_ok=True)
-    for old in handshake.iterdir():
-        old.unlink()
     load, start = os.getloadavg()[0], time.monotonic()
     with Testbed(2, HIGH, threads=1) as testbed:
-        stop = threading.Event()
+        for round_, name in _runs(a):
+            print(f"bench_auto: drop round {round_} {name}", file=sys.stderr, flush=True)
+            for old in handshake.iterdir():
+                old.unlink()
+            stop = threading.Event()
 
-        def serve():
-            n = 0
-            while not stop.is_set():
-                ask = handshake / f"ask-{n}"
-                if ask.exists():
-                    testbed.set_rate(ask.read_text())
-                    (handshake / f"done-{n}").write_text("")
-                    n += 1
-                else:
-                    time.sleep(0.005)
+            def serve():
+                n = 0
+                while not stop.is_set():
+                    ask = handshake / f"ask-{n}"
+                    if ask.exists():
+                        testbed.set_rate(ask.read_text())
+                        (handshake / f"done-{n}").write_text("")
+                        n += 1
+                    else:
+                        time.sleep(0.005)
 
-        server = threading.Thread(target=serve, daemon=True)
-        server.start()
-        try:
-            testbed.run([sys.executable, __file__, "worker-drop", "--out",
-                         str(out / "drop.csv"), "--handshake", str(handshake), "--warmup",
-                         str(a.warmup), "--iterations", str(a.iterations), "--auto", a.auto,
-                         "--methods", a.methods],
-                        timeout=3000)
-        finally:
-            stop.set()
-            server.join()
+            server = threading.Thread(target=serve, daemon=True)
+            server.start()
+            try:
+                testbed.run(_worker("worker-drop", out / "drop.csv", a, round_, name)
+                            + ["--handshake", str(handshake)], timeout=3000)
+            finally:
+                stop.set()
+                server.join()
+                testbed.set_rate(HIGH)
     _conditions(out, "drop", load, start)
 
 
@@ -280,16 +296,15 @@ def summary(out: Path, a=None) -> str:
                      + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
     if (out / "drop.csv").exists():
         drop = pd.read_csv(out / "drop.csv")
-        fixed = drop[~drop["method"].isin(["ddp", "auto"])]
-        best = fixed.loc[fixed["total_s"].idxmin()] if len(fixed) else None
-        table = drop[["method", "total_s", "before_drop_s", "after_drop_s",
+        table = drop[["round", "method", "total_s", "before_drop_s", "after_drop_s",
                       "iterations_to_switch", "switches"]]
+        totals = drop.pivot_table(index="round", columns="method", values="total_s")
+        fixed = [m for m in totals.columns if m not in ("ddp", "auto")]
+        ratios = ("" if "auto" not in totals or not fixed else
+                  "\n\nauto's total / the round's best fixed candidate's, per round: "
+                  + " ".join(f"{v:.2f}" for v in totals["auto"] / totals[fixed].min(axis=1)))
         parts.append("## (b) 2.5 Gbit/s -> 100 Mbit/s halfway\n\n"
-                     + table.to_markdown(index=False, floatfmt=".3g")
-                     + ("" if best is None else
-                        f"\n\nauto's total / the best fixed candidate's ({best['method']}): "
-                        + " ".join(f"{t / best['total_s']:.2f}" for t in
-                                   drop.loc[drop["method"] == "auto", "total_s"])))
+                     + table.to_markdown(index=False, floatfmt=".3g") + ratios)
     if (out / "converge.csv").exists():
         conv = pd.read_csv(out / "converge.csv")
         conv["variant"] = [_variant(m, json.loads(o), e) for m, o, e in
@@ -318,7 +333,8 @@ def main(argv=None) -> int:
     p.add_argument("--auto", default="{}", help="auto's options as JSON")
     p.add_argument("--methods", default="", help="comma-separated: only these of ddp, "
                    "the candidates' names and auto (rates, drop)")
-    p.add_argument("--rounds", type=int, default=1, help="rates: runs of each method")
+    p.add_argument("--rounds", type=int, default=1, help="rates, drop: runs of each method")
+    p.add_argument("--round", type=int, default=0)
     p.add_argument("--seeds", type=int, default=3, help="converge: seeds 0..SEEDS-1")
     p.add_argument("--handshake")
     a = p.parse_args(argv)
@@ -326,6 +342,8 @@ def main(argv=None) -> int:
         a.out = a.worker_out
         (worker_rates if a.what == "worker-rates" else worker_drop)(a)
         return 0
+    if a.what in ("rates", "drop"):
+        cases(json.loads(a.auto), a.methods)  # a bad --methods fails before the testbed
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     {"rates": run_rates, "drop": run_drop, "converge": run_converge,

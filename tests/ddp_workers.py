@@ -122,7 +122,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
             "after": full_loss(), "rows": state.telemetry_rows() if state else [],
             "decisions": dict(chooser.decisions) if chooser else None,
             "decided_at": chooser.decided_at if chooser else None,
-            "launched_at_end": chooser.pending[0] if chooser and chooser.pending else None,
+            "launched": chooser.pending[0] if chooser and chooser.pending else None,
             "guard": list(state.guard.engaged) if getattr(state, "guard", None) else None}
 
 
@@ -130,10 +130,9 @@ def slowdown_cases(rank):
     """auto's choice fed the model's times of one 4e7-byte bucket (uncompressed all-reduce,
     or 4e5 bytes all-gathered after 2 ms of codec) on a link 100x slower from iteration `drop`
     on (None: never); rank 1 alone also waits 10x as long in iteration 12 (the other rank came
-    late); every rank's codec takes 0.1 s in iteration 22 (noise); the check blocking,
-    launched at the next step and read an iteration later ("launched"), or launched as each
-    iteration ends ("end", as the hook on the CPU). Then the hook with its slowdown check on,
-    on the small model's buckets."""
+    late); every rank's codec takes 0.1 s in iteration 22 (noise); the check blocking, or
+    launched at the next step and read an iteration later ("launched", as the hook runs it).
+    Then the hook with its slowdown check on, on the small model's buckets."""
     def reduce(values):
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return values
@@ -143,8 +142,7 @@ def slowdown_cases(rank):
         return lambda: (work.wait(), values)[1]
 
     res = {}
-    cases = [(drop, "") for drop in (17, 20, None)] + [
-        (drop, how) for how in ("launched", "end") for drop in (17, 20)]
+    cases = [(drop, "") for drop in (17, 20, None)] + [(drop, "launched") for drop in (17, 20)]
     for drop, how in cases:  # at a periodic check (it sees only the old rate), between
         ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
                      explore_iters=3, check_every=10)
@@ -160,12 +158,10 @@ def slowdown_cases(rank):
                 codec += 0.1 if i == 22 else 0.0
                 comm = (steps * 20e-6 + per_byte * nbytes * x) * (10 if (rank, i) == (1, 12) else 1)
                 ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
-            if how == "end":
-                ch.launch_check(i, launch)
         res[f"drop{drop}{how}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
     run = train(rank, "auto", dict(explore_iters=2), steps=20)
     res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at",
-                                                   "launched_at_end")}
+                                                   "launched")}
     return res
 
 

@@ -137,26 +137,6 @@ def test_after_a_decision_no_step_waits_for_the_other_ranks():
     assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
 
 
-def test_samples_launched_at_an_iterations_end_are_read_at_the_next_step():
-    """With the agreement launched as each iteration ends (`launch_check`, as the hook does
-    on the CPU), a slower link in iteration 12 is acted on at 13, and no step waits; a step
-    whose iteration was not launched at its end reduces it itself (so every rank reads the
-    same iteration at the same step)."""
-    ch, (blocking, launched), (reduce, launch) = decided(1e-11)
-    assert ch.decisions == {0: 0}
-    changed = []
-    for i in range(7, 16):
-        if i > 7 and ch.step(i, reduce):
-            changed.append(i)
-        feed(ch, [i], alpha=20e-6, x=1e-9 if i >= 12 else 1e-11, codec=CODEC, nbytes=NBYTES)
-        if i != 9:
-            ch.launch_check(i, launch)
-    assert changed == [13] and ch.decisions == {0: 1}
-    assert len(launched) == 8 and len(blocking) == 1  # iteration 9, reduced at step 10
-    ch.launch_check(2, launch)  # not an iteration whose samples a step reads
-    assert len(launched) == 8
-
-
 def test_ranks_that_measured_different_buckets_raise():
     ch = chooser()
     feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])

@@ -25,14 +25,14 @@ on every rank. During an exploration the samples are reduced when they are neede
 all-reduce each). After a decision every iteration's samples are reduced as they come (one
 all-reduce of five values per bucket), never waited for right after backward's compute (a
 blocking one there cost about 3 ms per iteration on the 2-worker testbed: the rank that came
-early could not encode while it waited; the periodic check's blocking reductions, every 10
-iterations, 0.35 ms per iteration more on loopback): on the CPU the hook launches it as the
-iteration's last bucket is done (`launch_check`), so the next step reads it without waiting
-and a slower link in iteration i is acted on from i + 1; on CUDA, whose event timings would
-make the host wait for the GPU at the iteration's end, the step launches it (`Launch`) and
-reads it one iteration later, acting from i + 2. (On a gloo group of auto's own instead of
-the hook's, the launch at the iteration's end cost 3.2-3.7 ms more per iteration on the
-2-worker testbed at 1 Gbit/s, in interleaved runs.)
+early could not encode while it waited): the step at iteration i launches the reduction of
+i - 1's samples (`Launch`) and reads the one it launched at i - 1 (i - 2's), so a slower link
+in iteration i is acted on from i + 2. The step runs at an iteration's first bucket, before
+its collectives, so every rank issues the reduction at the same place in its order of
+collectives, whatever else the program runs on the group (on the CPU and on CUDA alike).
+Launching it as the iteration's last bucket finished instead (acting from i + 1) cost 2-3 ms
+more per iteration, about 3% of an iteration, on the 2-worker testbed at 1 Gbit/s
+(interleaved runs, each in fresh processes).
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
@@ -280,14 +280,6 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def launch_check(self, iteration: int, launch: Launch) -> None:
-        """At the end of `iteration` (its last bucket done, every rank alike): start reducing
-        its samples where the next step reads them, so that the next step finds them reduced
-        (module docstring)."""
-        if (self.decided_at is not None and iteration >= self.decided_at
-                and not self.exploring(iteration)):
-            self.pending = self._start(iteration, launch)
-
     def _start(self, iteration: int, launch: Launch) -> tuple:
         """(iteration, buckets, wait): the reduction of `iteration`'s samples of the decided
         buckets (a bucket a rank did not measure: no evidence), started by `launch`; the
@@ -302,13 +294,10 @@ class Chooser:
             torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 5))
 
     def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
-        """The reduced samples of the latest iteration whose reduction is ready: iteration -
-        1's, launched at its end (`launch_check`) or else reduced now; with `launch` (and
-        none launched at the end), iteration - 1's are launched now and those launched at the
-        last step (iteration - 2) are read."""
-        if self.pending is not None and self.pending[0] == iteration - 1:
-            ready, self.pending = self.pending, None
-        elif launch is None:
+        """The reduced samples of the latest iteration whose reduction is ready: with
+        `launch`, iteration - 1's are launched now and those launched at the last step
+        (iteration - 2) are read; without, iteration - 1's are reduced now."""
+        if launch is None:
             ready = self._start(iteration - 1, lambda rows: lambda: reduce(rows))
         else:
             ready, self.pending = self.pending, self._start(iteration - 1, launch)

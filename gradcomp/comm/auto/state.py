@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import threading
-from dataclasses import dataclass
 from typing import Any, Hashable
 
 import torch
@@ -108,10 +106,10 @@ class AutoState(HookState):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check at the next iteration (two later on CUDA: `choice`), when the ranks have agreed
-        on it, the bandwidth refitted from that iteration on (None: only the periodic
-        checks). After a decision the samples are reduced every iteration (one small
-        all-reduce, launched as the iteration ends and read at the next).
+        check two iterations later, when the ranks have agreed on it, the bandwidth refitted
+        from that iteration on (None: only the periodic checks). After a decision the
+        samples are reduced every iteration (one small all-reduce, launched at the next
+        iteration's first bucket and read an iteration later: `choice`).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     Other options as `HookState`'s (no communicator option: each candidate travels its way).
@@ -151,8 +149,6 @@ class AutoState(HookState):
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
         self._pending: list[tuple[BucketRecord, int, int, float]] = []
         self._stepped: int | None = None
-        self._open: _Open | None = None  # the iteration in progress, on the CPU
-        self._lock = threading.Lock()  # buckets finish on the process groups' threads
 
     def _chooser(self) -> Chooser:
         if self.chooser is None:
@@ -179,18 +175,9 @@ class AutoState(HookState):
             self._stepped = iteration
             self._collect(iteration)
             device = bucket.buffer.device
-            # on the CPU an iteration's samples are launched as it ends (`_arrived`) and read
-            # here; reading CUDA events there would make the host wait for the GPU, so on
-            # CUDA they are launched here and read an iteration later
-            at_end = device.type == "cpu"
-            chooser.step(iteration, self._reduce(device),
-                         None if at_end else self._launch(device))
+            chooser.step(iteration, self._reduce(device), self._launch(device))
             if self.guard is not None:
                 self.guard.step(iteration, self._reduce(device))
-            self._open = _Open(iteration) if at_end else None
-        if self._open is not None:
-            with self._lock:
-                self._open.hooked += 1
         candidate = chooser.choice(bucket.index, iteration)
         if self.guard is not None:
             self.guard.add(bucket.index, bucket.buffer)
@@ -226,7 +213,6 @@ class AutoState(HookState):
     def end_iteration(self, iteration: int) -> None:
         """No warning: an uncompressed bucket is `auto`'s choice, not a silent no-op."""
         self._iteration_reasons.clear()
-        self._arrived(iteration, closed=True)
 
     def finished(self, record: BucketRecord, communicator: Communicator, sent: Sent) -> None:
         """Keep the record as a sample of the candidate the bucket was given (also when it
@@ -235,27 +221,6 @@ class AutoState(HookState):
         if (record.iteration >= self.start_iter and candidate is not None
                 and self._chooser().measured(record.iteration)):
             self._pending.append((record, candidate, sent.nbytes, sent.between_s))
-        self._arrived(record.iteration, done=True)
-
-    def _arrived(self, iteration: int, closed: bool = False, done: bool = False) -> None:
-        """The iteration's last bucket was hooked (`closed`) or a bucket finished (`done`);
-        when both the last bucket was hooked and every hooked bucket finished, launch the
-        agreement on the iteration's samples, so that the next step finds it done
-        (`Chooser.launch_check`). Runs on the process group's threads too: every collective
-        of the iteration has been issued by then, and the next iteration's come after
-        backward returns, which waits for this bucket's future, so every rank issues it at
-        the same place in its order of collectives."""
-        now = self._open
-        if now is None or now.iteration != iteration:
-            return
-        with self._lock:
-            now.closed |= closed
-            now.done += int(done)
-            if not now.closed or now.done < now.hooked or now.launched:
-                return
-            now.launched = True
-        self._collect(iteration + 1)
-        self.chooser.launch_check(iteration, self._launch(torch.device("cpu")))
 
     # -- reports ----------------------------------------------------------------------------
     def label(self, candidate: int) -> str:
@@ -345,18 +310,5 @@ class AutoState(HookState):
 
     def __getstate__(self):
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped",
-                             "_open", "_lock")}
-
-
-@dataclass
-class _Open:
-    """The buckets of an iteration in progress: hooked, finished, and whether its last was
-    hooked and its agreement launched (`AutoState._arrived`)."""
-
-    iteration: int
-    hooked: int = 0
-    done: int = 0
-    closed: bool = False
-    launched: bool = False
+                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped")}
 
