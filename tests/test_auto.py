@@ -137,6 +137,25 @@ def test_after_a_decision_no_step_waits_for_the_other_ranks():
     assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
 
 
+def test_a_codec_time_moves_a_decision_only_when_two_checks_saw_it_move():
+    """The chosen candidate's codec 1 s slower for one check's window (a busy machine) leaves
+    the decision alone: priced at once it would send the bucket to the uncompressed
+    candidate, whose price nothing re-measures before the next exploration. Slower for two
+    windows, it moves the decision at the second check."""
+    for slow_until, changed in ((12, []), (17, [17])):
+        ch = chooser(check_every=5, slowdown=None)  # the periodic check alone
+        feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
+        ch.step(7, same)
+        assert ch.decisions == {0: 1}
+        seen = []
+        for i in range(7, 28):
+            if i > 7 and ch.step(i, same):
+                seen.append(i)
+            codec = [[0.0, 2e-3 + (1.0 if i < slow_until else 0.0)]]
+            feed(ch, [i], alpha=20e-6, x=1e-8, codec=codec, nbytes=NBYTES)
+        assert seen == changed
+
+
 def test_ranks_that_measured_different_buckets_raise():
     ch = chooser()
     feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])

@@ -135,6 +135,7 @@ class Chooser:
     alpha: float = 0.0
     x: float = 0.0
     decided_at: int | None = None
+    codec_moved: bool = False  # the last check saw a codec time move by more than `drift`
     samples: list[Sample] = field(default_factory=list)  # measured, not yet reduced
     explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
     window: list[Sample] = field(default_factory=list)  # reduced since the last check
@@ -193,7 +194,7 @@ class Chooser:
             self.pending = None
             return False
         if iteration - self.decided_at >= self.redecide_every:
-            self.explore_start, self.decided_at = iteration, None
+            self.explore_start, self.decided_at, self.codec_moved = iteration, None, False
             self.samples.clear()
             self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
@@ -320,7 +321,11 @@ class Chooser:
         return False
 
     def _check_drift(self) -> bool:
-        """The periodic check (module docstring), from the window's samples."""
+        """The periodic check (module docstring), from the window's samples. A codec time
+        that moved is priced only when it moved at the last check too: one window's noise
+        (a busy machine) priced at once could send a bucket to another candidate, whose
+        cost is not measured again before the next exploration, and no later check would
+        see the old one recover."""
         samples, self.window = self.window, []
         codec_now, drift = {}, 0.0
         for b in sorted(self.decisions):
@@ -331,6 +336,10 @@ class Chooser:
             total = self.predict(b, c)
             if total > 0:
                 drift = max(drift, abs(codec_now[b] - self.codec[b, c]) / total)
+        moved = drift > self.drift
+        if moved and not self.codec_moved:  # a first move waits for the next check
+            codec_now, drift = {}, 0.0
+        self.codec_moved = moved and not self.codec_moved
         return self._reprice(self._refit_bandwidth(samples), codec_now, drift)
 
     def _check_network(self, since: int) -> bool:
@@ -375,7 +384,7 @@ class Chooser:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
                 "decisions": dict(self.decisions),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
-                "x": self.x, "decided_at": self.decided_at}
+                "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved}
 
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
