@@ -70,10 +70,10 @@ def cases(auto_options: dict, methods: str = "") -> list[tuple[str, dict]]:
 
 
 # -- inside the testbed (every rank) -------------------------------------------------------
-def _ask(folder: Path, n: int, rate: str) -> None:
+def _ask(folder: Path, rate: str) -> None:
     """Rank 0: have the parent set every link to `rate`; wait until it has."""
-    write_atomic(folder / f"ask-{n}", rate)  # never read half-written
-    while not (folder / f"done-{n}").exists():
+    write_atomic(folder / "ask", rate)  # never read half-written
+    while not (folder / "done").exists():
         time.sleep(0.005)
 
 
@@ -152,7 +152,7 @@ def worker_drop(a) -> None:
     def drop(i):
         if i == drop_at:
             if rank == 0:
-                _ask(Path(a.handshake), 0, LOW)
+                _ask(Path(a.handshake), LOW)
             dist.barrier()
 
     try:
@@ -217,16 +217,13 @@ def run_drop(out: Path, a) -> None:
                 old.unlink()
             stop = threading.Event()
 
-            def serve():
-                n = 0
+            def serve():  # the one rate change a run asks for
                 while not stop.is_set():
-                    ask = handshake / f"ask-{n}"
-                    if ask.exists():
-                        testbed.set_rate(ask.read_text())
-                        (handshake / f"done-{n}").write_text("")
-                        n += 1
-                    else:
-                        time.sleep(0.005)
+                    if (handshake / "ask").exists():
+                        testbed.set_rate((handshake / "ask").read_text())
+                        (handshake / "done").write_text("")
+                        return
+                    time.sleep(0.005)
 
             server = threading.Thread(target=serve, daemon=True)
             server.start()
