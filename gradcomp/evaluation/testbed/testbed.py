@@ -440,9 +440,7 @@ def expected_allreduce_s(nbytes: float, workers: int, rate_bps: float) -> float:
 
 
 def rate_check(rate="100mbit", nbytes: int = 4 * 2**20, workers: int = 2) -> dict:
-    """Measure an all-reduce of `nbytes` at `rate` (the median of 5: on a shared 2-core
-    machine two of 3 repeats once took 19% over the rate's time) and compare with the rate's
-    time."""
+    """An all-reduce of `nbytes` at `rate` (median of 5 repeats) against the rate's time."""
     rate_bps = parse_rate(rate, "rate")
     with Testbed(workers, rate_bps) as testbed:
         measured = allreduce_time(testbed, nbytes, repeats=5)
