@@ -211,7 +211,8 @@ def test_register_auto_refuses_options_of_a_single_method(one_rank_group):
 def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     """On one rank the hook's output is what was sent: with top-k + error feedback for 2
     iterations, then the uncompressed candidate, everything the gradients held arrives once
-    the residual is handed over (nothing is lost at the switch)."""
+    the residual is handed over (nothing is lost at the switch). Three iterations: the step
+    of a fourth could end the exploration early on timings (`SKIP_FACTOR`)."""
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64, bias=False)
     ddp = DDP(model)
@@ -219,7 +220,7 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
         ("topk", {"ratio": 0.05, "error_feedback": True}), "none"])
     x = torch.randn(16, 64)
     sent, raw = torch.zeros(64, 64), torch.zeros(64, 64)
-    for i in range(4):
+    for i in range(3):
         plain = torch.autograd.grad(model(x).square().mean(), model.weight)[0]
         ddp.zero_grad()
         ddp(x).square().mean().backward()
@@ -229,7 +230,7 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
             assert not torch.allclose(sent, raw, atol=1e-5)
     torch.testing.assert_close(sent, raw, rtol=1e-5, atol=1e-6)
     methods = [r["method"] for r in state.telemetry_rows()]
-    assert methods == ["topk", "topk", "allreduce", "allreduce"]
+    assert methods == ["topk", "topk", "allreduce"]
     # the choices as reports give them: every switch, the last one per bucket
     assert state.switches == [(0, 0, 0), (2, 0, 1)]
     # the exploration's end (4) not reached: no decision, and the report says so
