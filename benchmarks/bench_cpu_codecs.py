@@ -359,8 +359,14 @@ def same(case: str, a, b) -> bool:
             and torch.equal(da, db))
 
 
-def data(n: int, seed: int = 0) -> torch.Tensor:
-    x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+def data(n: int, seed: int = 0, kind: str = "randn") -> torch.Tensor:
+    """randn, or "columns": rows of 1024 whose magnitudes scale with the column, as a weight
+    gradient's do with its inputs' sizes (what a strided sample can misjudge)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen)
+    if kind == "columns":
+        scale = torch.rand(1024, generator=gen) ** 4
+        x *= scale.repeat(-(-n // 1024))[:n]
     x[:: max(1, n // 50)] = 0.0  # a few zeros: sign methods send them as non-negative
     return x
 
@@ -388,12 +394,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated cases (default: all)")
+    ap.add_argument("--data", choices=("randn", "columns"), default="randn",
+                    help="the input: randn, or 1024-wide rows scaled by column (`data`)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     SIZE[0] = args.numel
     cases = args.only.split(",") if args.only else list(CASES)
-    x = data(args.numel)
-    print(f"# {args.numel:,} float32 values, {torch.get_num_threads()} threads, torch "
+    x = data(args.numel, kind=args.data)
+    print(f"# {args.numel:,} float32 values ({args.data}), {torch.get_num_threads()} threads, torch "
           f"{torch.__version__}, {platform.processor() or platform.machine()}, "
           f"median of {args.repeats} (interleaved)")
     print("| case | gradcomp ms | plain ms | ratio |\n| --- | ---: | ---: | ---: |")

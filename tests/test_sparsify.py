@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradcomp
-from gradcomp.compressors.sparsify import _count, _index_dtype, _scatter_mean
+from gradcomp.compressors.sparsify import (TOPK_SAMPLE, _count, _index_dtype, _scatter_mean,
+                                           sample_stride, topk_positions)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -74,6 +75,27 @@ def test_topk_keeps_exactly_the_k_largest_magnitudes(device, n, frac, dtype, see
     dropped[idx] = False
     if dropped.any():
         assert xd[dropped].abs().max() <= kept.min()
+
+
+def test_the_cpu_samples_stride_is_prime_so_it_sees_every_column_of_a_weight_gradient():
+    assert [sample_stride(n) for n in (1, TOPK_SAMPLE, 2 * TOPK_SAMPLE - 1)] == [1, 1, 1]
+    strides = {n: sample_stride(n) for n in (2 * TOPK_SAMPLE, 4 * TOPK_SAMPLE, 4_200_000)}
+    assert strides == {2 * TOPK_SAMPLE: 2, 4 * TOPK_SAMPLE: 5, 4_200_000: 67}
+    # a 1024-wide layer: every column is sampled (a stride of 64 would see 16 of them)
+    columns = (torch.arange(0, 4_200_000, strides[4_200_000]) % 1024).unique().numel()
+    assert columns == 1024
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cpu_topk_is_exact_on_column_scaled_gradients(seed):
+    """A weight gradient's magnitudes scale with its column (its input's size): the sampled
+    threshold must still leave exactly the k largest."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.rand(1024, generator=g, dtype=torch.float64) ** 4
+    x = (torch.randn(256, 1024, generator=g, dtype=torch.float64) * scale).float().flatten()
+    k = _count(0.01, x.numel())
+    ours = topk_positions(x, k)
+    assert torch.equal(ours, torch.topk(x.abs(), k).indices.sort().values)
 
 
 @pytest.mark.parametrize("name", ["topk", "randomk", "threshold"])
