@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradcomp
+from gradcomp.compressors.base import work_dtype
+from gradcomp.compressors.memory import finite_or_zero
 from gradcomp.compressors.sparsify import (TOPK_SAMPLE, _count, _index_dtype, _scatter_mean,
                                            sample_stride, topk_positions)
 
@@ -383,3 +385,33 @@ def test_error_feedback_residual_plus_output_is_input(name):
     corrected = y + c.residuals["w"]
     out2 = c.decompress(c.compress(y, key="w"))
     torch.testing.assert_close(c.residuals["w"] + out2, corrected, rtol=0, atol=1e-15)
+
+
+def _awkward(n, seed, dtype, device):
+    """A gradient with -0.0, +-0.0 ties, NaN and +-Inf among normal values."""
+    x = _gradient(n, seed, torch.float64)
+    x[::7] = -0.0
+    x[3::11] = 0.0
+    x[5], x[9], x[13] = math.nan, math.inf, -math.inf
+    return x.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("name", ["topk", "randomk"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ratio", [0.05, 0.5, 1.0])
+def test_sparse_left_over_equals_corrected_minus_decoded_bit_for_bit(name, device, dtype,
+                                                                      ratio):
+    """Error feedback's residual of top-k and random-k is `corrected` with the sent positions
+    subtracted in its own buffer: the same bits as the dense subtraction, signed zeros
+    included, over steps that carry the residual."""
+    c = gradcomp.compressor(name, ratio=ratio, error_feedback=True)
+    for step in range(3):
+        x = _awkward(997, step, dtype, device)
+        before = c.residuals.get("w")
+        corrected = (x.to(work_dtype(dtype)) if before is None else before.clone() + x)
+        payload = c.compress(x, key="w")
+        expected = finite_or_zero(corrected - c.inner.decompress(payload))
+        got = c.residuals["w"]
+        assert got.dtype == expected.dtype and torch.equal(got, expected), step
+        assert torch.equal(torch.signbit(got), torch.signbit(expected)), step

@@ -115,6 +115,13 @@ class Compressor:
             total += self.decompress(p)
         return total.div_(len(payloads)).to(payloads[0].dtype)
 
+    def left_over(self, corrected: torch.Tensor, payload: Payload) -> torch.Tensor:
+        """``corrected - decompress(payload)``, what error feedback keeps of `corrected` (a
+        contiguous float32/64 tensor that `payload` was compressed from, which a subclass may
+        overwrite). Not in place here: the payload may be a view of `corrected` (the identity
+        method)."""
+        return corrected - self.decompress(payload)
+
     def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
         """Bytes one worker sends for a tensor of `numel` elements (expected value where the
         size depends on the data)."""

@@ -75,12 +75,13 @@ class ErrorFeedback(Compressor):
             payload, self.residuals[key] = done
             return payload
         if residual is None:
-            corrected = tensor.to(work_dtype(tensor.dtype), copy=True)
-        else:  # not in place: a state_dict() taken earlier must not change
-            corrected = residual.to(tensor.device) + tensor
+            corrected = tensor.to(work_dtype(tensor.dtype), copy=True,
+                                  memory_format=torch.contiguous_format)
+        else:  # the residual's buffer becomes the corrected gradient (state_dict() copies)
+            corrected = residual.to(tensor.device, torch.promote_types(
+                residual.dtype, tensor.dtype)).add_(tensor)
         payload = self.inner.compress(corrected.to(tensor.dtype), key)
-        # Not in place: the payload may be a view of `corrected` (the identity method).
-        self.residuals[key] = finite_or_zero(corrected - self.inner.decompress(payload))
+        self.residuals[key] = finite_or_zero(self.inner.left_over(corrected, payload))
         return payload
 
     def decompress(self, payload: Payload) -> torch.Tensor:
@@ -93,7 +94,8 @@ class ErrorFeedback(Compressor):
         return self.inner.wire_nbytes(numel, dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"inner": self.inner.state_dict(), "residuals": dict(self.residuals)}
+        return {"inner": self.inner.state_dict(),
+                "residuals": {k: v.clone() for k, v in self.residuals.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state["inner"])

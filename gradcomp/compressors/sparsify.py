@@ -140,6 +140,16 @@ def _scatter_mean(payloads: list[Payload], ordered: bool | None = None) -> torch
     return buf.to(first.dtype).reshape(first.shape)
 
 
+def _subtract_at(corrected: torch.Tensor, positions: torch.Tensor,
+                 decoded: torch.Tensor) -> torch.Tensor:
+    """`Compressor.left_over` of a payload that decodes to `decoded` at the distinct
+    `positions` and to zeros elsewhere, in `corrected`'s own buffer (x - 0 is x, bit for bit):
+    error feedback then allocates no dense decoded tensor and no dense difference."""
+    flat = corrected.view(-1)
+    flat[positions] = flat[positions] - decoded
+    return corrected
+
+
 class _SparseGather(Compressor):
     """Shared by `topk` and `threshold`: wire = (values in the gradient's dtype, indices)."""
 
@@ -187,6 +197,10 @@ class TopK(_SparseGather):
         else:
             indices = torch.topk(_magnitudes(flat), k, sorted=False).indices
         return [flat[indices], indices.to(_index_dtype(n))], {}
+
+    def left_over(self, corrected, payload):
+        values, indices = payload.tensors  # distinct; decoded as 0 + value (-0.0 as +0.0)
+        return _subtract_at(corrected, indices, values + 0)
 
     def wire_nbytes(self, numel, dtype=torch.float32):
         return _count(self.ratio, numel) * (dtype.itemsize + _index_dtype(numel).itemsize)
@@ -246,6 +260,9 @@ class RandomK(Compressor):
             return kernels.randomk_scatter(values, payload.meta["indices"], payload.numel)
         out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
         return out.index_put_((payload.meta["indices"],), values)
+
+    def left_over(self, corrected, payload):
+        return _subtract_at(corrected, payload.meta["indices"], payload.tensors[0])
 
     def wire_nbytes(self, numel, dtype=torch.float32):
         return _count(self.ratio, numel) * dtype.itemsize
