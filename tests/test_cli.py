@@ -34,7 +34,7 @@ def run_here(*args):
 
 
 def test_compressors_table_lists_every_method():
-    out = run("compressors", "--numel", "4096", "--repeats", "1")
+    out = run_here("compressors", "--numel", "4096", "--repeats", "1")
     assert out.returncode == 0, out.stderr
     for name in gradcomp.names():
         assert f"\n{name} " in out.stdout
@@ -42,7 +42,7 @@ def test_compressors_table_lists_every_method():
 
 
 def test_compressors_json_has_exact_bytes():
-    out = run("compressors", "--numel", "4096", "--repeats", "1", "--json")
+    out = run_here("compressors", "--numel", "4096", "--repeats", "1", "--json")
     rows = json.loads(out.stdout)
     assert [r["method"] for r in rows] == gradcomp.names()
     for r in rows:
@@ -56,70 +56,73 @@ def test_unknown_command_is_an_error_naming_the_choices():
 
 
 def test_whatif_reproduces_the_netai_result_for_resnet50():
-    fast = json.loads(run("whatif", "--profile", "resnet50", "--workers", "8", "--bandwidth",
-                          "100gbit", "--bucketing", "horovod", "--json").stdout)
-    slow = json.loads(run("whatif", "--profile", "resnet50", "--workers", "8", "--bandwidth",
-                          "10gbit", "--bucketing", "horovod", "--json").stdout)
+    fast = json.loads(run_here("whatif", "--profile", "resnet50", "--workers", "8",
+                               "--bandwidth", "100gbit", "--bucketing", "horovod",
+                               "--json").stdout)
+    slow = json.loads(run_here("whatif", "--profile", "resnet50", "--workers", "8",
+                               "--bandwidth", "10gbit", "--bucketing", "horovod",
+                               "--json").stdout)
     assert fast["sf"] >= 0.9 and fast["required_compression"] == 1.0
     assert slow["sf"] < 0.9 and 1.5 <= slow["required_compression"] <= 5
 
 
 def test_whatif_with_a_method_reports_break_even_bandwidth():
-    out = json.loads(run("whatif", "--profile", "vgg16", "--bandwidth", "10gbit", "--method",
-                         "fp16", "--json").stdout)
+    out = json.loads(run_here("whatif", "--profile", "vgg16", "--bandwidth", "10gbit",
+                              "--method", "fp16", "--json").stdout)
     assert out["method"] == "fp16" and out["speedup"] > 1
     assert out["break_even_bandwidth_bps"] > 10e9
 
 
 def test_whatif_sweep_covers_1_to_400_gbit():
-    rows = json.loads(run("whatif", "--sweep", "--json").stdout)
+    rows = json.loads(run_here("whatif", "--sweep", "--json").stdout)
     bandwidths = [r["bandwidth_bps"] for r in rows]
     assert min(bandwidths) == 1e9 and abs(max(bandwidths) - 400e9) < 1
 
 
 def test_advise_ranks_methods_and_gives_a_verdict():
-    out = run("advise", "--profile", "resnet50", "--workers", "8", "--bandwidth", "100gbit",
-              "--methods", "fp16,topk")
+    out = run_here("advise", "--profile", "resnet50", "--workers", "8", "--bandwidth", "100gbit",
+                   "--methods", "fp16,topk")
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
     # One recommendation, priced with the GPU table (the V100 profile's device is another GPU).
     assert last.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute with "
                            "NVIDIA H100 80GB HBM3 codec costs")
     assert "codec costs from table `h100`" in last and "No convergence runs" in last
-    data = json.loads(run("advise", "--bandwidth", "1gbit", "--json").stdout)
+    data = json.loads(run_here("advise", "--bandwidth", "1gbit", "--json").stdout)
     assert data["costs"] == "h100" and "**fp16 all-reduce**" in data["verdict"]  # V100: no bf16
     assert {r["method"] for r in data["ranking"]} == set(gradcomp.names())
 
 
 def test_bad_bandwidth_names_the_option_and_the_forms():
-    out = run("advise", "--bandwidth", "10furlongs")
+    out = run_here("advise", "--bandwidth", "10furlongs")
     assert out.returncode == 2 and "bandwidth" in out.stderr and "10gbit" in out.stderr
 
 
 def test_profile_measures_a_model_given_as_module_factory(tmp_path):
     path = tmp_path / "mlp.json"
-    out = run("profile", "torch.nn:Identity", "--input-shape", "4,3", "--out", str(path))
+    out = run_here("profile", "torch.nn:Identity", "--input-shape", "4,3", "--out", str(path))
     # Identity has no parameters: a clear error rather than an empty profile.
     assert out.returncode != 0
-    out = run("profile", "tests_cli_models:small_mlp", "--input-shape", "8,16", "--out",
-              str(path), "--repeats", "2")
+    out = run_here("profile", "tests_cli_models:small_mlp", "--input-shape", "8,16", "--out",
+                   str(path), "--repeats", "2")
     assert out.returncode == 0, out.stderr
-    whatif = json.loads(run("whatif", "--profile", str(path), "--workers", "2", "--json").stdout)
+    whatif = json.loads(run_here("whatif", "--profile", str(path), "--workers", "2",
+                                 "--json").stdout)
     assert whatif["t_iter_s"] > 0
 
 
 def test_bench_compress_then_fit_then_report(tmp_path):
     table = tmp_path / "compress.csv"
-    rows = json.loads(run("bench", "compress", "--quick", "--methods", "fp16,int8",
-                          "--repeats", "1", "--out", str(table), "--json").stdout)
+    rows = json.loads(run_here("bench", "compress", "--quick", "--methods", "fp16,int8",
+                               "--repeats", "1", "--out", str(table), "--json").stdout)
     assert {r["method"] for r in rows} == {"fp16", "int8"} and table.exists()
-    again = json.loads(run("bench", "compress", "--quick", "--methods", "fp16,int8",
-                           "--repeats", "1", "--out", str(table), "--json").stdout)
+    again = json.loads(run_here("bench", "compress", "--quick", "--methods", "fp16,int8",
+                                "--repeats", "1", "--out", str(table), "--json").stdout)
     assert len(again) == len(rows)  # resumed: nothing measured twice
     assert len(table.read_text().splitlines()) == len(rows) + 1
-    fits = json.loads(run("fit", str(table), "--json").stdout)
+    fits = json.loads(run_here("fit", str(table), "--json").stdout)
     assert {(f["method"], f["phase"]) for f in fits} == {
         (m, p) for m in ("fp16", "int8") for p in ("encode", "decode")}
-    out = run("report", str(tmp_path), "--bandwidth", "10gbit")
+    out = run_here("report", str(tmp_path), "--bandwidth", "10gbit")
     assert out.returncode == 0, out.stderr
     assert "Verdict" in (tmp_path / "report.md").read_text()
