@@ -155,6 +155,21 @@ def test_aggregate_is_the_mean_of_the_decompressions(name, device, dtype, world)
         assert torch.equal(comps[0].aggregate(payloads), b)
 
 
+@pytest.mark.parametrize("name", ["topk", "threshold", "qsgd"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("world", [1, 3])
+def test_aggregate_into_a_used_bucket_equals_aggregate(name, device, dtype, world):
+    """What the all-gather hook writes into the bucket (the sparsifiers sum straight into it;
+    others copy `aggregate`) is `aggregate`'s result bit for bit, whatever the bucket held."""
+    comps, payloads = _ranks(name, world, 301, dtype, device,
+                             **({} if name == "qsgd" else {"ratio": 0.2}))
+    bucket = _gradient(301, 5, dtype, device)
+    into = comps[0].aggregate_into(payloads, bucket)
+    assert into.data_ptr() == bucket.data_ptr()
+    assert torch.equal(into, comps[0].aggregate(payloads).reshape(-1))
+
+
 def test_aggregate_uses_one_index_add_on_cpu_and_one_per_payload_when_ordered(monkeypatch):
     calls = []
     original = torch.Tensor.index_add_

@@ -115,6 +115,12 @@ class Compressor:
             total += self.decompress(p)
         return total.div_(len(payloads)).to(payloads[0].dtype)
 
+    def aggregate_into(self, payloads: list[Payload], out: torch.Tensor) -> torch.Tensor:
+        """`aggregate(payloads)` written into `out`, a flat tensor of the payloads' numel and
+        dtype (the bucket), and returned; the sparsifiers sum straight into it (no dense
+        tensor allocated per call)."""
+        return out.copy_(self.aggregate(payloads).reshape(-1))
+
     def left_over(self, corrected: torch.Tensor, payload: Payload) -> torch.Tensor:
         """``corrected - decompress(payload)``, what error feedback keeps of `corrected` (a
         contiguous float32/64 tensor that `payload` was compressed from, which a subclass may

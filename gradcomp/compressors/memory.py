@@ -90,6 +90,9 @@ class ErrorFeedback(Compressor):
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         return self.inner.aggregate(payloads)
 
+    def aggregate_into(self, payloads: list[Payload], out: torch.Tensor) -> torch.Tensor:
+        return self.inner.aggregate_into(payloads, out)
+
     def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
         return self.inner.wire_nbytes(numel, dtype)
 

@@ -112,8 +112,10 @@ def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
     return cand[take]
 
 
-def _scatter_mean(payloads: list[Payload], ordered: bool | None = None) -> torch.Tensor:
-    """Mean over workers of sparse (values, indices) payloads, as a dense tensor.
+def _scatter_mean(payloads: list[Payload], ordered: bool | None = None,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over workers of sparse (values, indices) payloads, as a dense tensor (summed in
+    `out` where given: a flat tensor of the payloads' numel in float32/float64).
 
     Accumulates in float32 (float64 for float64 gradients). Every rank must get bit-identical
     results, so the order of the additions must not depend on the hardware: on CPU, or with at
@@ -125,7 +127,8 @@ def _scatter_mean(payloads: list[Payload], ordered: bool | None = None) -> torch
     if not payloads:
         raise ValueError("aggregate needs at least one payload")
     first = payloads[0]
-    buf = torch.zeros(first.numel, dtype=work_dtype(first.dtype), device=first.device)
+    buf = (torch.zeros(first.numel, dtype=work_dtype(first.dtype), device=first.device)
+           if out is None else out.zero_())
     if first.numel:
         if ordered is None:
             ordered = buf.device.type != "cpu" and len(payloads) > 2
@@ -137,7 +140,7 @@ def _scatter_mean(payloads: list[Payload], ordered: bool | None = None) -> torch
             for p in payloads:
                 buf.index_add_(0, p.tensors[1], p.tensors[0].to(buf.dtype))
         buf.div_(len(payloads))
-    return buf.to(first.dtype).reshape(first.shape)
+    return buf if out is not None else buf.to(first.dtype).reshape(first.shape)
 
 
 def _subtract_at(corrected: torch.Tensor, positions: torch.Tensor,
@@ -162,6 +165,11 @@ class _SparseGather(Compressor):
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         return _scatter_mean(payloads)
+
+    def aggregate_into(self, payloads: list[Payload], out: torch.Tensor) -> torch.Tensor:
+        if out.dtype != work_dtype(out.dtype) or not out.is_contiguous():
+            return super().aggregate_into(payloads, out)
+        return _scatter_mean(payloads, out=out)
 
 
 @register

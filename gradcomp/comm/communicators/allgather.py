@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import wire
-from .base import Bucket, Communicator, Sent, write_back
+from .base import Bucket, Communicator, Sent
 
 
 class AllGather(Communicator):
@@ -28,7 +28,7 @@ class AllGather(Communicator):
     def decode(self, sent: Sent, received) -> torch.Tensor:
         mine = sent.context
         payloads = [mine.with_tensors(wire.unpack_bytes(r, mine.tensors)) for r in received]
-        return write_back(sent.bucket.buffer, self.compressor.aggregate(payloads))
+        return self.compressor.aggregate_into(payloads, sent.bucket.buffer)
 
     def _buffers(self, bucket_index: int, nbytes: int, device) -> list[torch.Tensor]:
         """Receive buffers for one bucket, reused across iterations."""
