@@ -401,8 +401,8 @@ def main() -> None:
     SIZE[0] = args.numel
     cases = args.only.split(",") if args.only else list(CASES)
     x = data(args.numel, kind=args.data)
-    print(f"# {args.numel:,} float32 values ({args.data}), {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}, {platform.processor() or platform.machine()}, "
+    print(f"# {args.numel:,} float32 values ({args.data}), {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"median of {args.repeats} (interleaved)")
     print("| case | gradcomp ms | plain ms | ratio |\n| --- | ---: | ---: | ---: |")
     for case in cases:
