@@ -146,7 +146,9 @@ def test_run_passes_latency_and_bucketing_to_its_predictions(monkeypatch, tmp_pa
     out = run_here("run", "--out", str(tmp_path / "r"), "--latency", "0.001", "--bucketing",
                    "horovod")
     assert out.returncode == 2 and "stop here" in out.stderr
-    assert seen["latency_s"] == 0.001 and seen["bucketing"] == "horovod"
+    cluster, nodes = seen["cluster"]
+    assert cluster.latency_s == 0.001 and seen["bucketing"] == "horovod"
+    assert nodes == 8 and cluster.gpus_per_node == 1
 
 
 def command(*args):

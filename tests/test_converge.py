@@ -222,7 +222,7 @@ def test_tasks_are_fixed_by_their_seed_and_digits_needs_scikit_learn(monkeypatch
 
 def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep):
     out, frame = sweep
-    lines, table = convergence_section(out.parent, "resnet50", 8, "10gbit")
+    lines, table = convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"))
     text = "\n".join(lines)
     tta = pd.read_csv(out.parent / TTA)
     assert "## Convergence" in text and list(table["variant"]) == list(tta["variant"])
@@ -241,7 +241,7 @@ def test_notebook_draws_the_convergence_section(sweep, tmp_path, monkeypatch):
     from test_notebook import execute, images
 
     out, _ = sweep
-    convergence_section(out.parent, "resnet50", 8, "10gbit")
+    convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"))
     outputs = execute(tmp_path, monkeypatch, out.parent)
     assert images(outputs) == 4  # the model-only speedup curves and three convergence figures
     markdown = [o["data"].get("text/markdown", "") for o in outputs if "data" in o]

@@ -96,7 +96,9 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     h100 = cost_table("h100")
     ranking = advise("resnet50", 8, "10gbit", list(METHODS), h100.costs)
     expected = recommend_by_iteration(ranking, h100, "NVIDIA V100",
-                                      "`resnet50` on 8 workers at 10 Gbit/s, ddp bucketing")
+                                      "`resnet50` on 8 workers at 10 Gbit/s (one GPU per node, "
+                                      "one NIC each); network efficiency 1.00 (assumed), "
+                                      "compute slowdown 1.00 (assumed); ddp bucketing")
     assert report.verdicts == (expected,)
     assert expected.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute "
                                "with NVIDIA H100 80GB HBM3 codec costs")
@@ -164,7 +166,8 @@ def test_report_prices_the_question_with_its_latency_and_bucketing(tmp_path):
     plain = write_report(folder, "resnet50", 8, "10gbit")
     ranking = pd.read_csv(folder / "advise.csv")
     slow = write_report(folder, "resnet50", 8, "10gbit", bucketing="horovod", latency_s=1e-3)
-    assert "horovod bucketing, latency 1000 us per hop" in slow.path.read_text()
+    assert "latency 1000 us per hop; network efficiency" in slow.path.read_text()
+    assert "; horovod bucketing" in slow.path.read_text()
     later = pd.read_csv(folder / "advise.csv")
     assert set(later["bucketing"]) == {"horovod"} and plain.verdicts
     none = [t[t["method"] == "none"]["t_iter_s"].iloc[0] for t in (ranking, later)]

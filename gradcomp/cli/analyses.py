@@ -5,7 +5,7 @@ from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
-from ..evaluation.analyses.recommend import (best_safe, recommend_by_accuracy,
+from ..evaluation.analyses.recommend import (best_safe, question_text, recommend_by_accuracy,
                                              recommend_by_iteration, sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
@@ -16,7 +16,7 @@ from ..evaluation.model.cost_tables import cost_table, default_costs
 from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
 from ..evaluation.profiles.profiles import load_profile
-from .common import (costs_option, default_of, emit, fraction, network_defaults,
+from .common import (cluster_of, costs_option, default_of, emit, fraction, network_defaults,
                      network_options, number, split, table, topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
@@ -82,9 +82,17 @@ def chosen_costs(args):
     return cost_table(args.costs if args.costs is not None else default_costs(device, False))
 
 
-def _question(args, workers) -> str:
-    return (f"`{load_profile(args.profile).name}` on {workers} workers at "
-            f"{format_rate(args.bandwidth)}, {args.bucketing} bucketing")
+def _asked(args) -> tuple[dict, str]:
+    """The analyses' network keywords (workers, bandwidth, latency_s, efficiency, tiers) and
+    the question's words: profile, cluster (efficiency, slowdown) and bucketing."""
+    if args.topology:
+        workers, latency, bandwidth = network_defaults(args)
+        return (dict(workers=workers, bandwidth=bandwidth, latency_s=latency),
+                f"`{load_profile(args.profile).name}` on topology {args.topology}, "
+                f"{args.bucketing} bucketing")
+    cluster, nodes = cluster_of(args)
+    return cluster.question(nodes), question_text(args.profile, cluster, nodes,
+                                                         args.bucketing)
 
 
 def _not_for_fsdp(args, command: str, options) -> None:
@@ -103,8 +111,9 @@ def _whatif(args) -> None:
         _whatif_fsdp(args)
         return
     on = dict(topology=args.topology, algorithm=args.algorithm)
-    workers, latency = network_defaults(args)
-    common = dict(bucketing=args.bucketing, latency_s=latency)
+    net, question = _asked(args)
+    workers, bandwidth = net.pop("workers"), net.pop("bandwidth")
+    common = dict(bucketing=args.bucketing, **net)
     if args.sweep and (args.topology or args.algorithm):
         raise ValueError("--sweep is not allowed with --topology or --algorithm: the sweep "
                          "varies one bandwidth for all links; scale the topology file instead")
@@ -125,18 +134,16 @@ def _whatif(args) -> None:
              table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
                            "speedup"]))
         return
-    pred = scenario(args.profile, workers, args.bandwidth, args.method,
+    pred = scenario(args.profile, workers, bandwidth, args.method,
                     ratio=args.compression, costs=fitted, **common, **on)
-    need = required_compression(args.profile, workers, args.bandwidth,
+    need = required_compression(args.profile, workers, bandwidth,
                                 target_sf=args.target_sf, **common, **on)
     row = {**pred.as_row(), "required_compression": need.ratio,
            "required_compression_reason": need.reason, "target_sf": args.target_sf,
            "costs": None if costs is None else costs.name}
-    lines = [f"{args.profile} on {pred.workers} workers at {format_rate(args.bandwidth)} "
-             f"({args.bucketing} bucketing), method {pred.method}"
+    lines = [f"{question}, method {pred.method}"
              + (f", codec costs {costs.label}" if codecs else "")
-             + (f", topology {args.topology}, {args.algorithm or ALGORITHM} all-reduce"
-                if args.topology else "") + ":",
+             + (f", {args.algorithm or ALGORITHM} all-reduce" if args.topology else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
              f"speedup vs none {pred.speedup:.2f}x",
              f"  compression needed for SF {args.target_sf}: "
@@ -161,16 +168,16 @@ def _priced(costs, method: str) -> None:
 def _whatif_fsdp(args) -> None:
     _not_for_fsdp(args, "whatif", ("compression", "target_sf", "sweep", "topology",
                                    "algorithm", "bucketing"))
-    workers, latency = network_defaults(args)
+    net, question = _asked(args)
     costs = chosen_costs(args) if args.method != "none" or args.costs is not None else None
     if costs is not None:
         _priced(costs, args.method)
-    row = whatif_fsdp(args.profile, workers, args.bandwidth, args.method, latency,
-                      None if costs is None else costs.costs)
+    row = whatif_fsdp(args.profile, net["workers"], net["bandwidth"], args.method,
+                      net["latency_s"], None if costs is None else costs.costs,
+                      tiers=net["tiers"])
     row["costs"] = None if costs is None else costs.name
     lines = [f"{TIMELINE}:",
-             f"{args.profile} on {workers} workers at {format_rate(args.bandwidth)}, method "
-             f"{args.method}" + (" (FSDP's own reduce-scatter)" if args.method == "none" else "")
+             f"{question}, method {args.method}" + (" (FSDP's own reduce-scatter)" if args.method == "none" else "")
              + (f", codec costs {costs.label}" if costs is not None else "") + ":",
              f"  iteration {row['t_iter_s'] * 1e3:.1f} ms, speedup vs FSDP's own "
              f"reduce-scatter {row['speedup']:.2f}x",
@@ -185,17 +192,17 @@ def _advise_fsdp(args) -> None:
     _not_for_fsdp(args, "advise", ("convergence", "task", "target", "topology", "algorithms",
                                    "measured", "collectives", "bucketing"))
     costs = chosen_costs(args)
-    workers, latency = network_defaults(args)
+    net, question = _asked(args)
     methods = split(args.methods)
     for method in methods or ():
         _priced(costs, method)
-    ranking = advise_fsdp(args.profile, workers, args.bandwidth, methods, latency, costs.costs)
+    ranking = advise_fsdp(args.profile, net["workers"], net["bandwidth"], methods,
+                          net["latency_s"], costs.costs, net["tiers"])
     if methods is None:  # every method the cost table prices
         ranking = ranking[[costs.priced(m) for m in ranking["method"]]]
         ranking = ranking.assign(rank=range(1, len(ranking) + 1))
     answer = fsdp_verdict(ranking)
-    text = (f"{TIMELINE}: `{load_profile(args.profile).name}` on {workers} workers at "
-            f"{format_rate(args.bandwidth)}, codec costs {costs.label}\n"
+    text = (f"{TIMELINE}: {question}, codec costs {costs.label}\n"
             + table(ranking, ["rank", "method", "t_iter_s", "speedup", "rs_compression",
                               "exposed_comm_s"]) + "\n\n" + answer)
     emit(args, {"parallelism": "fsdp", "verdict": answer, "costs": costs.name,
@@ -209,27 +216,27 @@ def _advise(args) -> None:
     costs = chosen_costs(args)
     convergence = None if args.convergence is None else read_table(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
-    workers, latency = network_defaults(args)
+    net, question = _asked(args)
     device = load_profile(args.profile).device
     methods = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
                if resolve(m) and costs.priced(m)]  # unknown names: an error naming them
-    ranking = advise(args.profile, workers, args.bandwidth, methods=methods,
-                     costs=costs.costs, bucketing=args.bucketing, latency_s=latency,
-                     convergence=convergence, task=args.task, target=args.target,
-                     topology=args.topology, algorithms=split(args.algorithms))
+    ranking = advise(args.profile, methods=methods, costs=costs.costs,
+                     bucketing=args.bucketing, convergence=convergence, task=args.task,
+                     target=args.target, topology=args.topology,
+                     algorithms=split(args.algorithms), **net)
     if args.topology:
         answer = _topology_recommendation(ranking, costs, device, args)
     elif convergence is not None:
-        answer = recommend_by_accuracy(ranking, costs, device, _question(args, workers))
+        answer = recommend_by_accuracy(ranking, costs, device, question)
     else:
-        answer = recommend_by_iteration(ranking, costs, device, _question(args, workers))
+        answer = recommend_by_iteration(ranking, costs, device, question)
     columns = TTA_COLUMNS if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
         "speedup", "compression", "codec_s", "costs"]
     payload = {"verdict": answer, "costs": costs.name, "ranking": ranking.to_dict("records")}
     text = table(ranking, columns) + "\n\n" + answer
     if args.measured or args.collectives:
-        runs = _measured(args, costs, latency)
+        runs = _measured(args, costs, net["bandwidth"], net["latency_s"])
         payload["measured"] = runs.to_dict("records")
         text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
                  "(t_iter in s):\n" + table(runs, runs.columns) + "\n" + error_summary(runs))
@@ -246,11 +253,11 @@ def _topology_recommendation(ranking, costs, device: str, args) -> str:
     return answer + f" On this topology: the {best_safe(fastest, costs)['algorithm']} all-reduce."
 
 
-def _measured(args, costs, latency):
+def _measured(args, costs, bandwidth, latency):
     if not args.measured:
         raise ValueError("--collectives is not allowed without --measured: it would be ignored")
     train = read_table(args.measured, "measured", "a `gradcomp bench train` CSV")
     collectives = None if args.collectives is None else read_table(
         args.collectives, "collectives", "a `gradcomp bench collective` CSV")
-    return measured_vs_predicted(train, args.profile, args.bandwidth, latency or 0.0,
+    return measured_vs_predicted(train, args.profile, bandwidth, latency or 0.0,
                                  collectives, costs.costs, tuple(costs.excluded))

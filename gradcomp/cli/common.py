@@ -12,6 +12,7 @@ import torch
 from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
 from ..evaluation.common.units import parse_rate
+from ..evaluation.model.cluster import PRESETS, resolve_cluster
 from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
 from ..evaluation.model.bucketing import POLICIES
 
@@ -104,10 +105,11 @@ def network_options(p) -> None:
     """The question's options (profile, workers, bandwidth, latency, bucketing) and --json."""
     p.add_argument("--profile", default=PROFILE, help="built-in profile (resnet50, "
                    "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
-    p.add_argument("--workers", type=positive_int, default=WORKERS, help="data-parallel workers")
-    p.add_argument("--bandwidth", type=rate, default=rate(BANDWIDTH),
-                   help="per-worker bandwidth with units: 10gbit, 100mbit, 25G (Gbit/s), "
-                   "3GB (bytes/s)")
+    p.add_argument("--workers", type=positive_int, help="data-parallel workers (GPUs; "
+                   f"default {WORKERS}, or --nodes x the GPUs per node)")
+    p.add_argument("--bandwidth", type=rate, help="one NIC's rate (per worker on a flat "
+                   "network) with units: 10gbit, 100mbit, 25G (Gbit/s), 3GB (bytes/s); default "
+                   f"{BANDWIDTH}, or the --cluster preset's")
     p.add_argument("--latency", type=number("latency", minimum=0),
                    default=default_of(sweep, "latency_s"),
                    help="per-hop latency alpha, s")
@@ -115,6 +117,46 @@ def network_options(p) -> None:
                    default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
                    "small first bucket) or Horovod tensor fusion (5 ms cycle, 64 MB buffer)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    cluster_options(p)
+
+
+def cluster_options(p) -> None:
+    """The cluster: a preset or file, or its parts; without them, the flat network (one GPU
+    per node, one NIC of --bandwidth each)."""
+    g = p.add_argument_group("cluster (default: flat, one GPU per node)")
+    g.add_argument("--cluster", help=f"a node kind: a preset ({', '.join(PRESETS)}) or a "
+                   ".json file (see README: Your cluster); --nodes or --workers says how many")
+    g.add_argument("--nodes", type=positive_int, help="nodes (workers = nodes x GPUs per node)")
+    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node (default 1)")
+    g.add_argument("--intra-bandwidth", type=rate, help="one GPU's bandwidth to the others of "
+                   "its node (NVLink, PCIe), e.g. 150GB (bytes/s); needed with --gpus-per-node")
+    g.add_argument("--rails", type=positive_int, help="NICs per node, each at --bandwidth "
+                   "(default 1)")
+    g.add_argument("--efficiency", type=number("efficiency", minimum=0, maximum=1, above=True),
+                   help="fraction of the NICs' line rate the transport reaches (default 1: "
+                   "assumed)")
+    g.add_argument("--slowdown", type=number("slowdown", minimum=1), help="how much slower a "
+                   "distributed worker computes than a single one, >= 1 (default 1: assumed)")
+
+
+_CLUSTER_OPTIONS = ("cluster", "nodes", "gpus_per_node", "intra_bandwidth", "rails",
+                    "efficiency", "slowdown")
+
+
+def cluster_of(args):
+    """(Cluster, nodes) of the question (`cluster.resolve_cluster`); with --topology the
+    cluster options are an error (a topology file describes its own network)."""
+    if getattr(args, "topology", None):
+        for name in _CLUSTER_OPTIONS:
+            if getattr(args, name) is not None:
+                raise ValueError(f"--{name.replace('_', '-')} is not allowed with --topology: "
+                                 "the topology describes the network")
+    return resolve_cluster(args.cluster, workers=args.workers, nodes=args.nodes,
+                           default_workers=WORKERS, default_bandwidth=BANDWIDTH,
+                           gpus_per_node=args.gpus_per_node, bandwidth_bps=args.bandwidth,
+                           intra_bandwidth_bps=args.intra_bandwidth, rails=args.rails,
+                           latency_s=args.latency, efficiency=args.efficiency,
+                           compute_slowdown=args.slowdown)
 
 
 def costs_option(p, measured: bool = False) -> None:
@@ -140,12 +182,10 @@ def topology_options(p) -> None:
 
 
 def network_defaults(args) -> tuple:
-    """whatif / advise: (workers, latency); unset, they are the library's (WORKERS and no
-    latency), or with --topology None, so that a topology file's own values apply."""
-    if args.topology:
-        return args.workers, args.latency
-    return (WORKERS if args.workers is None else args.workers,
-            default_of(sweep, "latency_s") if args.latency is None else args.latency)
+    """whatif / advise with --topology: (workers, latency, bandwidth); unset, workers and
+    latency are None, so that a topology file's own values apply."""
+    cluster_of(args)  # the cluster options are an error here
+    return args.workers, args.latency, BANDWIDTH if args.bandwidth is None else args.bandwidth
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """`gradcomp run` (the main job: measure, fit, report) and `gradcomp report` (rewrite the
 report of a results folder)."""
-from .common import costs_option, emit, network_options
+from .common import cluster_of, costs_option, emit, network_options
 
 
 def add_run(sub) -> None:
@@ -26,9 +26,9 @@ def add_report(sub) -> None:
 def _run(args) -> None:
     from ..evaluation.run import run
 
-    report = run(args.out, quick=not args.full, profile=args.profile, workers=args.workers,
-                 bandwidth=args.bandwidth, bucketing=args.bucketing, latency_s=args.latency,
-                 progress=not args.json, costs=args.costs)
+    report = run(args.out, quick=not args.full, profile=args.profile,
+                 bucketing=args.bucketing, progress=not args.json, costs=args.costs,
+                 cluster=cluster_of(args))
     emit(args, {"results": str(report.folder), "report": str(report.path),
                 "verdicts": list(report.verdicts)},
          f"results in {report.folder}\nreport: {report.path}\n\n" + "\n".join(report.verdicts))
@@ -37,8 +37,7 @@ def _run(args) -> None:
 def _report(args) -> None:
     from ..evaluation.report.report import write_report
 
-    report = write_report(args.results, profile=args.profile, workers=args.workers,
-                          bandwidth=args.bandwidth, bucketing=args.bucketing,
-                          latency_s=args.latency, costs=args.costs)
+    report = write_report(args.results, profile=args.profile, bucketing=args.bucketing,
+                          costs=args.costs, cluster=cluster_of(args))
     emit(args, {"report": str(report.path), "verdicts": list(report.verdicts)},
          f"wrote {report.path}\n\n" + "\n".join(report.verdicts))

@@ -47,7 +47,7 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         bandwidth=BANDWIDTH, bucketing: str = "ddp", latency_s: float = 0.0,
         progress: bool = True, methods=None, model: str = "mlp",
         sizes=None, collective_sizes=None, iterations: int | None = None,
-        converge_iters: int | None = None, costs=None) -> Report:
+        converge_iters: int | None = None, costs=None, cluster=None) -> Report:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
     tables); return the `Report`: the folder, its ``report.md`` and the verdicts computed
     there. The question: `profile` on `workers` at `bandwidth`, with `bucketing` and a
@@ -57,14 +57,16 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
     `converge_iters`. `costs`: the codec-cost table the question is priced with (a
-    `cost_tables` name or CSV; None: the table of the profile's device). The baselines
+    `cost_tables` name or CSV; None: the table of the profile's device). `cluster`: a
+    (`Cluster`, nodes) to ask about instead of `workers` at `bandwidth`. The baselines
     (none, bf16, and fp16 for a GPU without bf16) are always measured."""
     prof = load_profile(profile)
     if costs is None:
         default_costs(prof.device, measured=True)  # a profile of no recorded device: ask now
     elif costs != MEASURED:  # "measured": this run's compress.csv
         cost_table(costs)
-    Network(workers, bandwidth, latency_s)  # bad input fails here, before minutes of measuring
+    if cluster is None:  # bad input fails here, before minutes of measuring
+        Network(workers, bandwidth, latency_s)
     check_choice(bucketing, "bucketing", tuple(POLICIES))
     plan = {**SETTINGS[bool(quick)]}
     for key, value in dict(sizes=sizes, collective_sizes=collective_sizes,
@@ -99,6 +101,6 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
-    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs)
+    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs, cluster)
     _say(progress, f"report: {report.path}")
     return report

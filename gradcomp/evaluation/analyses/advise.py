@@ -31,7 +31,7 @@ BASELINES = ("none", "bf16")  # rows every ranking holds
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
-           target=None, topology=None, algorithms=None) -> pd.DataFrame:
+           target=None, topology=None, algorithms=None, tiers=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
     `BASELINES` none and bf16 always), fastest first: predicted t_iter, SF, speedup vs none,
     compression, the per-iteration encode + decode time and where the costs came from.
@@ -45,7 +45,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     `algorithms` (default: ring, tree, ps, forest), column `algorithm`; speedups are against
     uncompressed ring all-reduce. `workers` None: the topology file's (else a file of another
     count is a ValueError); `latency_s` None: the topology's, else 0. `convergence` and
-    `topology` do not combine (ValueError)."""
+    `topology` do not combine (ValueError). `tiers`: the two-tier fields of a `Network` (a
+    `cluster.Cluster`'s `tiers()`; None: one GPU per node)."""
     if convergence is not None and topology is not None:
         raise ValueError("convergence is not allowed with topology (--convergence with "
                          "--topology): time to accuracy is priced on one bandwidth; drop one")
@@ -58,10 +59,11 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
         latency_s = 0.0
     if convergence is not None:
         return time_to_accuracy(convergence, profile, workers, bandwidth, costs, bucketing,
-                                latency_s, efficiency, contention, task, target, methods)
+                                latency_s, efficiency, contention, task, target, methods,
+                                tiers)
     profile = load_profile(profile)
     if topology is None:
-        networks = {None: Network(workers, bandwidth, latency_s, efficiency)}
+        networks = {None: Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))}
     else:
         networks = {a: network_on(topology, a, latency_s, efficiency, workers, bandwidth)
                     for a in (algorithms or ALGORITHMS)}

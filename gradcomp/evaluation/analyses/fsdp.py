@@ -32,13 +32,13 @@ def check_fsdp_method(method: str) -> str:
 
 
 def whatif_fsdp(profile, workers: int, bandwidth, method: str = "none",
-                latency_s: float = 0.0, costs=None, baseline=None) -> dict:
+                latency_s: float = 0.0, costs=None, baseline=None, tiers=None) -> dict:
     """One row: the modelled FSDP iteration of `method` (one of `gradcomp.fsdp.METHODS`) and
     its speedup and reduce-scatter bytes against FSDP's own reduce-scatter (`baseline`: its
-    prediction, if known)."""
+    prediction, if known); `tiers`: the cluster's two-tier `Network` fields."""
     check_fsdp_method(method)
     profile = load_profile(profile)
-    network = Network(workers, bandwidth, latency_s)
+    network = Network(workers, bandwidth, latency_s, **(tiers or {}))
     if baseline is None:
         baseline = predict_fsdp(profile, network, "none")
     pred = predict_fsdp(profile, network, resolve(method, as_costs(costs)),
@@ -52,13 +52,14 @@ def whatif_fsdp(profile, workers: int, bandwidth, method: str = "none",
 
 
 def advise_fsdp(profile, workers: int, bandwidth, methods=None, latency_s: float = 0.0,
-                costs=None) -> pd.DataFrame:
+                costs=None, tiers=None) -> pd.DataFrame:
     """One row per method (default: every `gradcomp.fsdp.METHODS`; "none", FSDP's own
     reduce-scatter, always), fastest first, with column `rank`."""
     chosen = list(dict.fromkeys(["none", *(METHODS if methods is None else methods)]))
     profile = load_profile(profile)
-    baseline = predict_fsdp(profile, Network(workers, bandwidth, latency_s), "none")
-    rows = [whatif_fsdp(profile, workers, bandwidth, m, latency_s, costs, baseline)
+    network = Network(workers, bandwidth, latency_s, **(tiers or {}))
+    baseline = predict_fsdp(profile, network, "none")
+    rows = [whatif_fsdp(profile, workers, bandwidth, m, latency_s, costs, baseline, tiers)
             for m in chosen]
     table = pd.DataFrame(rows).sort_values("t_iter_s", kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))

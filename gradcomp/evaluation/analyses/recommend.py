@@ -17,7 +17,9 @@ import math
 
 import pandas as pd
 
+from ..model.cluster import Cluster
 from ..model.cost_tables import CostTable, hardware_note
+from ..profiles.profiles import load_profile
 
 SAFE = ("none", "bf16", "fp16")
 NO_BF16 = ("V100", "P100", "P40", "P4", "T4", "K80", "M40")  # GPUs without bf16 arithmetic
@@ -27,6 +29,12 @@ def sixteen_bit(device: str) -> str:
     """The 16-bit all-reduce a user of `device` would run: bf16, or fp16 where the GPU has
     no bf16 support (Volta and older, Turing)."""
     return "fp16" if any(tag in (device or "") for tag in NO_BF16) else "bf16"
+
+
+def question_text(profile, cluster: Cluster, nodes: int, bucketing: str) -> str:
+    """The question in words: the profile, the cluster with where its network efficiency and
+    compute slowdown come from (`Cluster.describe`), and the bucketing."""
+    return f"`{load_profile(profile).name}` on {cluster.describe(nodes)}; {bucketing} bucketing"
 
 
 def _name(method: str) -> str:

@@ -101,10 +101,11 @@ def per_variant(summary: pd.DataFrame) -> pd.DataFrame:
 def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, costs=None,
                      bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
                      contention: float = 1.0, task=None, target=None,
-                     methods=None) -> pd.DataFrame:
+                     methods=None, tiers=None) -> pd.DataFrame:
     """Rank the variants of a convergence summary (one target, see `select`; only `methods`
     when given) by predicted time to target on `profile` with `workers` at `bandwidth`
-    (`costs`: a compress-bench table or fitted costs, as for `advise`). Variants that did not
+    (`costs`: a compress-bench table or fitted costs, `tiers` the cluster's two-tier fields,
+    as for `advise`). Variants that did not
     reach the target come last, with NaN time."""
     rows = select(summary, task, target)
     if methods is not None:
@@ -114,7 +115,7 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
                              "table")
     table = per_variant(rows)
     prof = load_profile(profile)
-    network = Network(workers, bandwidth, latency_s, efficiency)
+    network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     fitted = as_costs(costs)
     base = predict(prof, network, "none", bucketing, contention).t_iter_s
     preds = [predict(prof, network, resolve(m, fitted, error_feedback=ef,

@@ -34,14 +34,16 @@ def default_bandwidths(points: int = 25) -> np.ndarray:
 def scenario(profile, workers: int | None, bandwidth, method="none", ratio: float | None = None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, aggregation: str = "allreduce", topology=None,
-           algorithm: str | None = None, costs=None) -> Prediction:
+           algorithm: str | None = None, costs=None, tiers=None) -> Prediction:
     """The modelled iteration for `method` (a name, MethodCost or ratio), or for a bare
     compression `ratio` sent by `aggregation` when given. With a `topology` (see
     `topology.network_on`, built for `workers` and `bandwidth`; a file's worker count must
     match `workers`, or give None), all-reduces run `algorithm` on it (None: forest).
     `latency_s` None: the topology's, else 0. `costs`: encode / decode costs as for `sweep`
-    (None: the assumed floors). A `ratio` replaces the method, so a `method`
-    other than "none" beside it, or an `algorithm` without a `topology`, is a ValueError."""
+    (None: the assumed floors). `tiers`: the two-tier fields of a `Network` (a
+    `cluster.Cluster`'s `tiers()`; None: one GPU per node). A `ratio` replaces the method,
+    so a `method` other than "none" beside it, or an `algorithm` without a `topology`, is a
+    ValueError."""
     if ratio is not None and not (isinstance(method, str) and method == "none"):
         raise ValueError(f"method={getattr(method, 'name', method)!r} with ratio={ratio!r} is "
                          "not allowed (--method with --compression): a bare compression ratio "
@@ -55,7 +57,7 @@ def scenario(profile, workers: int | None, bandwidth, method="none", ratio: floa
     method = resolve(method, as_costs(costs))
     if topology is None:
         network = Network(workers, bandwidth, 0.0 if latency_s is None else latency_s,
-                          efficiency)
+                          efficiency, **(tiers or {}))
     else:
         chosen = {} if algorithm is None else {"algorithm": algorithm}
         network = network_on(topology, latency_s=latency_s, efficiency=efficiency,
@@ -65,10 +67,11 @@ def scenario(profile, workers: int | None, bandwidth, method="none", ratio: floa
 
 def sweep(profile, bandwidths=None, workers=(8,), methods=("none",), ratios=(),
           bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
-          contention: float = 1.0, costs=None) -> pd.DataFrame:
+          contention: float = 1.0, costs=None, tiers=None) -> pd.DataFrame:
     """One row per (workers, bandwidth, method): every named method (with the encode /
     decode costs of `costs`, a compress-bench DataFrame or `fit.codec_costs` dict, else the
-    assumed ones) and every bare compression ratio in `ratios` (column `ratio`)."""
+    assumed ones) and every bare compression ratio in `ratios` (column `ratio`); `tiers` as
+    for `scenario` (workers then count GPUs, a multiple of its gpus_per_node)."""
     profile = load_profile(profile)
     bandwidths = default_bandwidths() if bandwidths is None else bandwidths
     fitted = as_costs(costs)
@@ -77,7 +80,7 @@ def sweep(profile, bandwidths=None, workers=(8,), methods=("none",), ratios=(),
     rows = []
     for p in ([workers] if isinstance(workers, int) else workers):
         for bw in bandwidths:
-            network = Network(int(p), bw, latency_s, efficiency)
+            network = Network(int(p), bw, latency_s, efficiency, **(tiers or {}))
             base = predict(profile, network, "none", bucketing, contention).t_iter_s
             for method, ratio in chosen:
                 pred = predict(profile, network, method, bucketing, contention, base)
@@ -102,7 +105,7 @@ def required_compression(profile, workers: int | None, bandwidth, target_sf: flo
                          efficiency: float = 1.0,
                          contention: float = 1.0, aggregation: str = "allreduce",
                          max_ratio: float = 1e6, rtol: float = 1e-3, topology=None,
-                         algorithm: str | None = None) -> Requirement:
+                         algorithm: str | None = None, tiers=None) -> Requirement:
     """Bisection (on log ratio, to relative precision `rtol`) for the smallest bare
     compression ratio whose SF reaches `target_sf`; SF does not decrease with the ratio."""
     if not 0 < target_sf:
@@ -111,7 +114,8 @@ def required_compression(profile, workers: int | None, bandwidth, target_sf: flo
     def sf(ratio):
         return scenario(profile, workers, bandwidth, ratio=ratio, bucketing=bucketing,
                       latency_s=latency_s, efficiency=efficiency, contention=contention,
-                      aggregation=aggregation, topology=topology, algorithm=algorithm).sf
+                      aggregation=aggregation, topology=topology, algorithm=algorithm,
+                      tiers=tiers).sf
 
     base = sf(1.0)
     if base >= target_sf:
@@ -136,15 +140,15 @@ def required_compression(profile, workers: int | None, bandwidth, target_sf: flo
 def break_even_bandwidth(profile, workers: int, method, bucketing="ddp",
                          latency_s: float = 0.0, efficiency: float = 1.0,
                          contention: float = 1.0, costs=None, lo: float = 1e6,
-                         hi: float = 1e13, rtol: float = 1e-3) -> float:
+                         hi: float = 1e13, rtol: float = 1e-3, tiers=None) -> float:
     """The bandwidth (bit/s) below which `method` is faster than `none` (assumed a single
-    crossing): math.inf if it is faster even at `hi`, 0.0 if not even at `lo`. `costs` as
-    for `sweep`."""
+    crossing): math.inf if it is faster even at `hi`, 0.0 if not even at `lo`. `costs` and
+    `tiers` as for `sweep`; the bandwidth is one NIC's."""
     method = resolve(method, as_costs(costs))
 
     def wins(bw):
-        pred = predict(profile, Network(workers, bw, latency_s, efficiency), method,
-                       bucketing, contention)
+        pred = predict(profile, Network(workers, bw, latency_s, efficiency, **(tiers or {})),
+                       method, bucketing, contention)
         return pred.speedup > 1 + 1e-9
 
     if wins(hi):

@@ -61,20 +61,20 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
     return "-" if value is None or math.isnan(value) else format(value * scale, spec)
 
 
-def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = "ddp",
-                        costs=None, latency_s: float = 0.0, costs_label: str | None = None
+def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=None,
+                        costs_label: str | None = None
                         ) -> tuple[list[str], pd.DataFrame | None]:
     """The section's markdown lines for results folder `out`, and its `time_to_accuracy`
-    table (None when the folder gives none), for the report's recommendation; `costs_label`
-    names the codec costs in the text (default: fitted / assumed)."""
+    table (None when the folder gives none), for the report's recommendation on the network
+    `net` (workers, bandwidth, latency_s, efficiency, tiers: `time_to_accuracy`'s keywords);
+    `costs_label` names the codec costs in the text (default: fitted / assumed)."""
     out = Path(out)
     lines = ["## Convergence", ""]
     if not (out / CONVERGE).exists():
         return lines + ["Not measured in this run (no `converge.csv`).", ""], None
     summary = ResultTable(out / CONVERGE).frame()
     try:
-        tta = time_to_accuracy(summary, profile, workers, bandwidth, costs, bucketing,
-                               latency_s)
+        tta = time_to_accuracy(summary, profile, costs=costs, bucketing=bucketing, **net)
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""], None
     write_atomic(out / TTA, tta.to_csv(index=False))
@@ -95,7 +95,7 @@ def convergence_section(out, profile, workers: int, bandwidth, bucketing: str = 
         f"{row['metric']} {'>=' if row['metric'] == 'accuracy' else '<='} {row['target']:g} "
         f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
-        f"for `{first['profile']}` on {workers} workers (codec costs "
+        f"for `{first['profile']}` on {net['workers']} workers (codec costs "
         f"{costs_label or first['costs']}), so the "
         f"time to target is iterations x predicted iteration time (`{TTA}`); the "
         "recommendation above is its fastest variant that reached the target and is priced.",

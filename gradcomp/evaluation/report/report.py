@@ -19,13 +19,13 @@ import pandas as pd
 from ... import names
 from ..analyses.advise import advise
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import recommend_by_accuracy, recommend_by_iteration
+from ..analyses.recommend import question_text, recommend_by_accuracy, recommend_by_iteration
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
-from ..common.units import format_rate, parse_rate
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
+from ..model.cluster import Cluster, resolve_cluster
 from ..model.cost_tables import CostTable, cost_table, default_costs, measured_table
 from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
@@ -91,19 +91,12 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
 
-def question_text(profile, workers, bandwidth, bucketing, latency_s) -> str:
-    p = load_profile(profile)
-    return (f"`{p.name}` on {workers} workers at {format_rate(parse_rate(bandwidth))}, "
-            f"{bucketing} bucketing" + (f", latency {latency_s * 1e6:g} us per hop"
-                                        if latency_s else ""))
-
-
-def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
+def _ranking(out: Path, profile, net: dict, bucketing, methods,
              table: CostTable) -> tuple[list[str], pd.DataFrame]:
     """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
-    table prices, and its section."""
-    ranking = advise(profile, workers, bandwidth, [m for m in methods if table.priced(m)],
-                     table.costs, bucketing, latency_s)
+    table prices on the network `net` (`Cluster.question`), and its section."""
+    ranking = advise(profile, methods=[m for m in methods if table.priced(m)],
+                     costs=table.costs, bucketing=bucketing, **net)
     _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
     p = load_profile(profile)
     excluded = table.excluded
@@ -130,16 +123,19 @@ def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, metho
     return lines, ranking
 
 
-def _whatif(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
+def _whatif(out: Path, profile, net: dict, bucketing, methods,
             table: CostTable, best: str | None) -> list[str]:
     methods = [m for m in dict.fromkeys(["none", "bf16", *methods]) if table.priced(m)]
-    curves = sweep(profile, workers=workers, methods=methods, costs=table.costs,
-                   bucketing=bucketing, latency_s=latency_s).assign(costs=table.name)
+    common = dict(bucketing=bucketing, latency_s=net["latency_s"],
+                  efficiency=net["efficiency"], tiers=net["tiers"])
+    curves = sweep(profile, workers=net["workers"], methods=methods, costs=table.costs,
+                   **common).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
     plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png")
     shown = list(dict.fromkeys(["none"] + ([best] if best else [])))
-    heat = sweep(profile, HEAT_BANDWIDTHS, HEAT_WORKERS, shown, costs=table.costs,
-                 bucketing=bucketing, latency_s=latency_s).assign(costs=table.name)
+    per_node = net["tiers"].get("gpus_per_node", 1)
+    heat = sweep(profile, HEAT_BANDWIDTHS, [w for w in HEAT_WORKERS if w % per_node == 0],
+                 shown, costs=table.costs, **common).assign(costs=table.name)
     _save_csv(heat, out / "scaling_sweep.csv")
     plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
     return ["## What if", "",
@@ -285,9 +281,11 @@ def _environment(tables: dict) -> list[str]:
 
 
 def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="10gbit",
-                 bucketing: str = "ddp", latency_s: float = 0.0, costs=None) -> Report:
+                 bucketing: str = "ddp", latency_s: float = 0.0, costs=None,
+                 cluster: tuple[Cluster, int] | None = None) -> Report:
     """Analyse the tables in `results_dir` and write ``report.md`` there: one recommendation
-    for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), priced with
+    for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), or on
+    `cluster` (a `Cluster` and its node count, `cluster.resolve_cluster`), priced with
     the codec-cost table `costs` (a `cost_tables` name or CSV; None: the table of the
     profile's device, `cost_tables.default_costs`), the supporting ranking, what-if curves,
     the fits, the training validation, convergence, the figures and the environment.
@@ -303,11 +301,13 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     codec_fits = fit_codec(compress) if not compress.empty else {}
     collective_fits = fit_collectives(collective) if not collective.empty else {}
     methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
-    question = question_text(profile, workers, bandwidth, bucketing, latency_s)
-    ranking_lines, ranking = _ranking(out, profile, workers, bandwidth, bucketing, latency_s,
-                                      methods, table)
-    convergence, tta = convergence_section(out, profile, workers, bandwidth, bucketing,
-                                           table.costs, latency_s, table.label)
+    nodes_of, nodes = cluster or resolve_cluster(None, workers, bandwidth_bps=bandwidth,
+                                                 latency_s=latency_s)
+    net = nodes_of.question(nodes)
+    question = question_text(profile, nodes_of, nodes, bucketing)
+    ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table)
+    convergence, tta = convergence_section(out, profile, net, bucketing, table.costs,
+                                           table.label)
     if tta is not None:
         verdict = recommend_by_accuracy(tta, table, prof.device, question)
         best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
@@ -319,8 +319,7 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
              "## Verdict", "", verdict, "", *ranking_lines]
-    lines += _whatif(out, profile, workers, bandwidth, bucketing, latency_s, methods, table,
-                     best_method)
+    lines += _whatif(out, profile, net, bucketing, methods, table, best_method)
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
