@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,integrations]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[lab,dev,integrations]'
 	touch $(STAMP)
 
 run: $(STAMP)
