@@ -20,7 +20,7 @@ direction, several rings spread over the rails):
   nodes, each tree carrying S/2, reduce and broadcast pipelined in chunks of 64 KiB):
   ``pipeline(ceil(S / 64 KiB), 2(depth + G - 1), T, max alpha) + add(S)`` with depth =
   floor(log2 N), T = max(u_N S / (R B), u_G S / b), u_N the most any node sends (or receives)
-  per byte through both trees (`double_tree_units`: 2 for N >= 4, 1 for N = 2) and u_G = 2 for
+  per byte through both trees (`double_tree_units`: 2 for N >= 5, 1.5 for 3-4, 1 for 2), u_G = 2 for
   G >= 3 (a middle GPU sends S to each neighbour), 1 for G = 2;
 * ring all-gather: ``(p-1) h(S)``; hierarchical: ``(N-1)(alpha + G S/(R B)) + (G-1)(alpha_i +
   N S/b)`` (across nodes per local rank, so a node's NICs carry every other node's payloads
