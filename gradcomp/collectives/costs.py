@@ -40,7 +40,7 @@ all-to-all ``(p-1)(alpha + S/(pB))`` (`ring_factors`: the latency steps and byte
 
 Validation: the flat formulas are validated against measurement on the testbed (README,
 "Validation"); each two-tier formula agrees with the link-matrix simulator
-(`evaluation.model.topology.two_tier`) on the same cluster (tests/test_collectives.py), but no
+(`evaluation.model.tiers`) on the same cluster (tests/test_collectives.py), but no
 two-tier cluster has been measured yet (issue #31): the two-tier terms are untested against
 hardware.
 """

@@ -26,8 +26,9 @@ Without `overlap` (FSDP on a CPU: there are no streams, and FSDP2 all-gathers wi
 ``async_op=False`` unless told otherwise), every collective runs in the compute thread: a
 unit's all-gather starts when the previous unit's compute ends, and compute waits for it and
 for each reduce-scatter (`blocking` implied).
-Costs, alpha-beta (`Network.cost`, on two tiers `collectives.costs`'s; flat here): all-gather of a unit of S parameter bytes ``(p-1) alpha +
-(p-1)/p S/B``; FSDP's reduce-scatter (method ``none``) of its S gradient bytes ``(p-1) alpha +
+Costs, alpha-beta (`Network.cost`: `collectives.costs`, whose two-tier forms a cluster of
+nodes takes; flat here): all-gather of a unit of S parameter bytes ``(p-1) alpha + (p-1)/p
+S/B``; FSDP's reduce-scatter (method ``none``) of its S gradient bytes ``(p-1) alpha +
 (p-1)/p S/B`` plus (p-1) adds of S/p bytes; a compressed reduce-scatter is an all-to-all of
 the p chunks' payloads, ``(p-1) alpha + (p-1) w/B`` with w the wire bytes of one chunk of n/p
 values, after an encode of the n values and before a decode of p payloads of n/p values (the

@@ -22,7 +22,7 @@ efficiency * bandwidth / 8 bytes/s:
   ring over all GPUs (`Tiers.slowest_hop`), an approximation not checked by the simulator.
 
 The flat formulas are validated on the testbed; the two-tier ones only against the
-link-matrix simulator (`topology.two_tier`): no two-tier cluster has been measured yet
+link-matrix simulator (`tiers.two_tier`): no two-tier cluster has been measured yet
 (issue #31). `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
 a single one: the timelines multiply forward, backward and optimizer by it.
 

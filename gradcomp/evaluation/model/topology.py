@@ -8,7 +8,8 @@ None: no NIC limit, only the links), which all of its links share; and a per-hop
 Optionally the workers sit in nodes (`node_of[i]`) whose NICs (`node_bps`, each way, all
 rails together) carry all traffic between nodes; then a worker's own caps count only its
 traffic inside its node (a GPU's bandwidth there; its traffic to other nodes goes to the
-NIC). `two_tier` builds such a cluster and `tiers` simulates NCCL's collectives on it.
+NIC). `tiers.two_tier` builds such a cluster, `tiers.simulate` runs NCCL's collectives
+on it.
 Traffic between workers without a direct link follows the widest path (largest bottleneck,
 then fewest hops among those: a breadth-first search over the links at least that wide).
 Every algorithm is a fluid flow: with `load` the bytes each directed link carries per byte of
