@@ -5,6 +5,7 @@ import pytest
 from gradcomp.evaluation.model.fsdp import predict_fsdp
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.model.topology import homogeneous
 from gradcomp.evaluation.profiles.profiles import Profile
 
 
@@ -33,7 +34,8 @@ def test_cluster_options_are_checked():
              ({"intra_efficiency": 0}, "intra_efficiency"),
              ({"intra_latency_s": -1}, "intra_latency_s"),
              ({"intra_bandwidth_bps": "fast"}, "intra_bandwidth"),
-             ({"algorithm": "forest"}, "algorithm='forest'")]
+             ({"algorithm": "forest"}, "algorithm='forest'"),
+             ({"topology": homogeneous(4, "1gbit"), "rails": 2}, "with a topology")]
     for options, message in cases:
         with pytest.raises(ValueError, match=message):
             Network(4, "1gbit", **options)

@@ -51,6 +51,7 @@ decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -85,8 +86,8 @@ class Transfer:
     def seconds(self, workers: int, nbytes: float, alpha: float, x: float) -> float:
         """The collectives' price of sending `nbytes` this way (each round its share) on a
         flat ring of `workers` at latency `alpha` and `x` seconds per byte."""
-        ring = costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
-        return self.rounds * costs.cost(self.kind, ring, nbytes / self.rounds)
+        return self.rounds * costs.cost(self.kind, _flat_ring(workers, alpha, x),
+                                        nbytes / self.rounds)
 
 
 @dataclass
@@ -400,6 +401,13 @@ class Chooser:
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
         self.samples, self.explored, self.window, self.pending = [], [], [], None
+
+
+@functools.lru_cache(maxsize=16)
+def _flat_ring(workers: int, alpha: float, x: float) -> costs.Tiers:
+    """A ring of `workers` at latency `alpha` and `x` seconds per byte (built once per fit:
+    the hook prices every bucket of an iteration with it)."""
+    return costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
 
 
 def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:

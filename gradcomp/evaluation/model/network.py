@@ -100,14 +100,14 @@ class Network:
             raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
                              "it must be > 0 (or None)")
         if self.topology is not None:
-            check_choice(self.algorithm, "algorithm", ALGORITHMS)
-            if self.topology.workers != self.workers:
-                raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "
-                                 f"{self.topology.workers} workers")
             if self.two_tier:
                 raise ValueError(f"gpus_per_node={self.gpus_per_node!r}, rails={self.rails!r}"
                                  " are not allowed with a topology (it has its own links): "
                                  "leave both 1")
+            check_choice(self.algorithm, "algorithm", ALGORITHMS)
+            if self.topology.workers != self.workers:
+                raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "
+                                 f"{self.topology.workers} workers")
         else:
             check_choice(self.algorithm, "algorithm", CLUSTER_ALGORITHMS)
 
