@@ -31,8 +31,10 @@ direction, several rings spread over the rails):
   (G-1) S/p / b)``;
 * pipelined (chain) broadcast: ``(N-1) alpha + (p-N) alpha_i + S / min(R B, b)``.
 
-``auto`` takes the cheapest of the algorithms above for the collective (NCCL's tuner picks by
-its own model alike); broadcast and all-to-all have one. With one GPU per node and one rail
+``auto`` takes the cheapest of the algorithms NCCL runs for the collective, as its tuner picks
+by its own model: ring or tree for an all-reduce, the ring for the others (NCCL has no
+hierarchical all-reduce or all-gather: Horovod's hierarchical all-reduce is one, and is
+priced only when named). With one GPU per node and one rail
 every formula is the flat ring's of a switched network: all-reduce ``2(p-1)(alpha + S/(pB))``,
 all-gather ``(p-1)(alpha + S/B)``, broadcast ``(p-1) alpha + S/B``, reduce-scatter and
 all-to-all ``(p-1)(alpha + S/(pB))`` (`ring_factors`: the latency steps and bytes factor that
@@ -57,11 +59,13 @@ COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall
 ALGORITHMS = ("ring", "hierarchical", "tree", "auto")
 #: The chunk a pipelined tree moves per step (NCCL's tree pipelines in chunks of this order).
 TREE_CHUNK_BYTES = 1 << 16
-#: The algorithms each collective can run ("auto" picks among them).
+#: The algorithms each collective can run.
 RUNS = {"allreduce": ("ring", "hierarchical", "tree"),
         "allgather": ("ring", "hierarchical"),
         "reducescatter": ("ring", "hierarchical"),
         "alltoall": ("ring",), "broadcast": ("ring",)}
+#: Those NCCL runs, which "auto" picks among.
+NCCL = {"allreduce": ("ring", "tree")}
 
 Add = Callable[[float], float]
 
@@ -136,21 +140,24 @@ def ring_factors(collective: str, workers: int) -> tuple[float, float]:
 def cost(collective: str, tiers: Tiers, nbytes: float, algorithm: str = "ring",
          add: Add | None = None) -> float:
     """Seconds of `collective` of `nbytes` per rank on `tiers` by `algorithm` (module
-    docstring); `add(n)`: seconds of one element-wise add of n bytes (None: free)."""
+    docstring; an algorithm a collective does not have, e.g. tree for an all-gather, runs the
+    ring); `add(n)`: seconds of one element-wise add of n bytes (None: free)."""
     check_choice(collective, "collective", COLLECTIVES)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     if tiers.workers == 1 or nbytes <= 0:
         return 0.0
     add = add or (lambda n: 0.0)
-    runs = RUNS[collective]
     if algorithm == "auto":
-        return min(_FORMULAS[collective, a](tiers, nbytes, add) for a in runs)
+        return min(_FORMULAS[collective, a](tiers, nbytes, add)
+                   for a in NCCL.get(collective, ("ring",)))
+    runs = RUNS[collective]
     return _FORMULAS[collective, algorithm if algorithm in runs else "ring"](tiers, nbytes, add)
 
 
 def choose(collective: str, tiers: Tiers, nbytes: float, add: Add | None = None) -> str:
-    """The algorithm `auto` runs `collective` of `nbytes` with: the cheapest."""
-    return min(RUNS[collective], key=lambda a: cost(collective, tiers, nbytes, a, add))
+    """The algorithm `auto` runs `collective` of `nbytes` with: NCCL's cheapest."""
+    return min(NCCL.get(collective, ("ring",)),
+               key=lambda a: cost(collective, tiers, nbytes, a, add))
 
 
 def _ring_allreduce(t: Tiers, s: float, add: Add) -> float:

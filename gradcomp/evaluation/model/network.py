@@ -4,9 +4,9 @@ The cluster: `nodes` x `gpus_per_node` workers; across nodes `rails` NICs per no
 `bandwidth_bps` (one NIC's line rate) at `efficiency` of it, with per-step latency
 `latency_s`; inside a node `intra_bandwidth_bps` per GPU at `intra_efficiency`, latency
 `intra_latency_s`. The formulas, for every collective and `algorithm` (ring, hierarchical,
-tree, auto: the cheapest), are `gradcomp.collectives.costs`'s; with one GPU per node and one
-rail (the default) they are the flat ring's, with S the bytes of one worker's payload and B =
-efficiency * bandwidth / 8 bytes/s:
+tree, auto: the cheapest NCCL runs), are `gradcomp.collectives.costs`'s; with one GPU per
+node and one rail (the default) they are the flat ring's, with S the bytes of one worker's
+payload and B = efficiency * bandwidth / 8 bytes/s:
 
 * ring all-reduce: ``2(p-1) alpha + 2(p-1)/p * S/B + (p-1) * add(S/p)``, where ``add(n)`` is
   one element-wise add of n-byte vectors (the reduce-scatter's reductions): ``n /
