@@ -19,12 +19,14 @@ direction, several rings spread over the rails):
 * tree all-reduce (NCCL's: a chain through each node's GPUs, a double binary tree across the
   nodes, each tree carrying S/2, reduce and broadcast pipelined in chunks of 64 KiB):
   ``pipeline(ceil(S / 64 KiB), 2(depth + G - 1), T, max alpha) + add(S)`` with depth =
-  floor(log2 N), T = max(u_N S / (R B), u_G S / b), u_N the most any node sends (or receives)
-  per byte through both trees (`double_tree_units`: 2 for N >= 5, 1.5 for 3-4, 1 for 2), u_G = 2 for
-  G >= 3 (a middle GPU sends S to each neighbour), 1 for G = 2;
-* ring all-gather: ``(p-1) h(S)``; hierarchical: ``(N-1)(alpha + G S/(R B)) + (G-1)(alpha_i +
-  N S/b)`` (across nodes per local rank, so a node's NICs carry every other node's payloads
-  once, then inside);
+  floor(log2 N), T = max(u_N S / (R B), u_G S / b), u_N the most any node sends (or
+  receives) per byte through both trees (`double_tree_units`: 2 for N >= 5, 1.5 for 3-4, 1
+  for 2), u_G = 2 for G >= 3 (a middle GPU sends S to each neighbour), 1 for G = 2; every
+  stage at the larger latency of the tiers (an upper bound on the latency term);
+* ring all-gather: ``(p-1) h(S)``: each node's NICs carry p-1 payloads, its own node's G-1
+  among them (they go round the ring); hierarchical: ``(N-1)(alpha + G S/(R B)) +
+  (G-1)(alpha_i + N S/b)`` (across nodes per local rank, so a node's NICs carry every other
+  node's payloads once, p-G, then inside);
 * ring reduce-scatter (each rank keeps S/p): ``(p-1) h(S/p) + (p-1) add(S/p)``; hierarchical:
   ``(G-1)(alpha_i + S/(G b)) + (N-1)(alpha + S/(N R B)) + (G-1) add(S/G) + (N-1) add(S/(G N))``;
 * all-to-all (S/p to every rank): ``(p-G) alpha + (G-1) alpha_i + max(G(p-G) S/p / (R B),
@@ -34,14 +36,14 @@ direction, several rings spread over the rails):
 ``auto`` takes the cheapest of the algorithms NCCL runs for the collective, as its tuner picks
 by its own model: ring or tree for an all-reduce, the ring for the others (NCCL has no
 hierarchical all-reduce or all-gather: Horovod's hierarchical all-reduce is one, and is
-priced only when named). With one GPU per node and one rail
-every formula is the flat ring's of a switched network: all-reduce ``2(p-1)(alpha + S/(pB))``,
-all-gather ``(p-1)(alpha + S/B)``, broadcast ``(p-1) alpha + S/B``, reduce-scatter and
-all-to-all ``(p-1)(alpha + S/(pB))`` (`ring_factors`: the latency steps and bytes factor that
-`auto` fits its measurements with).
+priced only when named). With one GPU per node and one rail every formula is the flat ring's
+of a switched network: all-reduce ``2(p-1)(alpha + S/(pB))``, all-gather ``(p-1)(alpha +
+S/B)``, broadcast ``(p-1) alpha + S/B``, reduce-scatter and all-to-all ``(p-1)(alpha +
+S/(pB))`` (`ring_factors`: the latency steps and bytes factor that `auto` and
+`fit_collectives` fit measurements with).
 
 Validation: the flat formulas are validated against measurement on the testbed (README,
-"Validation"); each two-tier formula agrees with the link-matrix simulator
+"Testbed and validation"); each two-tier formula agrees with the link-matrix simulator
 (`evaluation.model.tiers`) on the same cluster (tests/test_collectives.py), but no
 two-tier cluster has been measured yet (issue #31): the two-tier terms are untested against
 hardware.
@@ -57,7 +59,7 @@ from ..checks import check_choice, check_int
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 #: How a collective runs on the cluster; "auto": the cheapest for the payload.
 ALGORITHMS = ("ring", "hierarchical", "tree", "auto")
-#: The chunk a pipelined tree moves per step (NCCL's tree pipelines in chunks of this order).
+#: The chunk a pipelined tree moves per step (the link-matrix simulator's default too).
 TREE_CHUNK_BYTES = 1 << 16
 #: The algorithms each collective can run.
 RUNS = {"allreduce": ("ring", "hierarchical", "tree"),

@@ -50,14 +50,14 @@ import numpy as np
 import pandas as pd
 
 from ...checks import check_int
-from ...collectives.costs import pipeline
+from ...collectives.costs import TREE_CHUNK_BYTES, pipeline
 from ...comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
                                     check_connected, check_nics, pack_forest, two_way_cut)
 from ..common.units import parse_rate
 from .network import ALGORITHMS, Network
 
 BUILTINS = ("two-racks", "random", "homogeneous")
-DEFAULT_CHUNK_BYTES = 1 << 16
+DEFAULT_CHUNK_BYTES = TREE_CHUNK_BYTES
 
 
 @dataclass(frozen=True, eq=False)
