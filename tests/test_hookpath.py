@@ -320,3 +320,39 @@ def test_powersgd_sends_its_plain_pieces_with_round_one(tmp_path):
     out = tmp_path / "calls.pt"
     spawn(_powersgd_exchange_calls, 2, "gloo", str(out))
     assert torch.load(out) == 2
+
+
+def test_auto_prices_a_bucket_as_the_model_does():
+    """The `auto` hook's per-bucket price and the evaluation model's come from one function
+    (`collectives.costs.cost`): the same seconds for the same bucket, network and candidate,
+    and a change to the shared formula changes both alike."""
+    from gradcomp.collectives import costs
+    from gradcomp.comm.auto.choice import Chooser, Transfer
+
+    p, alpha, x = 4, 2e-5, 8 / 1e9  # seconds per byte of a 1 Gbit/s link
+    net = Network(p, 1e9, alpha)
+    profile = _profile()
+
+    def model_and_auto():
+        seen = []
+        for method, transfer in (("fp16", Transfer("allreduce")), ("topk", Transfer("allgather"))):
+            pred = predict(profile, net, method)
+            chooser = Chooser([transfer], workers=p)
+            chooser.alpha, chooser.x = alpha, x
+            for b, row in pred.buckets.iterrows():
+                chooser.codec[b, 0], chooser.nbytes[b, 0] = 0.0, row["wire_bytes"]
+                model = row["comm_end_s"] - row["comm_start_s"]
+                assert chooser.predict(b, 0) == pytest.approx(model, rel=1e-9)
+                seen.append(model)
+        # PowerSGD's two rounds: auto prices their bytes together, the model each round
+        two = Transfer("allreduce", rounds=2).seconds(p, 3e5, alpha, x)
+        assert two == pytest.approx(net.cost("allreduce", 1e5) + net.cost("allreduce", 2e5))
+        return seen + [two]
+
+    before = model_and_auto()
+    assert len(before) >= 3  # a bucket per method, and PowerSGD's rounds
+    with pytest.MonkeyPatch.context() as patch:
+        step = costs.Tiers.ring_step
+        patch.setattr(costs.Tiers, "ring_step", lambda self, n: 3 * step(self, n))
+        after = model_and_auto()
+    assert after == pytest.approx([3 * t for t in before])

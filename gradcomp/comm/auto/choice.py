@@ -11,11 +11,15 @@ cannot win: its other iterations are skipped, and it is priced from its warm-up 
 link the uncompressed candidates cost one iteration each, not `explore_iters`).
 
 Model (DESIGN.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
-codec the measured encode + decode seconds and comm = rounds * k_alpha * alpha + k_bytes *
-bytes(b, c) * x for a ring all-reduce (k_alpha = 2(p-1), k_bytes = 2(p-1)/p) or an all-gather
-(p-1, p-1); alpha (latency) and x (seconds per byte, 1/bandwidth) are fitted by non-negative
-least squares to the communication times of buckets whose collective started on an idle link
-(the previous bucket's had finished), so queueing behind other buckets does not count.
+codec the measured encode + decode seconds and comm the evaluation model's price of the
+collective (`gradcomp.collectives.costs.cost`, the same function) on a flat ring of p workers
+at latency alpha and 1/x bytes/s, once per round (each round its share of the bytes): rounds *
+k_alpha * alpha + k_bytes * bytes(b, c) * x for a ring all-reduce (k_alpha = 2(p-1), k_bytes =
+2(p-1)/p) or an all-gather (p-1, p-1) (`costs.ring_factors`); alpha (latency) and x (seconds
+per byte, 1/bandwidth) are fitted by non-negative least squares to the communication times of
+buckets whose collective started on an idle link (the previous bucket's had finished), so
+queueing behind other buckets does not count. On a cluster of several GPUs per node the fit
+is of one effective tier: what the measured collectives took there.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
 anything is decided: codec times are the slowest rank's; communication times the least any
@@ -47,12 +51,15 @@ decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+
+from ...collectives import costs
 
 #: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
@@ -72,11 +79,15 @@ class Transfer:
     rounds: int = 1
 
     def factors(self, workers: int) -> tuple[float, float]:
-        """(latency steps, bytes factor) of one transfer of this route."""
-        p = workers
-        if self.kind == "allreduce":
-            return self.rounds * 2 * (p - 1), 2 * (p - 1) / p
-        return self.rounds * (p - 1), float(p - 1)
+        """(latency steps, bytes factor) of one transfer of this route (all its rounds)."""
+        steps, per_byte = costs.ring_factors(self.kind, workers)
+        return self.rounds * steps, per_byte
+
+    def seconds(self, workers: int, nbytes: float, alpha: float, x: float) -> float:
+        """The collectives' price of sending `nbytes` this way (each round its share) on a
+        flat ring of `workers` at latency `alpha` and `x` seconds per byte."""
+        return self.rounds * costs.cost(self.kind, _flat_ring(workers, alpha, x),
+                                        nbytes / self.rounds)
 
 
 @dataclass
@@ -269,9 +280,8 @@ class Chooser:
 
     def predict(self, bucket: int, candidate: int) -> float:
         """Predicted seconds of `bucket` with `candidate`: codec + communication."""
-        steps, per_byte = self.transfers[candidate].factors(self.workers)
-        return (self.codec[bucket, candidate] + steps * self.alpha
-                + per_byte * self.nbytes[bucket, candidate] * self.x)
+        return self.codec[bucket, candidate] + self.transfers[candidate].seconds(
+            self.workers, self.nbytes[bucket, candidate], self.alpha, self.x)
 
     def _points(self, samples) -> list[tuple[float, float, float]]:
         points = []
@@ -391,6 +401,13 @@ class Chooser:
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
         self.samples, self.explored, self.window, self.pending = [], [], [], None
+
+
+@functools.lru_cache(maxsize=16)
+def _flat_ring(workers: int, alpha: float, x: float) -> costs.Tiers:
+    """A ring of `workers` at latency `alpha` and `x` seconds per byte (built once per fit:
+    the hook prices every bucket of an iteration with it)."""
+    return costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
 
 
 def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...collectives.costs import ring_factors
 from ..profiles.profiles import load_profile
 from .methods import PerBucket, resolve
 from .network import COLLECTIVES, Network
@@ -255,10 +256,8 @@ def as_costs(costs) -> dict:
 
 
 def _design(collective: str, p: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    lat, bw = {"allreduce": (2 * (p - 1), 2 * (p - 1) / p),
-               "allgather": (p - 1, p - 1), "broadcast": (p - 1, np.ones_like(p)),
-               "reducescatter": (p - 1, (p - 1) / p), "alltoall": (p - 1, (p - 1) / p)
-               }[collective]
+    """Columns (latency steps, bytes factor * nbytes) of a flat ring (`ring_factors`)."""
+    lat, bw = np.vectorize(lambda w: ring_factors(collective, int(w)), otypes=[float, float])(p)
     return np.column_stack([lat, bw * nbytes])
 
 

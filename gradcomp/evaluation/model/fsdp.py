@@ -6,7 +6,8 @@ Units: the profile's gradients, in backward order, grouped into FSDP units of ab
 (a unit closes when it reaches the size; in practice one unit per block), or into units of
 the given `unit_sizes` (parameters per FSDP module, backward order: consecutive gradients).
 A unit's forward time is its share of the profile's forward time by parameter count; its
-backward time is the profile's, from the ready time of its last gradient.
+backward time is the profile's, from the ready time of its last gradient; forward, backward
+and optimizer are the profile's times the network's `compute_slowdown`.
 
 Three resources, each serving its work in issue order: *compute* (each unit's forward and
 backward), *codec* (encode and decode of compressed reduce-scatters) and *comm* (all-gathers
@@ -25,8 +26,9 @@ Without `overlap` (FSDP on a CPU: there are no streams, and FSDP2 all-gathers wi
 ``async_op=False`` unless told otherwise), every collective runs in the compute thread: a
 unit's all-gather starts when the previous unit's compute ends, and compute waits for it and
 for each reduce-scatter (`blocking` implied).
-Costs, alpha-beta (`Network.cost`): all-gather of a unit of S parameter bytes ``(p-1) alpha +
-(p-1)/p S/B``; FSDP's reduce-scatter (method ``none``) of its S gradient bytes ``(p-1) alpha +
+Costs, alpha-beta (`Network.cost`: `collectives.costs`, whose two-tier forms a cluster of
+nodes takes; flat here): all-gather of a unit of S parameter bytes ``(p-1) alpha + (p-1)/p
+S/B``; FSDP's reduce-scatter (method ``none``) of its S gradient bytes ``(p-1) alpha +
 (p-1)/p S/B`` plus (p-1) adds of S/p bytes; a compressed reduce-scatter is an all-to-all of
 the p chunks' payloads, ``(p-1) alpha + (p-1) w/B`` with w the wire bytes of one chunk of n/p
 values, after an encode of the n values and before a decode of p payloads of n/p values (the
@@ -133,27 +135,16 @@ def predict_fsdp(profile, network: Network, method="none", unit_mb: float = 25.0
     return pred
 
 
-def _ring(network: Network, nbytes: float) -> float:
-    """A ring all-gather (or reduce-scatter's transfers) of `nbytes` in all."""
-    p = network.workers
-    if p == 1 or nbytes <= 0:
-        return 0.0
-    return (p - 1) * network.alpha("allgather") + (p - 1) / p * nbytes / network.bytes_per_s(
-        "allgather")
+def _all_gather(network: Network, nbytes: float) -> float:
+    """The all-gather of a unit of `nbytes` in all (each worker holds 1/p of it)."""
+    return network.cost("allgather", nbytes / network.workers)
 
 
 def _exchange(network: Network, collective: str, nbytes: float, add_time) -> float:
     """A reduce-scatter or all-to-all of `nbytes` per worker: by its own latency and
-    bandwidth where the network has them, else as a ring all-gather's transfers (plus the
-    reduce-scatter's adds)."""
-    if network.prices(collective):
-        return network.cost(collective, nbytes, add_time)
-    p = network.workers
-    adds = 0.0
-    if collective == "reducescatter":
-        adds = (p - 1) * (nbytes / p / network.reduce_bytes_per_s if network.reduce_bytes_per_s
-                          else add_time(nbytes / p) or 0.0)
-    return _ring(network, nbytes) + adds
+    bandwidth where the network has them, else the all-gather's."""
+    priced_as = collective if network.prices(collective) else "allgather"
+    return network.cost(collective, nbytes, add_time, priced_as=priced_as)
 
 
 def _reduce_scatter(profile: Profile, network: Network, method: MethodCost, numel: int):
@@ -178,10 +169,11 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, units, blo
     total = sum(profile.sizes) or 1
     numel = [sum(profile.sizes[i] for i in u) for u in units]
     ready = [0.0] + [profile.ready_s[u[-1]] for u in units]
-    backward = [b - a for a, b in zip(ready, ready[1:])]
-    backward[-1] += max(0.0, profile.backward_s - ready[-1])
-    forward = [profile.forward_s * n / total for n in numel]
-    gather = [_ring(network, n * profile.dtype_bytes) for n in numel]
+    slow = network.compute_slowdown
+    backward = [(b - a) * slow for a, b in zip(ready, ready[1:])]
+    backward[-1] += max(0.0, profile.backward_s - ready[-1]) * slow
+    forward = [profile.forward_s * slow * n / total for n in numel]
+    gather = [_all_gather(network, n * profile.dtype_bytes) for n in numel]
     m = len(units)
     comm = compute = codec = 0.0
 
@@ -227,8 +219,8 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, units, blo
         for key, value in zip(rows, (u, len(units[u]), numel[u], start, start + backward[u],
                                      start + backward[u], codec, sent)):
             rows[key].append(value)
-    t_iter = end + profile.optimizer_s
-    work = profile.forward_s + sum(backward)
+    t_iter = end + profile.optimizer_s * slow
+    work = profile.forward_s * slow + sum(backward)
     all_gathers = 2 * sum(n * profile.dtype_bytes for n in numel) * (network.workers - 1) \
         / network.workers
     return FSDPPrediction(method.name, network.workers, network.bandwidth_bps, t_iter,

@@ -1,7 +1,12 @@
-"""The network: p workers in a ring of links with bandwidth B and latency alpha, and what one
-collective costs on it (the alpha-beta model).
+"""The network: p workers, and what one collective costs on it (the alpha-beta model).
 
-With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 bytes/s:
+The cluster: `nodes` x `gpus_per_node` workers; across nodes `rails` NICs per node, each of
+`bandwidth_bps` (one NIC's line rate) at `efficiency` of it, with per-step latency
+`latency_s`; inside a node `intra_bandwidth_bps` per GPU at `intra_efficiency`, latency
+`intra_latency_s`. The formulas, for every collective and `algorithm` (ring, hierarchical,
+tree, auto: the cheapest NCCL runs), are `gradcomp.collectives.costs`'s; with one GPU per
+node and one rail (the default) they are the flat ring's, with S the bytes of one worker's
+payload and B = efficiency * bandwidth / 8 bytes/s:
 
 * ring all-reduce: ``2(p-1) alpha + 2(p-1)/p * S/B + (p-1) * add(S/p)``, where ``add(n)`` is
   one element-wise add of n-byte vectors (the reduce-scatter's reductions): ``n /
@@ -13,7 +18,13 @@ With S the bytes of one worker's payload and B = efficiency * bandwidth / 8 byte
   (FSDP's collectives: `model.fsdp`);
 * block-sparse all-reduce (`block_sparse_cost`): bitmaps, then upstream non-zero blocks per
   worker and the downstream union, with the all-gather's alpha and B
-  (`gradcomp.comm.blocksparse`, `model.blocksparse`).
+  (`gradcomp.comm.blocksparse`, `model.blocksparse`); on two tiers at the slowest hop of a
+  ring over all GPUs (`Tiers.slowest_hop`), an approximation not checked by the simulator.
+
+The flat formulas are validated on the testbed; the two-tier ones only against the
+link-matrix simulator (`tiers.two_tier`): no two-tier cluster has been measured yet
+(issue #31). `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
+a single one: the timelines multiply forward, backward and optimizer by it.
 
 With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
 optionally per-worker NICs; see its module), all-reduce costs what
@@ -32,22 +43,26 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ...checks import check_choice
+from ...checks import check_choice, check_int, check_number
+from ...collectives import costs
 from ...comm import blocksparse
 from ..common.units import parse_rate
 from .blocksparse import expected_traffic
 
 #: All-reduce algorithms a `Network` on a topology can run (see `topology.Topology`).
 ALGORITHMS = ("ring", "tree", "ps", "forest")
+#: How collectives run on a cluster without a topology (`collectives.costs`).
+CLUSTER_ALGORITHMS = costs.ALGORITHMS
 
-COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
-
+COLLECTIVES = costs.COLLECTIVES
 
 
 @dataclass(frozen=True)
 class Network:
-    """`workers` data-parallel workers joined at `bandwidth_bps` (bits/s, or a string such as
-    "10gbit") with per-step latency `latency_s`."""
+    """`workers` data-parallel workers, `gpus_per_node` to a node, joined at `bandwidth_bps`
+    per NIC (bits/s, or a string such as "10gbit"), `rails` NICs per node, with per-step
+    latency `latency_s`; inside a node `intra_bandwidth_bps` per GPU (module docstring).
+    `algorithm` None: "auto" on two tiers (several GPUs or rails per node), else "ring"."""
 
     workers: int
     bandwidth_bps: float
@@ -55,7 +70,13 @@ class Network:
     efficiency: float | Mapping[str, float] = 1.0
     reduce_bytes_per_s: float | None = None
     topology: object | None = None
-    algorithm: str = "ring"
+    algorithm: str | None = None
+    gpus_per_node: int = 1
+    rails: int = 1
+    intra_bandwidth_bps: float | str | None = None
+    intra_latency_s: float = 0.0
+    intra_efficiency: float = 1.0
+    compute_slowdown: float = 1.0
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
@@ -63,6 +84,7 @@ class Network:
             raise ValueError(f"workers={self.workers!r} is not allowed: it must be an integer "
                              ">= 1")
         object.__setattr__(self, "bandwidth_bps", parse_rate(self.bandwidth_bps, "bandwidth"))
+        self._check_tiers()
         for option, lo in (("latency_s", 0.0), ("efficiency", None)):
             value = getattr(self, option)
             values = value.items() if isinstance(value, Mapping) else [(None, value)]
@@ -78,10 +100,53 @@ class Network:
             raise ValueError(f"reduce_bytes_per_s={self.reduce_bytes_per_s!r} is not allowed: "
                              "it must be > 0 (or None)")
         if self.topology is not None:
+            if self.two_tier:
+                raise ValueError(f"gpus_per_node={self.gpus_per_node!r}, rails={self.rails!r}"
+                                 " are not allowed with a topology (it has its own links): "
+                                 "leave both 1")
             check_choice(self.algorithm, "algorithm", ALGORITHMS)
             if self.topology.workers != self.workers:
                 raise ValueError(f"workers={self.workers!r} is not allowed with a topology of "
                                  f"{self.topology.workers} workers")
+        else:
+            check_choice(self.algorithm, "algorithm", CLUSTER_ALGORITHMS)
+
+    def _check_tiers(self):
+        check_int(self.gpus_per_node, "gpus_per_node", 1)
+        check_int(self.rails, "rails", 1)
+        if self.workers % self.gpus_per_node:
+            raise ValueError(f"gpus_per_node={self.gpus_per_node!r} is not allowed with "
+                             f"workers={self.workers!r}: workers must be a multiple of it "
+                             "(whole nodes)")
+        if self.intra_bandwidth_bps is not None:
+            object.__setattr__(self, "intra_bandwidth_bps",
+                               parse_rate(self.intra_bandwidth_bps, "intra_bandwidth"))
+        elif self.gpus_per_node > 1:
+            raise ValueError(f"intra_bandwidth_bps=None is not allowed with gpus_per_node="
+                             f"{self.gpus_per_node}: give the per-GPU bandwidth inside a node "
+                             "(NVLink, PCIe), e.g. '300gbyte'")
+        check_number(self.intra_latency_s, "intra_latency_s", 0)
+        check_number(self.intra_efficiency, "intra_efficiency", 0, above=True)
+        check_number(self.compute_slowdown, "compute_slowdown", 1)
+        if self.algorithm is None:
+            object.__setattr__(self, "algorithm", "auto" if self.two_tier else "ring")
+
+    @property
+    def nodes(self) -> int:
+        return self.workers // self.gpus_per_node
+
+    @property
+    def two_tier(self) -> bool:
+        """Several GPUs or NICs (rails) per node."""
+        return self.gpus_per_node > 1 or self.rails > 1
+
+    def tiers(self, collective: str) -> costs.Tiers:
+        """The cluster at `collective`'s latency and efficiency, for `collectives.costs`."""
+        intra = (math.inf if self.intra_bandwidth_bps is None
+                 else self.intra_efficiency * self.intra_bandwidth_bps / 8)
+        return costs.Tiers(self.nodes, self.gpus_per_node, self.alpha(collective),
+                           self.bytes_per_s(collective), self.rails, self.intra_latency_s,
+                           intra)
 
     def alpha(self, collective: str) -> float:
         lat = self.latency_s
@@ -102,33 +167,30 @@ class Network:
         return self.efficiency_of(collective) * self.bandwidth_bps / 8
 
     def cost(self, collective: str, nbytes: float,
-             add_time: Callable[[float], float | None] | None = None) -> float:
+             add_time: Callable[[float], float | None] | None = None,
+             priced_as: str | None = None) -> float:
         """Seconds for `collective` of an `nbytes` payload per worker; `add_time(n)` prices one
-        element-wise add of n bytes (an all-reduce's reductions), e.g. `Profile.add_time`."""
+        element-wise add of n bytes (an all-reduce's reductions), e.g. `Profile.add_time`;
+        `priced_as`: the collective whose latency and efficiency to take (default its own)."""
         check_choice(collective, "collective", COLLECTIVES)
-        p = self.workers
-        if p == 1 or nbytes <= 0:
+        priced_as = check_choice(priced_as or collective, "priced_as", COLLECTIVES)
+        if self.workers == 1 or nbytes <= 0:
             return 0.0
-        alpha, bw = self.alpha(collective), self.bytes_per_s(collective)
         if self.topology is not None:
-            eff = self.efficiency_of(collective)
+            alpha, eff = self.alpha(priced_as), self.efficiency_of(priced_as)
             if collective == "allreduce":
                 return self.topology.allreduce_time(self.algorithm, nbytes, alpha, eff)
             return self.topology.ring_time(collective, nbytes, alpha, eff)
-        if collective == "allgather":
-            return (p - 1) * alpha + (p - 1) * nbytes / bw
-        if collective == "broadcast":
-            return (p - 1) * alpha + nbytes / bw
-        chunk = nbytes / p
-        if collective == "alltoall":
-            return (p - 1) * alpha + (p - 1) * chunk / bw
-        add = 0.0
+        return costs.cost(collective, self.tiers(priced_as), nbytes, self.algorithm,
+                          self._adder(add_time))
+
+    def _adder(self, add_time) -> Callable[[float], float] | None:
+        """Seconds of one element-wise add of n bytes (None: free)."""
         if self.reduce_bytes_per_s is not None:
-            add = chunk / self.reduce_bytes_per_s
-        elif add_time is not None:
-            add = add_time(chunk) or 0.0
-        rounds = 2 if collective == "allreduce" else 1
-        return rounds * (p - 1) * (alpha + chunk / bw) + (p - 1) * add
+            return lambda n: n / self.reduce_bytes_per_s
+        if add_time is not None:
+            return lambda n: add_time(n) or 0.0
+        return None
 
     def block_sparse_cost(self, numel: int, element_bytes: int, block_size: int,
                           density: float, union_density: float,
@@ -142,7 +204,7 @@ class Network:
         p = self.workers
         if p == 1 or numel <= 0:
             return 0.0, 0.0
-        alpha, bw = self.alpha("allgather"), self.bytes_per_s("allgather")
+        alpha, bw = self.tiers("allgather").slowest_hop()
         nbytes = numel * element_bytes
         traffic = expected_traffic(p, numel, element_bytes, block_size, density,
                                    union_density)
@@ -151,8 +213,8 @@ class Network:
         sparse = blocksparse.sparse_seconds(p, traffic, alpha, bw, bitmaps=False)
         if sparse < blocksparse.dense_seconds(p, nbytes, alpha, bw):
             chunk = density * nbytes / p
-            add = (chunk / self.reduce_bytes_per_s if self.reduce_bytes_per_s is not None
-                   else (add_time(chunk) or 0.0) if add_time is not None else 0.0)
+            adder = self._adder(add_time)
+            add = adder(chunk) if adder is not None else 0.0
             return (first + sparse + (p - 1) * add,
                     traffic.bitmap_bytes + traffic.exchange_bytes + traffic.shard_bytes)
         return first + self.cost("allreduce", nbytes, add_time), traffic.bitmap_bytes + nbytes

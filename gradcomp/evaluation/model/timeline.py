@@ -20,6 +20,10 @@ progresses at rate 1/k (k = `contention` >= 1; k = 1: no contention, k = 2: they
 device evenly), so a codec stage of cost c that overlaps backward for its whole length takes
 k*c and delays the rest of backward by (k-1)*c; gradient ready times move with backward.
 
+Compute slowdown: a distributed worker's forward, backward (so the gradient ready times) and
+optimizer take the profile's times `Network.compute_slowdown` (>= 1), for every method,
+`none` included; the single worker's t_iter_single is not slowed.
+
 Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
 finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
 exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
@@ -138,10 +142,12 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
         chain, nbytes = _stages(method, network, profile, [shapes[i] for i in b.params])
         chains.append(chain)
         wire.append(nbytes)
-    start, end, released, bwd_end = _run([b.ready_s for b in buckets], chains,
-                                         profile.backward_s, contention)
+    slow = network.compute_slowdown
+    start, end, released, bwd_end = _run([b.ready_s * slow for b in buckets], chains,
+                                         profile.backward_s * slow, contention)
     last = max((e[-1] for e in end), default=0.0)
-    t_iter = profile.forward_s + max(bwd_end, last) + profile.finalize_s + profile.optimizer_s
+    t_iter = (profile.forward_s + profile.optimizer_s) * slow + max(bwd_end, last) \
+        + profile.finalize_s
     comm = [[i for i, (kind, _) in enumerate(chain) if kind == "comm"] for chain in chains]
     times = {
         "bucket": list(range(len(buckets))),

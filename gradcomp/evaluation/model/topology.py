@@ -5,6 +5,11 @@ A `Topology` holds `bandwidth_bps[i][j]`, the capacity of the directed link from
 worker j in bit/s (0: no link): a dedicated link per ordered pair, which other pairs' traffic
 does not share; optionally each worker's NIC, `egress_bps[i]` and `ingress_bps[i]` (bit/s;
 None: no NIC limit, only the links), which all of its links share; and a per-hop latency.
+Optionally the workers sit in nodes (`node_of[i]`) whose NICs (`node_bps`, each way, all
+rails together) carry all traffic between nodes; then a worker's own caps count only its
+traffic inside its node (a GPU's bandwidth there; its traffic to other nodes goes to the
+NIC). `tiers.two_tier` builds such a cluster, `tiers.simulate` runs NCCL's collectives
+on it.
 Traffic between workers without a direct link follows the widest path (largest bottleneck,
 then fewest hops among those: a breadth-first search over the links at least that wide).
 Every algorithm is a fluid flow: with `load` the bytes each directed link carries per byte of
@@ -45,13 +50,14 @@ import numpy as np
 import pandas as pd
 
 from ...checks import check_int
+from ...collectives.costs import TREE_CHUNK_BYTES, pipeline
 from ...comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
                                     check_connected, check_nics, pack_forest, two_way_cut)
 from ..common.units import parse_rate
 from .network import ALGORITHMS, Network
 
 BUILTINS = ("two-racks", "random", "homogeneous")
-DEFAULT_CHUNK_BYTES = 1 << 16
+DEFAULT_CHUNK_BYTES = TREE_CHUNK_BYTES
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +71,8 @@ class Topology:
     name: str = "custom"
     egress_bps: object = None
     ingress_bps: object = None
+    node_of: object = None
+    node_bps: float | None = None
 
     def __post_init__(self):
         matrix = check_bandwidth(self.bandwidth_bps, "topology")
@@ -79,6 +87,16 @@ class Topology:
             caps = check_nics(getattr(self, option), len(matrix), option)
             caps.setflags(write=False)
             object.__setattr__(self, option, caps)
+        if self.node_of is not None:
+            nodes = np.asarray(self.node_of)
+            if nodes.shape != (len(matrix),) or nodes.dtype.kind not in "iu" or (nodes < 0).any():
+                raise ValueError(f"node_of={self.node_of!r} is not allowed: give one node "
+                                 f"number >= 0 per worker ({len(matrix)})")
+            nodes.setflags(write=False)
+            object.__setattr__(self, "node_of", nodes)
+            if not (isinstance(self.node_bps, (int, float)) and self.node_bps > 0):
+                raise ValueError(f"node_bps={self.node_bps!r} is not allowed with node_of: "
+                                 "it must be a number > 0 (bit/s each way)")
 
     @property
     def has_nics(self) -> bool:
@@ -133,7 +151,7 @@ class Topology:
         """The directed links of the widest path from i to j, fewest hops among those."""
         return [] if i == j else list(self._routes[1][i, j])
 
-    def _load(self, flows) -> tuple[float, int]:
+    def load(self, flows) -> tuple[float, int]:
         """(max over links and NICs of load / capacity in s per bit, longest route in hops)
         for `flows`: (src, dst, units) each."""
         load = np.zeros_like(self.bandwidth_bps)
@@ -145,8 +163,15 @@ class Topology:
                 load[a, b] += units
         used = load > 0
         per_bit = (load[used] / self.bandwidth_bps[used]).max(initial=0.0)
-        nic = max((load.sum(axis=1) / self.egress_bps).max(),
-                  (load.sum(axis=0) / self.ingress_bps).max())
+        own = load
+        if self.node_of is not None:  # the nodes' NICs carry what crosses nodes
+            same = self.node_of[:, None] == self.node_of[None, :]
+            own, across = np.where(same, load, 0.0), np.where(same, 0.0, load)
+            for axis in (1, 0):
+                per_node = np.bincount(self.node_of, weights=across.sum(axis=axis))
+                per_bit = max(per_bit, per_node.max() / self.node_bps)
+        nic = max((own.sum(axis=1) / self.egress_bps).max(),
+                  (own.sum(axis=0) / self.ingress_bps).max())
         return float(max(per_bit, nic)), longest
 
     def allreduce_time(self, algorithm: str, nbytes: float, latency_s: float | None = None,
@@ -167,38 +192,49 @@ class Topology:
         bits = 8.0 * nbytes / efficiency
         chunks = max(1, math.ceil(nbytes / chunk_bytes))  # the most chunks
         if algorithm == "ring":
-            per_bit, hops = self._load([(i, (i + 1) % p, 1.0) for i in range(p)])
+            per_bit, hops = self.load([(i, (i + 1) % p, 1.0) for i in range(p)])
             return 2 * (p - 1) * (alpha * hops + bits / p * per_bit)
         if algorithm == "tree":
             edges = [(i, (i - 1) // 2) for i in range(1, p)]
-            per_bit, hops = self._load([f for c, r in edges for f in ((c, r, 1.0), (r, c, 1.0))])
-            return _pipeline(chunks, 2 * int(math.log2(p)), bits * per_bit, alpha * hops)
+            per_bit, hops = self.load([f for c, r in edges for f in ((c, r, 1.0), (r, c, 1.0))])
+            return pipeline(chunks, 2 * int(math.log2(p)), bits * per_bit, alpha * hops)
         if algorithm == "ps":
             return min(self._ps_time(server, bits, chunks, alpha) for server in range(p))
+        if self.node_of is not None:
+            raise ValueError("algorithm='forest' is not allowed on a topology of nodes: the "
+                             "forest's packing does not see the nodes' shared NICs")
         forest = self.forest
-        return _pipeline(chunks, 2 * max(forest.depths()), bits / forest.rate, alpha)
+        return pipeline(chunks, 2 * max(forest.depths()), bits / forest.rate, alpha)
 
     def ring_time(self, collective: str, nbytes: float, latency_s: float | None = None,
                   efficiency: float = 1.0) -> float:
-        """Seconds of a ring all-gather ((p-1) steps of S per hop) or a pipelined ring
-        broadcast from rank 0 of `nbytes` per worker, in rank order."""
-        if collective not in ("allgather", "broadcast"):
-            raise ValueError(f"collective={collective!r} is not allowed: choose 'allgather' "
-                             "or 'broadcast' (all-reduce: allreduce_time)")
+        """Seconds of a ring all-gather ((p-1) steps of S per hop), reduce-scatter ((p-1)
+        steps of S/p), a pipelined ring broadcast from rank 0 of `nbytes` per worker, in rank
+        order, or an all-to-all (S/p from every worker to every other at once, (p-1)
+        latencies)."""
+        if collective not in ("allgather", "broadcast", "reducescatter", "alltoall"):
+            raise ValueError(f"collective={collective!r} is not allowed: choose 'allgather', "
+                             "'broadcast', 'reducescatter' or 'alltoall' (all-reduce: "
+                             "allreduce_time)")
         p = self.workers
         if p == 1 or nbytes <= 0:
             return 0.0
         alpha = self.latency_s if latency_s is None else latency_s
-        per_bit, hops = self._load([(i, (i + 1) % p, 1.0) for i in range(p)])
         bits = 8.0 * nbytes / efficiency
-        steps = bits if collective == "broadcast" else (p - 1) * bits
+        if collective == "alltoall":
+            per_bit, hops = self.load([(i, j, 1.0 / p) for i in range(p) for j in range(p)
+                                       if i != j])
+            return (p - 1) * alpha * hops + bits * per_bit
+        per_bit, hops = self.load([(i, (i + 1) % p, 1.0) for i in range(p)])
+        steps = {"broadcast": bits, "allgather": (p - 1) * bits,
+                 "reducescatter": (p - 1) * bits / p}[collective]
         return (p - 1) * alpha * hops + steps * per_bit
 
     def _ps_time(self, server: int, bits: float, chunks: int, alpha: float) -> float:
         flows = [f for w in range(self.workers) if w != server
                  for f in ((w, server, 1.0), (server, w, 1.0))]
-        per_bit, hops = self._load(flows)
-        return _pipeline(chunks, 2, bits * per_bit, alpha * hops)
+        per_bit, hops = self.load(flows)
+        return pipeline(chunks, 2, bits * per_bit, alpha * hops)
 
     def bounds(self) -> dict:
         """The forest's rate and the bounds on it, bit/s (NaN where not computed)."""
@@ -232,15 +268,6 @@ def network_on(topology, algorithm: str = "forest", latency_s: float | None = No
                                                           chunk_bytes=big / 1e6)
     latency_s = topo.latency_s if latency_s is None else latency_s
     return Network(p, bus, latency_s, efficiency, topology=topo, algorithm=algorithm)
-
-
-def _pipeline(chunks: int, stages: int, seconds: float, alpha: float) -> float:
-    """A pipeline of `stages` hops moving chunks that take `seconds` in all at its bottleneck:
-    (C + stages - 1) steps of one chunk's time plus the per-hop latency, with the number of
-    chunks C that minimises it (sqrt((stages - 1) seconds / alpha)), at most `chunks`."""
-    best = chunks if alpha <= 0 else math.sqrt((stages - 1) * seconds / alpha)
-    c = min(max(1, round(best)), chunks)
-    return (c + stages - 1) * (seconds / c + alpha)
 
 
 def two_racks(workers: int = 8, bandwidth="10gbit", thin=None) -> Topology:
