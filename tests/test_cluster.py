@@ -83,6 +83,7 @@ def test_the_command_asks_about_a_preset_cluster_in_one_line():
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
     assert "8 x p3.16xlarge: 64 V100s, 8 per node at 150 GB/s inside" in first
+    assert "two-tier collectives: modelled, not yet validated by measurement" in first
     assert "network efficiency 1.00 (assumed), compute slowdown 1.00 (assumed)" in first
     out = run_here("advise", "--cluster", "p3.16xlarge", "--workers", "12")
     assert out.returncode == 2 and "multiple of 8" in out.stderr

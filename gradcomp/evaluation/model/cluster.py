@@ -96,7 +96,8 @@ class Cluster:
                       else f"{nodes} x {self.name} ({self.gpu or 'one GPU'}, {nics})")
         else:
             layout = (f"{nodes} x {self.name}: {nodes * g} {self.gpu or 'GPU'}s, {g} per node "
-                      f"at {self.intra_bandwidth_bps / 8e9:.3g} GB/s inside, {nics} per node")
+                      f"at {self.intra_bandwidth_bps / 8e9:.3g} GB/s inside, {nics} per node "
+                      "(two-tier collectives: modelled, not yet validated by measurement)")
         origin = {f: ("fitted" if f in self.measured else
                       "assumed" if getattr(self, f) == 1.0 else "given")
                   for f in ("efficiency", "compute_slowdown")}
