@@ -153,8 +153,10 @@ def test_a_gpu_without_a_measurement_gets_the_nearest_table_scaled_by_memory_ban
             for (a, b), (a_scaled, b_scaled) in zip(phases, scaled.costs[method]):
                 assert a_scaled == a  # launch-bound: as measured
                 assert b_scaled == pytest.approx(b * 3.35e12 / bandwidth, rel=1e-12)
-    assert "900 GB/s" in cost_table("v100").provenance and "V100 datasheet" in \
-        cost_table("v100").provenance
+    v100 = cost_table("v100")
+    assert "900 GB/s" in v100.provenance and "V100 datasheet" in v100.provenance
+    assert v100.notes and all(n.startswith("Of the measured table `h100` this one is scaled "
+                                           "from: ") for n in v100.notes)
 
 
 def test_run_asks_for_costs_before_measuring_a_profile_of_no_device(tmp_path):

@@ -29,7 +29,8 @@ import pandas as pd
 
 from ..common.store import read_table
 from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
-from .methods import PerBucket
+from ...compressors import compressor
+from .methods import PerBucket, variant_label
 
 DATA = Path(__file__).parent / "codec_data"
 BUILTIN_TABLES = ("h100",)  # measured: `codec_data/<name>.csv`
@@ -105,9 +106,11 @@ class CostTable:
                                    " (memory-bound floors, not measured)")
 
     def priced(self, method: str) -> bool:
-        """Whether `method` (a base name) is priced from this table: fitted and usable, or
-        every method for the assumed floors; `none` always (it costs nothing)."""
-        method = method.split("(")[0].split("+")[0]
+        """Whether `method` (a base name, a variant ``name(...)`` or ``name:key=value``) is
+        priced from this table: fitted and usable (a variant by its own row or its
+        method's), or every method for the assumed floors; `none` always (it costs
+        nothing)."""
+        method = method.split(":")[0].split("(")[0].split("+")[0]
         return method == "none" or (not self.fits and self.name == ASSUMED) or \
             method in self.costs
 
@@ -115,8 +118,12 @@ class CostTable:
 def measured_table(frame: pd.DataFrame, name: str = MEASURED,
                    provenance: str = "") -> CostTable:
     """A table fitted from a compress-bench or hook-path DataFrame (the latter told by its
-    `communicator` column; its device from `device_name`)."""
+    `communicator` column; its device from `device_name`); rows measured with options other
+    than the method's defaults (`options` column) are the variant ``name(key=value, ...)``."""
     hook_path = "communicator" in frame
+    if "options" in frame:
+        frame = frame.assign(method=[_variant(m, o) for m, o in zip(frame["method"],
+                                                                     frame["options"])])
     device = str(frame["device_name"].iloc[0]) if "device_name" in frame else ""
     sizes = sorted(int(n) for n in frame["numel"].unique())
     dates = sorted(map(str, frame["date"])) if "date" in frame else []
@@ -126,6 +133,17 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
         f"{len(sizes)} sizes {sizes[0]:,}-{sizes[-1]:,} elements"
         + (f", {dates[0][:10]}" if dates else "")),
         fit_hook_path(frame) if hook_path else fit_codec(frame), per_bucket=hook_path)
+
+
+def _variant(method: str, options) -> str:
+    """The row's method, or its variant's label where its options are not the defaults."""
+    try:
+        defaults = compressor(method).options()
+        given = json.loads(options) if isinstance(options, str) and options else {}
+    except (ValueError, TypeError):  # not a registered method, or no JSON: as it is
+        return method
+    changed = {k: v for k, v in given.items() if defaults.get(k, v) != v}
+    return variant_label(method, changed)
 
 
 def builtin_table(name: str) -> CostTable:
@@ -170,8 +188,9 @@ def scaled_table(name: str) -> CostTable:
         f"{factor:.2f} (memory bandwidth {source.memory_bps / 1e9:,.0f} GB/s over "
         f"{gpu.memory_bps / 1e9:,.0f} GB/s; {source.source}; {gpu.source}), launch constants "
         f"a as measured; scaled from {measured.device}, not measured. Measured table: "
-        f"{measured.provenance}"), fits, measured.changed, measured.notes,
-        scaled_from=measured.device)
+        f"{measured.provenance}"), fits, measured.changed,
+        tuple(f"Of the measured table `{source.name}` this one is scaled from: {note}"
+              for note in measured.notes), scaled_from=measured.device)
 
 
 def assumed_table() -> CostTable:

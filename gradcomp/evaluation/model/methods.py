@@ -121,6 +121,7 @@ class MethodCost:
     middle: tuple[float, float] | None = None
     batches: Callable[[Sequence[Shape]], tuple[int, int, int]] | None = None
     plain: tuple[float, float] = (0.0, 0.0)
+    priced_by: str = ""  # the cost-table key whose costs these are ("": not from a table)
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
@@ -136,6 +137,15 @@ class MethodCost:
             if not (math.isfinite(a) and math.isfinite(b)):
                 raise ValueError(f"{option}={getattr(self, option)!r}: (a, b) must be finite")
             object.__setattr__(self, option, (float(a), float(b)))
+
+    @property
+    def costs_note(self) -> str:
+        """"" when the costs are the method's own; else whose they are (a variant priced
+        with its method's default options, the table having no row for it)."""
+        if not self.priced_by or self.priced_by == self.name:
+            return ""
+        return (f"codec costs of {self.priced_by} with its default options: the table has no "
+                f"row for {self.name}")
 
     def applications(self, shapes: Sequence[Shape]) -> tuple[int, int, int]:
         """(codec applications, elements compressed, elements sent plain) for one bucket
@@ -193,7 +203,7 @@ class MethodCost:
         `per_parameter`; PowerSGD works per matrix, batched by shape (its layout gives P and
         Q, and the applications)."""
         comp = compressor(method, **options) if isinstance(method, str) else method
-        label = name or _label(comp.name, options)
+        label = name or variant_label(comp.name, options)
         if comp.name == "powersgd":
             return cls(label, "powersgd", _powersgd_wire(comp), encode, decode,
                        batches=_powersgd_batches(comp), plain=(PLAIN_COPY_S, PLAIN_COPY_S))
@@ -227,8 +237,59 @@ class MethodCost:
         return cls(name, "blocksparse", wire, encode, decode, blocks=blocks)
 
 
-def _label(name: str, options: dict) -> str:
+def variant_label(name: str, options: dict) -> str:
+    """How a method with options is named: ``name(key=value, ...)`` (a cost table's row of
+    that variant has this name)."""
     return f"{name}({', '.join(f'{k}={v}' for k, v in options.items())})" if options else name
+
+
+def parse_methods(text: str, option: str = "methods") -> list[tuple[str, dict]]:
+    """(name, options) of each method in `text`: ``name[:key=value[,key=value...]]``,
+    several separated by commas (``topk:ratio=0.001,powersgd:rank=16,bf16``); an item with
+    a ``:`` or without ``=`` starts a method, a ``key=value`` item is an option of the
+    method before it. Values read as integers, numbers, true / false, else text; the
+    method checks them when it is built (`resolve`). Bad syntax: a ValueError naming
+    `option`."""
+    methods: list[tuple[str, dict]] = []
+    for item in str(text).split(","):
+        name, colon, rest = item.strip().partition(":")
+        if colon or "=" not in name:
+            if not name.strip():
+                raise ValueError(f"{option}={text!r} is not allowed: a method name is empty; "
+                                 "give name[:key=value,...], e.g. powersgd:rank=4,topk")
+            methods.append((name.strip(), {}))
+            if not colon:
+                continue
+        elif not methods:
+            raise ValueError(f"{option}={text!r} is not allowed: option {name!r} comes before "
+                             "any method name; give name:key=value, e.g. powersgd:rank=4")
+        else:
+            rest = name
+        key, equals, value = rest.partition("=")
+        if not (equals and key.strip()):
+            raise ValueError(f"{option}={text!r} is not allowed: {rest!r} is not key=value; "
+                             "give name:key=value, e.g. powersgd:rank=4")
+        methods[-1][1][key.strip()] = _option_value(value.strip())
+    return methods
+
+
+def method_spec(name: str, options: dict) -> str:
+    """The ``name:key=value,...`` text of a method with options (`parse_methods` reads it
+    back)."""
+    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in options.items())
+    return f"{name}:{text}" if options else name
+
+
+def _option_value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _powersgd_wire(comp):
@@ -273,9 +334,12 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
 
 def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
-    name with its `options`; names get their fitted costs from `costs` ({name: (encode,
-    decode)} or (encode, decode, middle), see `fit.codec_costs` and `fit.hook_costs`; a
-    `PerBucket` entry prices a bucket once) when there, else `assumed_costs`."""
+    name with its `options` (or one ``name:key=value,...`` of `parse_methods`); names get
+    their fitted costs from `costs` ({name: (encode, decode)} or (encode, decode, middle),
+    see `fit.codec_costs` and `fit.hook_costs`; a `PerBucket` entry prices a bucket once):
+    a variant's own row (keyed ``name(key=value, ...)``) when there, else its method's
+    (`MethodCost.costs_note` says so), else `assumed_costs`. An option the method does not
+    take is a ValueError naming it."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):
@@ -283,14 +347,25 @@ def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     if not isinstance(method, str):
         raise TypeError(f"method={method!r}: give a gradcomp method name, a compression ratio "
                         "or a MethodCost")
-    if method.endswith(BLOCK_SPARSE_SUFFIX):
-        return _block_sparse_method(method, costs, **options)
-    comp = compressor(method, **options)
-    built = MethodCost.from_compressor(comp, name=_label(method, options))
-    if costs and method in costs:
-        priced = built.with_costs(*costs[method])
+    if ":" in method:
+        specs = parse_methods(method, "method")
+        if len(specs) > 1:
+            raise ValueError(f"method={method!r} is not allowed: it names "
+                             f"{len(specs)} methods; give one (several: --methods)")
+        method, options = specs[0][0], {**specs[0][1], **options}
+    try:
+        if method.endswith(BLOCK_SPARSE_SUFFIX):
+            return _block_sparse_method(method, costs, **options)
+        comp = compressor(method, **options)
+    except TypeError as exc:  # an option the method does not take
+        raise ValueError(f"method={variant_label(method, options)!r}: {exc}") from None
+    label = variant_label(method, options)
+    built = MethodCost.from_compressor(comp, name=label)
+    key = label if costs and label in costs else method
+    if costs and key in costs:
+        priced = replace(built.with_costs(*costs[key]), priced_by=key)
         return replace(priced, per_parameter=False, batches=None, plain=(0.0, 0.0)) \
-            if isinstance(costs[method], PerBucket) else priced
+            if isinstance(costs[key], PerBucket) else priced
     return assumed_costs(built, error_feedback=hasattr(comp, "inner"))
 
 
@@ -312,4 +387,4 @@ def _block_sparse_method(method: str, costs: dict | None,
                            shared_positions=inner_comp.shared_randomness)
     encode = (inner.encode[0] + inner.decode[0], inner.encode[1] + inner.decode[1])
     return MethodCost.block_sparse(blocks, encode, inner.decode,
-                                   name=_label(method, options))
+                                   name=variant_label(method, options))
