@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -135,6 +136,7 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
         fit_hook_path(frame) if hook_path else fit_codec(frame), per_bucket=hook_path)
 
 
+@lru_cache(maxsize=256)
 def _variant(method: str, options) -> str:
     """The row's method, or its variant's label where its options are not the defaults."""
     try:
