@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from gradcomp.evaluation.model.cost_tables import cost_table, measured_table
+from gradcomp.evaluation.model.fit import codec_costs
 from gradcomp.evaluation.model.methods import method_spec, parse_methods, resolve
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.report.report import COLLECTIVE, write_report
@@ -124,3 +125,16 @@ def test_the_report_prices_the_variants_asked_for(tmp_path):
             "variant: powersgd(rank=4).") in text
     out = run_here("report", str(tmp_path), "--methods", "powersgd:rank=4,fp16")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_variant_measured_by_the_compress_bench_is_its_own_row():
+    from gradcomp.evaluation.benches.compress import bench_compress
+
+    frame = bench_compress([("powersgd", {"rank": 4}), ("topk", {"ratio": 0.001}), "fp16"],
+                           sizes=[4096, 16384, 65536], repeats=1, warmup=0)
+    table = measured_table(frame)
+    assert set(table.fits) >= {("powersgd(rank=4)", "encode"), ("topk(ratio=0.001)", "encode"),
+                               ("fp16", "encode")}
+    for spec in ("powersgd:rank=4", "topk:ratio=0.001", "fp16"):
+        method = resolve(spec, codec_costs(table.fits))  # every fit: the keys are checked
+        assert method.priced_by == method.name and method.costs_note == ""
