@@ -84,12 +84,13 @@ def test_advise_ranks_methods_and_gives_a_verdict():
                    "--methods", "fp16,topk")
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
-    # One recommendation, priced with the GPU table (the V100 profile's device is another GPU).
-    assert last.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute with "
-                           "NVIDIA H100 80GB HBM3 codec costs")
-    assert "codec costs from table `h100`" in last and "No convergence runs" in last
+    # One recommendation, priced with the V100 profile's GPU table, scaled from the H100's.
+    assert last.startswith("- **Recommendation** (NVIDIA V100 compute with NVIDIA V100 codec "
+                           "costs scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not "
+                           "measured)")
+    assert "codec costs from table `v100`" in last and "No convergence runs" in last
     data = json.loads(run_here("advise", "--bandwidth", "1gbit", "--json").stdout)
-    assert data["costs"] == "h100" and "**fp16 all-reduce**" in data["verdict"]  # V100: no bf16
+    assert data["costs"] == "v100" and "**fp16 all-reduce**" in data["verdict"]  # V100: no bf16
     assert {r["method"] for r in data["ranking"]} == set(gradcomp.names())
 
 

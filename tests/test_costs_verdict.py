@@ -91,7 +91,8 @@ def test_named_cost_tables_and_bad_names():
     assert assumed.costs == {} and assumed.priced("topk") and assumed.device == ""
     for bad in ("h200", "H100", ""):
         with pytest.raises(ValueError, match=r"costs=.* is not allowed: choose one of 'h100', "
-                                             r"'measured', 'assumed'"):
+                                             r"'v100', 'a100-80gb', 'a100-40gb', 'measured', "
+                                             r"'assumed'"):
             cost_table(bad)
     with pytest.raises(ValueError, match="costs='measured' is not allowed here"):
         cost_table("measured")
@@ -114,17 +115,48 @@ def test_the_question_is_priced_on_its_own_device(tmp_path):
     assert load_profile("gpt2").device == "NVIDIA V100"
     path = save_profile(load_profile("vgg16"), tmp_path / "p.json")
     assert load_profile(path).device == "NVIDIA V100"
-    assert default_costs("NVIDIA V100", measured=False) == "h100"
+    assert default_costs("NVIDIA V100", measured=False) == "v100"
+    assert default_costs("NVIDIA H100 80GB HBM3", measured=False) == "h100"
+    assert default_costs("NVIDIA A100-SXM4-40GB", measured=False) == "a100-40gb"
+    assert default_costs("NVIDIA GeForce RTX 4090", measured=False) == "h100"  # no known kind
     assert default_costs("cpu", measured=True) == "measured"
     with pytest.raises(ValueError, match="give --costs"):
         default_costs("cpu", measured=False)
     h100 = cost_table("h100")
     assert hardware_note("NVIDIA H100 80GB HBM3", h100) is None
-    assert hardware_note("NVIDIA V100", h100).startswith(
+    assert hardware_note("NVIDIA V100", h100) == (
         "mixed hardware: NVIDIA V100 compute with NVIDIA H100 80GB HBM3 codec costs, two "
-        "different GPUs")
+        "different GPUs: the codecs would run slower on the profile's GPU")
+    v100 = cost_table("v100")
+    assert hardware_note("NVIDIA V100", v100) == (
+        "NVIDIA V100 compute with NVIDIA V100 codec costs scaled from NVIDIA H100 80GB HBM3 by "
+        "memory bandwidth, not measured")
+    assert hardware_note("NVIDIA H100 80GB HBM3", v100).startswith(
+        "mixed hardware: NVIDIA H100 80GB HBM3 compute with NVIDIA V100 codec costs (scaled "
+        "from NVIDIA H100 80GB HBM3, not measured), two different GPUs: the codecs would run "
+        "faster")
     assert sixteen_bit("NVIDIA V100") == "fp16" and sixteen_bit("NVIDIA H100 80GB HBM3") == \
         "bf16" and sixteen_bit("cpu") == "bf16"
+
+
+def test_a_gpu_without_a_measurement_gets_the_nearest_table_scaled_by_memory_bandwidth():
+    h100 = cost_table("h100")
+    bandwidths = {"v100": 900e9, "a100-40gb": 1555e9, "a100-80gb": 2039e9}
+    for name, bandwidth in bandwidths.items():
+        scaled = cost_table(name)
+        assert scaled.scaled_from == h100.device and "measured" not in scaled.label.replace(
+            "not measured", "")
+        assert "scaled from NVIDIA H100 80GB HBM3, not measured" in scaled.label
+        assert "scaled from NVIDIA H100 80GB HBM3, not measured" in scaled.provenance
+        assert scaled.excluded == h100.excluded and scaled.changed == h100.changed
+        for method, phases in h100.costs.items():
+            for (a, b), (a_scaled, b_scaled) in zip(phases, scaled.costs[method]):
+                assert a_scaled == a  # launch-bound: as measured
+                assert b_scaled == pytest.approx(b * 3.35e12 / bandwidth, rel=1e-12)
+    v100 = cost_table("v100")
+    assert "900 GB/s" in v100.provenance and "V100 datasheet" in v100.provenance
+    assert v100.notes and all(n.startswith("Of the measured table `h100` this one is scaled "
+                                           "from: ") for n in v100.notes)
 
 
 def test_run_asks_for_costs_before_measuring_a_profile_of_no_device(tmp_path):

@@ -202,15 +202,16 @@ def test_hook_costs_per_payload_and_middle():
 
 def test_hook_path_costs_price_a_bucket_once():
     # The bench prices a whole bucket: PowerSGD's fixed cost is not multiplied by the bucket's
-    # tensors, as it is for a compress-bench fit (one application per matrix).
+    # shape groups, as it is for a compress-bench fit (one application per batched group).
     table = _hook_table("powersgd", "powersgd", 2e-9, 5e-9, middle=1e-9)
     table = table.assign(encode_s=table["encode_s"] + 1e-3)  # 1 ms per bucket
     shapes = [(100, 100), (100,), (200, 100)]
     per_bucket = resolve("powersgd", hook_costs(table))
     assert not per_bucket.per_parameter
     assert per_bucket.encode_s(shapes) == pytest.approx(1e-3 + 2e-9 * 30100, rel=1e-6)
-    per_matrix = resolve("powersgd", {"powersgd": tuple(hook_costs(table)["powersgd"])})
-    assert per_matrix.encode_s(shapes) == pytest.approx(3e-3 + 2e-9 * 30100, rel=1e-6)
+    per_group = resolve("powersgd", {"powersgd": tuple(hook_costs(table)["powersgd"])})
+    assert per_group.encode_s(shapes) == pytest.approx(  # two shape groups, the bias copied
+        2e-3 + 2e-9 * 30000 + per_group.plain[0] * 100, rel=1e-6)
     hook_csv = cost_table_of(table)
     assert hook_csv.per_bucket and not resolve("powersgd", hook_csv.costs).per_parameter
 

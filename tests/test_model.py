@@ -80,7 +80,9 @@ def test_fixed_ratio_method():
 
 def test_powersgd_sends_p_then_q_per_matrix():
     m = MethodCost.from_compressor("powersgd")
-    assert m.aggregation == "powersgd" and m.per_parameter
+    assert m.aggregation == "powersgd" and not m.per_parameter
+    # one batched application per shape group; the bias is only copied
+    assert m.applications([(64, 32), (64,), (64, 32), (32, 16)]) == (2, 2 * 2048 + 512, 64)
     # a 64 x 32 matrix at rank 1: P = 64 floats, Q = 32 floats; the bias travels plain
     assert m.wire([(64, 32), (64,)], 4) == (64 * 4 + 64 * 4, 32 * 4)
 

@@ -92,16 +92,17 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     assert report.folder == folder and path == folder / "report.md"
     text = path.read_text()
     # One recommendation: no convergence runs, so among fp32/fp16/bf16 only, priced with
-    # the GPU table of the (V100) profile's device, the mix of two GPUs said first.
-    h100 = cost_table("h100")
-    ranking = advise("resnet50", 8, "10gbit", list(METHODS), h100.costs)
-    expected = recommend_by_iteration(ranking, h100, "NVIDIA V100",
+    # the table of the (V100) profile's GPU, scaled from the H100's, which is said first.
+    v100 = cost_table("v100")
+    ranking = advise("resnet50", 8, "10gbit", list(METHODS), v100.costs)
+    expected = recommend_by_iteration(ranking, v100, "NVIDIA V100",
                                       "`resnet50` on 8 workers at 10 Gbit/s (one GPU per node, "
                                       "one NIC each); network efficiency 1.00 (assumed), "
                                       "compute slowdown 1.00 (assumed); ddp bucketing")
     assert report.verdicts == (expected,)
-    assert expected.startswith("- **Recommendation** (mixed hardware: NVIDIA V100 compute "
-                               "with NVIDIA H100 80GB HBM3 codec costs")
+    assert expected.startswith("- **Recommendation** (NVIDIA V100 compute with NVIDIA V100 "
+                               "codec costs scaled from NVIDIA H100 80GB HBM3 by memory "
+                               "bandwidth, not measured)")
     assert "**fp16 all-reduce**" in expected and "No convergence runs" in expected
     assert expected in text.splitlines()
     measured = write_report(folder, "resnet50", 8, "10gbit", costs="measured").verdicts
@@ -153,7 +154,8 @@ def test_report_without_codec_measurements_uses_a_named_table(tmp_path):
                                                    **env})
     report = write_report(tmp_path, "resnet50", 8, "100gbit")
     text = report.path.read_text()
-    assert len(report.verdicts) == 1 and "codec costs from table `h100`" in report.verdicts[0]
+    assert len(report.verdicts) == 1 and "codec costs from table `v100`" in report.verdicts[0]
+    assert "scaled from NVIDIA H100 80GB HBM3" in report.verdicts[0]
     assert "Not measured on this machine" in text and "Not available" in text
     assumed = write_report(tmp_path, "resnet50", 8, "100gbit", costs="assumed").verdicts[0]
     assert "NVIDIA V100 compute with assumed codec costs" in assumed
@@ -220,7 +222,8 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     text = (out / "report.md").read_text()
     assert report.path == out / "report.md"
     assert len(report.verdicts) == 1 and report.verdicts[0] in text.splitlines()
-    assert report.verdicts[0].startswith("- **Recommendation** (mixed hardware")
+    assert report.verdicts[0].startswith("- **Recommendation** (NVIDIA V100 compute with "
+                                         "NVIDIA V100 codec costs scaled from")
     assert "## Verdict" in text and "## Training: measured vs predicted" in text
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
         assert png_size(out / link)[0] > 0

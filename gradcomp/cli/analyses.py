@@ -16,8 +16,9 @@ from ..evaluation.model.cost_tables import cost_table, default_costs
 from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
 from ..evaluation.profiles.profiles import load_profile
-from .common import (cluster_of, costs_option, default_of, emit, fraction, network_defaults,
-                     network_options, number, split, table, topology_options)
+from .common import (METHODS_HELP, cluster_of, costs_option, default_of, emit, fraction,
+                     method_list, network_defaults, network_options, number, split, table,
+                     topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
 PARALLELISM = ("ddp", "fsdp")
@@ -36,7 +37,8 @@ def add_whatif(sub) -> None:
                         "network and method; the compression needed and the break-even bandwidth")
     network_options(wi)
     wi.add_argument("--method", default=default_of(scenario, "method"),
-                    help="a gradcomp method name")
+                    help="a gradcomp method name, with options as name:key=value,... "
+                    "(e.g. powersgd:rank=4)")
     wi.add_argument("--compression", type=number("compression", minimum=1),
                     help="a bare compression ratio (>= 1) instead of a method")
     wi.add_argument("--target-sf", type=fraction,
@@ -58,7 +60,7 @@ def add_advise(sub) -> None:
     network_options(ad)
     parallelism_option(ad)
     costs_option(ad)
-    ad.add_argument("--methods", help="comma-separated methods (default: all)")
+    ad.add_argument("--methods", help=METHODS_HELP + " (default: all)")
     ad.add_argument("--convergence", help="a `bench converge` CSV: rank by predicted time to "
                     "its target (measured iterations x predicted iteration time)")
     ad.add_argument("--task", help="with --convergence: the task, when the "
@@ -120,12 +122,13 @@ def _whatif(args) -> None:
     codecs = args.method != "none" and args.compression is None
     costs = chosen_costs(args) if codecs or args.costs is not None else None
     if codecs:
-        resolve(args.method)  # an unknown name is an error naming the methods
+        resolve(args.method)  # an unknown name or option is an error naming it
     if costs is not None and codecs and not costs.priced(args.method):
         raise ValueError(f"method={args.method!r} is not priced by costs={costs.name!r}: "
                          + costs.excluded.get(args.method.split("+")[0],
                                               "it is not in the table"))
     fitted = None if costs is None else costs.costs
+    note = resolve(args.method, fitted).costs_note if codecs else ""
     if args.sweep:
         frame = sweep(args.profile, workers=workers, methods=[args.method],
                       ratios=[args.compression] if args.compression else (), costs=fitted,
@@ -140,9 +143,10 @@ def _whatif(args) -> None:
                                 target_sf=args.target_sf, **common, **on)
     row = {**pred.as_row(), "required_compression": need.ratio,
            "required_compression_reason": need.reason, "target_sf": args.target_sf,
-           "costs": None if costs is None else costs.name}
+           "costs": None if costs is None else costs.name, "costs_note": note}
     lines = [f"{question}, method {pred.method}"
              + (f", codec costs {costs.label}" if codecs else "")
+             + (f" ({note})" if note else "")
              + (f", {args.algorithm or ALGORITHM} all-reduce" if args.topology else "") + ":",
              f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
              f"speedup vs none {pred.speedup:.2f}x",
@@ -193,7 +197,7 @@ def _advise_fsdp(args) -> None:
                                    "measured", "collectives", "bucketing"))
     costs = chosen_costs(args)
     net, question = _asked(args)
-    methods = split(args.methods)
+    methods = method_list(args.methods)
     for method in methods or ():
         _priced(costs, method)
     ranking = advise_fsdp(args.profile, net["workers"], net["bandwidth"], methods,
@@ -218,8 +222,9 @@ def _advise(args) -> None:
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     net, question = _asked(args)
     device = load_profile(args.profile).device
-    methods = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
-               if resolve(m) and costs.priced(m)]  # unknown names: an error naming them
+    methods = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
+                                         sixteen_bit(device)])
+               if resolve(m) and costs.priced(m)]  # unknown names, options: an error naming them
     ranking = advise(args.profile, methods=methods, costs=costs.costs,
                      bucketing=args.bucketing, convergence=convergence, task=args.task,
                      target=args.target, topology=args.topology,

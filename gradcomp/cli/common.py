@@ -15,6 +15,7 @@ from ..evaluation.common.units import parse_rate
 from ..evaluation.model.cluster import PRESETS, resolve_cluster
 from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
 from ..evaluation.model.bucketing import POLICIES
+from ..evaluation.model.methods import method_spec, parse_methods, resolve
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # --device of compressors, bench, profile
 
@@ -47,6 +48,22 @@ def table(frame, columns) -> str:
 def split(text):
     """A comma-separated option as a list; None when not given."""
     return text.split(",") if text else None
+
+
+def method_list(text):
+    """--methods: each method with its options (`methods.parse_methods`: ``topk:ratio=0.001,
+    powersgd:rank=16,bf16``) as the ``name:key=value`` text the library takes; None when
+    not given. An unknown method or option is a ValueError naming it (`methods.resolve`)."""
+    if not text:
+        return None
+    methods = [method_spec(n, o) for n, o in parse_methods(text)]
+    for method in methods:
+        resolve(method)
+    return methods
+
+
+METHODS_HELP = ("comma-separated methods, each with options as name:key=value,... (e.g. "
+                "topk:ratio=0.001,powersgd:rank=16,bf16)")
 
 
 def rate(text: str) -> float:

@@ -1,6 +1,6 @@
 """`gradcomp run` (the main job: measure, fit, report) and `gradcomp report` (rewrite the
 report of a results folder)."""
-from .common import cluster_of, costs_option, emit, network_options
+from .common import METHODS_HELP, cluster_of, costs_option, emit, method_list, network_options
 
 
 def add_run(sub) -> None:
@@ -12,6 +12,8 @@ def add_run(sub) -> None:
     rn.add_argument("--full", action="store_true", help="full sweeps instead of the quick "
                     "default (minutes on 2 CPU cores)")
     costs_option(rn, measured=True)
+    rn.add_argument("--methods", help=METHODS_HELP + "; measured and priced (default: all, "
+                    "with their default options)")
     rn.set_defaults(run=_run)
 
 
@@ -20,6 +22,8 @@ def add_report(sub) -> None:
     network_options(re_)
     re_.add_argument("results", help="a folder written by `gradcomp run`")
     costs_option(re_, measured=True)
+    re_.add_argument("--methods", help=METHODS_HELP + "; priced (default: the methods of the "
+                     "folder's compress.csv)")
     re_.set_defaults(run=_report)
 
 
@@ -28,7 +32,7 @@ def _run(args) -> None:
 
     report = run(args.out, quick=not args.full, profile=args.profile,
                  bucketing=args.bucketing, progress=not args.json, costs=args.costs,
-                 cluster=cluster_of(args))
+                 cluster=cluster_of(args), methods=method_list(args.methods))
     emit(args, {"results": str(report.folder), "report": str(report.path),
                 "verdicts": list(report.verdicts)},
          f"results in {report.folder}\nreport: {report.path}\n\n" + "\n".join(report.verdicts))
@@ -38,6 +42,7 @@ def _report(args) -> None:
     from ..evaluation.report.report import write_report
 
     report = write_report(args.results, profile=args.profile, bucketing=args.bucketing,
-                          costs=args.costs, cluster=cluster_of(args))
+                          costs=args.costs, cluster=cluster_of(args),
+                          methods=method_list(args.methods))
     emit(args, {"report": str(report.path), "verdicts": list(report.verdicts)},
          f"wrote {report.path}\n\n" + "\n".join(report.verdicts))

@@ -22,6 +22,7 @@ from .model.bucketing import POLICIES
 from .model.network import Network
 from .analyses.recommend import sixteen_bit
 from .model.cost_tables import MEASURED, cost_table, default_costs
+from .model.methods import parse_methods, resolve
 from .profiles.profiles import load_profile
 from .report.report import (COLLECTIVE, COMPRESS, HOOK, TRAIN, TRAIN_PROFILE, Report,
                             write_report)
@@ -53,7 +54,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     there. The question: `profile` on `workers` at `bandwidth`, with `bucketing` and a
     per-hop latency `latency_s`. `quick`: a few sizes and
     iterations (minutes on 2 CPU cores) instead of the full sweeps.
-    Smaller runs: `methods` (names; default every registered method), the built-in training
+    Smaller runs: `methods` (names, or ``name:key=value,...`` with options: `methods.
+    parse_methods`; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
     `converge_iters`. `costs`: the codec-cost table the question is priced with (a
@@ -67,6 +69,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         cost_table(costs)
     if cluster is None:  # bad input fails here, before minutes of measuring
         Network(workers, bandwidth, latency_s)
+    for method in methods or ():
+        resolve(method)  # an unknown method or option too
     check_choice(bucketing, "bucketing", tuple(POLICIES))
     plan = {**SETTINGS[bool(quick)]}
     for key, value in dict(sizes=sizes, collective_sizes=collective_sizes,
@@ -78,8 +82,9 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     _say(progress, f"results in {out}")
     methods = None if methods is None else list(dict.fromkeys(
         [*methods, "none", "bf16", sixteen_bit(prof.device)]))
+    cases = None if methods is None else [parse_methods(m)[0] for m in methods]
     _say(progress, "1/5 encode/decode cost of each method")
-    bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
+    bench_compress(cases, plan["sizes"], repeats=plan["compress_repeats"],
                    out=out / COMPRESS, progress=progress)
     _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
@@ -87,7 +92,7 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
                      out=out / COLLECTIVE, progress=progress,
                      after_compute_s=AFTER_COMPUTE_MS / 1e3)
     _say(progress, f"3/5 DDP training of '{model}' on {LOCAL_WORKERS} local workers")
-    bench_train(None if methods is None else ["ddp", *methods], LOCAL_WORKERS, model=model,
+    bench_train(None if cases is None else ["ddp", *cases], LOCAL_WORKERS, model=model,
                 iterations=plan["iterations"], out=out / TRAIN,
                 profile_out=out / TRAIN_PROFILE, hook_out=out / HOOK,
                 hook_repeats=plan["hook_repeats"], progress=progress)
@@ -97,10 +102,11 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     _say(progress, f"4/5 convergence to the target on the built-in task, with and without "
                    f"error feedback ({converge['seeds']} seed(s), <= {converge['max_iters']} "
                    "iterations)")
-    bench_converge(methods, seeds=converge["seeds"], max_iters=converge["max_iters"],
+    bench_converge(cases, seeds=converge["seeds"], max_iters=converge["max_iters"],
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
-    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs, cluster)
+    report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs,
+                          cluster, methods)
     _say(progress, f"report: {report.path}")
     return report

@@ -79,7 +79,10 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     for (algorithm, network), m in ((n, m) for n in networks.items() for m in chosen):
         method = resolve(m, fitted)
         origin = ("given" if isinstance(m, (MethodCost, int, float)) else
-                  "none" if m == "none" else "fitted" if m in fitted else "assumed")
+                  "none" if m == "none" else
+                  "assumed" if not (method.priced_by or m in fitted) else
+                  f"fitted: {method.priced_by}'s default options" if method.costs_note else
+                  "fitted")
         pred = predict(profile, network, method, bucketing, contention, base)
         times = pred.bucket_times
         codec = sum(e - s for s, e in zip(times["encode_start_s"], times["encode_end_s"]))

@@ -4,6 +4,10 @@ which device, and which of its fits are good enough to price with.
 * ``h100`` (built in, `codec_data/`): `gradcomp bench compress` on an NVIDIA H100 of
   2026-11-22, every method with its default options at 2^10-2^26 elements; its provenance
   (file, date, commit, and the methods whose kernels changed since) travels with it;
+* ``v100``, ``a100-40gb``, ``a100-80gb`` (`GPUS`, never measured): the measured table of the
+  nearest memory bandwidth scaled to the GPU's published bandwidth: each per-element cost b
+  times (measured GPU's bandwidth / this GPU's), the launch-bound constants a as measured.
+  Every verdict names them "scaled from <GPU>" (`CostTable.label`, `hardware_note`);
 * ``measured``: the compress bench of a results folder (this machine), given by the caller;
 * ``assumed``: the stated memory-bound floors of `methods.assumed_costs` (V100-like, never
   measured: a what-if, never the default);
@@ -12,25 +16,57 @@ which device, and which of its fits are good enough to price with.
 
 A method whose fit `fit.fit_problem` rejects is `excluded`: it is not priced at all (left
 out of rankings and recommendations), never priced with a fit that does not describe it.
-A question is priced with the table of its profile's device (`default_costs`); a table of
+A question is priced with the table of its profile's GPU kind (`default_costs`); a table of
 another device is a mix, which `hardware_note` states.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 
 from ..common.store import read_table
 from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
-from .methods import PerBucket
+from ...compressors import compressor
+from .methods import PerBucket, variant_label
 
 DATA = Path(__file__).parent / "codec_data"
-BUILTIN_TABLES = ("h100",)
+BUILTIN_TABLES = ("h100",)  # measured: `codec_data/<name>.csv`
+
+
+@dataclass(frozen=True)
+class GPU:
+    """A GPU kind: the table name, how its torch device name reads (all of `includes`, none
+    of `excludes`), its peak memory bandwidth (bytes/s) and where that figure comes from."""
+
+    name: str
+    includes: tuple
+    excludes: tuple
+    memory_bps: float
+    source: str
+
+    def matches(self, device: str) -> bool:
+        name = (device or "").upper()
+        return all(t in name for t in self.includes) and not any(t in name for t in
+                                                                 self.excludes)
+
+
+GPUS = (  # peak memory bandwidths from NVIDIA's datasheets
+    GPU("v100", ("V100",), ("V100S",), 900e9,
+        "NVIDIA Tesla V100 datasheet (2020): 900 GB/s, V100 SXM2 and PCIe"),
+    GPU("a100-80gb", ("A100", "80GB"), ("PCIE",), 2039e9,
+        "NVIDIA A100 Tensor Core GPU datasheet (2021): 2,039 GB/s, A100 80GB SXM"),
+    GPU("a100-40gb", ("A100",), ("80GB",), 1555e9,
+        "NVIDIA A100 Tensor Core GPU datasheet (2021): 1,555 GB/s, A100 40GB"),
+    GPU("h100", ("H100",), ("PCIE", "NVL"), 3.35e12,
+        "NVIDIA H100 Tensor Core GPU datasheet (2023): 3.35 TB/s, H100 SXM"),
+)
+SCALED_TABLES = tuple(g.name for g in GPUS if g.name not in BUILTIN_TABLES)
 MEASURED, ASSUMED = "measured", "assumed"
-NAMES = (*BUILTIN_TABLES, MEASURED, ASSUMED)
+NAMES = (*BUILTIN_TABLES, *SCALED_TABLES, MEASURED, ASSUMED)
 CSV = "a `gradcomp bench compress` or `bench train --hook-out` CSV"
 
 
@@ -48,6 +84,7 @@ class CostTable:
     changed: tuple = ()
     notes: tuple = ()
     per_bucket: bool = False  # a hook-path table: its costs are a whole bucket's
+    scaled_from: str = ""  # the measured device this table was scaled from (never measured)
 
     @property
     def costs(self) -> dict:
@@ -64,13 +101,17 @@ class CostTable:
     @property
     def label(self) -> str:
         """How a verdict names it: the table and its device."""
+        if self.scaled_from:
+            return f"`{self.name}` ({self.device}, scaled from {self.scaled_from}, not measured)"
         return f"`{self.name}`" + (f" ({self.device})" if self.device else
                                    " (memory-bound floors, not measured)")
 
     def priced(self, method: str) -> bool:
-        """Whether `method` (a base name) is priced from this table: fitted and usable, or
-        every method for the assumed floors; `none` always (it costs nothing)."""
-        method = method.split("(")[0].split("+")[0]
+        """Whether `method` (a base name, a variant ``name(...)`` or ``name:key=value``) is
+        priced from this table: fitted and usable (a variant by its own row or its
+        method's), or every method for the assumed floors; `none` always (it costs
+        nothing)."""
+        method = method.split(":")[0].split("(")[0].split("+")[0]
         return method == "none" or (not self.fits and self.name == ASSUMED) or \
             method in self.costs
 
@@ -78,8 +119,12 @@ class CostTable:
 def measured_table(frame: pd.DataFrame, name: str = MEASURED,
                    provenance: str = "") -> CostTable:
     """A table fitted from a compress-bench or hook-path DataFrame (the latter told by its
-    `communicator` column; its device from `device_name`)."""
+    `communicator` column; its device from `device_name`); rows measured with options other
+    than the method's defaults (`options` column) are the variant ``name(key=value, ...)``."""
     hook_path = "communicator" in frame
+    if "options" in frame:
+        frame = frame.assign(method=[_variant(m, o) for m, o in zip(frame["method"],
+                                                                     frame["options"])])
     device = str(frame["device_name"].iloc[0]) if "device_name" in frame else ""
     sizes = sorted(int(n) for n in frame["numel"].unique())
     dates = sorted(map(str, frame["date"])) if "date" in frame else []
@@ -89,6 +134,18 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
         f"{len(sizes)} sizes {sizes[0]:,}-{sizes[-1]:,} elements"
         + (f", {dates[0][:10]}" if dates else "")),
         fit_hook_path(frame) if hook_path else fit_codec(frame), per_bucket=hook_path)
+
+
+@lru_cache(maxsize=256)
+def _variant(method: str, options) -> str:
+    """The row's method, or its variant's label where its options are not the defaults."""
+    try:
+        defaults = compressor(method).options()
+        given = json.loads(options) if isinstance(options, str) and options else {}
+    except (ValueError, TypeError):  # not a registered method, or no JSON: as it is
+        return method
+    changed = {k: v for k, v in given.items() if defaults.get(k, v) != v}
+    return variant_label(method, changed)
 
 
 def builtin_table(name: str) -> CostTable:
@@ -111,6 +168,33 @@ def builtin_table(name: str) -> CostTable:
                      tuple(meta["changed_since"]), tuple(notes))
 
 
+def gpu_kind(device: str) -> GPU | None:
+    """The `GPUS` entry a torch device name is (None: a CPU or a GPU of no known kind)."""
+    return next((g for g in GPUS if g.matches(device)), None)
+
+
+def scaled_table(name: str) -> CostTable:
+    """The table of GPU kind `name` (`SCALED_TABLES`): the measured table of the nearest
+    memory bandwidth, its per-element costs b scaled by the bandwidth ratio, its launch
+    constants a kept (module docstring)."""
+    gpu = next(g for g in GPUS if g.name == name)
+    source = min((g for g in GPUS if g.name in BUILTIN_TABLES),
+                 key=lambda g: abs(g.memory_bps / gpu.memory_bps - 1))
+    measured = builtin_table(source.name)
+    factor = source.memory_bps / gpu.memory_bps
+    fits = {key: replace(fit, params={**fit.params, "b": fit.params["b"] * factor})
+            for key, fit in measured.fits.items()}
+    device = f"NVIDIA {name.upper().replace('-', ' ')}"
+    return CostTable(name, device, (
+        f"table `{source.name}` ({measured.device}) scaled to {device}: per-element costs b x "
+        f"{factor:.2f} (memory bandwidth {source.memory_bps / 1e9:,.0f} GB/s over "
+        f"{gpu.memory_bps / 1e9:,.0f} GB/s; {source.source}; {gpu.source}), launch constants "
+        f"a as measured; scaled from {measured.device}, not measured. Measured table: "
+        f"{measured.provenance}"), fits, measured.changed,
+        tuple(f"Of the measured table `{source.name}` this one is scaled from: {note}"
+              for note in measured.notes), scaled_from=measured.device)
+
+
 def assumed_table() -> CostTable:
     return CostTable(ASSUMED, "", "memory-bound floors of `methods.assumed_costs`: 20 us "
                      "per application plus the bytes moved at 800 GB/s (V100-like), stated, "
@@ -126,6 +210,8 @@ def cost_table(choice, measured: pd.DataFrame | None = None) -> CostTable:
     key = str(choice)
     if key in BUILTIN_TABLES:
         return builtin_table(key)
+    if key in SCALED_TABLES:
+        return scaled_table(key)
     if key == ASSUMED:
         return assumed_table()
     if key == MEASURED:
@@ -146,11 +232,13 @@ def is_gpu(device: str) -> bool:
 
 
 def default_costs(device: str, measured: bool) -> str:
-    """The table a question about a profile measured on `device` is priced with: `h100`
-    for a GPU (the only GPU table shipped), this machine's `measured` costs for a CPU
-    profile when there are some; else a ValueError asking for --costs."""
+    """The table a question about a profile measured on `device` is priced with: its GPU
+    kind's (`GPUS`: measured, or scaled from the nearest measured one), `h100` for a GPU of
+    no known kind, this machine's `measured` costs for a CPU profile when there are some;
+    else a ValueError asking for --costs."""
     if is_gpu(device):
-        return "h100"
+        kind = gpu_kind(device)
+        return kind.name if kind else BUILTIN_TABLES[0]
     if measured and device:
         return MEASURED
     raise ValueError(f"costs: the profile was measured on {device or 'an unrecorded device'} "
@@ -161,13 +249,22 @@ def default_costs(device: str, measured: bool) -> str:
 
 def hardware_note(profile_device: str, table: CostTable) -> str | None:
     """None when the profile's compute and the codec costs come from the same device; else
-    the sentence saying which two devices are mixed."""
+    the sentence saying which two devices are mixed, or that the costs were scaled from
+    another GPU."""
     compute = profile_device or "an unrecorded device"
     if table.name == ASSUMED:
         return f"{compute} compute with assumed codec costs (memory-bound floors, not measured)"
+    kind = gpu_kind(profile_device)
+    if table.scaled_from and kind is not None and kind.name == table.name:
+        return (f"{compute} compute with {table.device} codec costs scaled from "
+                f"{table.scaled_from} by memory bandwidth, not measured")
     if profile_device and profile_device.lower() == table.device.lower():
         return None
     both_gpu = is_gpu(profile_device) and is_gpu(table.device)
+    ours, theirs = kind, gpu_kind(table.device)
+    speed = ("at another speed" if ours is None or theirs is None else
+             "slower" if ours.memory_bps < theirs.memory_bps else "faster")
     return (f"mixed hardware: {compute} compute with {table.device} codec costs"
-            + (", two different GPUs: the codecs would be slower on the profile's GPU"
+            + (f" (scaled from {table.scaled_from}, not measured)" if table.scaled_from else "")
+            + (f", two different GPUs: the codecs would run {speed} on the profile's GPU"
                if both_gpu else ""))

@@ -7,8 +7,12 @@ all-reduces: the uncompressed pieces with P, then Q) and ``blocksparse`` (the de
 zero gradient through the block-sparse all-reduce; `BlockSparsity` says how many blocks are
 non-zero; method names ``topk+blocksparse``, ``threshold+blocksparse``,
 ``randomk+blocksparse``). Encode and decode cost ``a + b*n``
-seconds for n elements per application; a method applies once per bucket, or once per
-parameter when `per_parameter` (PowerSGD compresses each matrix).
+seconds for n elements per application, counted as the hook applies the method
+(`MethodCost.applications`): once per bucket, or once per parameter when `per_parameter`;
+PowerSGD once per batched shape group of the bucket (the hook multiplies all matrices of one
+shape in one batched call: `PowerSGD.layout`), its b over the compressed matrices' elements,
+and the 1-D and too-small tensors it sends uncompressed cost only their copy into and out of
+the packed buffer (`plain`: 4 bytes read and written each way at `MEMORY_BPS`, stated).
 
 Default costs (`assumed_costs`, used for methods given by name without a measured table) are
 memory-bound floors, stated rather than measured: each application costs 20 us of launches,
@@ -43,6 +47,7 @@ PASSES = {"fp16": (1, 1), "bf16": (1, 1), "topk": (3, 1), "threshold": (2, 1),
           "randomk": (3, 1), "powersgd": (4, 3)}
 DEFAULT_PASSES = (2, 1)
 EF_PASSES = 3
+PLAIN_COPY_S = 8 / MEMORY_BPS  # s per uncompressed float32 element: read and write it once
 
 
 class PerBucket(tuple):
@@ -101,7 +106,10 @@ class MethodCost:
     ``powersgd``); `encode` / `decode` are (a, b): a + b*n seconds per application (a
     fitted negative total counts as 0). `middle`: ``powersgd``'s work between its rounds
     (orthogonalise P, Q = M^T P), (a, b) like encode; None: half the encode is priced there
-    (`encode` then holds both)."""
+    (`encode` then holds both). `batches`: how the hook applies the method to one bucket,
+    shapes -> (applications, elements compressed, elements sent plain) (None: once per
+    bucket, or per tensor when `per_parameter`, over all elements); `plain`: (encode,
+    decode) seconds per plain element."""
 
     name: str
     aggregation: str
@@ -111,6 +119,9 @@ class MethodCost:
     per_parameter: bool = False
     blocks: BlockSparsity | None = None
     middle: tuple[float, float] | None = None
+    batches: Callable[[Sequence[Shape]], tuple[int, int, int]] | None = None
+    plain: tuple[float, float] = (0.0, 0.0)
+    priced_by: str = ""  # the cost-table key whose costs these are ("": not from a table)
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
@@ -127,17 +138,35 @@ class MethodCost:
                 raise ValueError(f"{option}={getattr(self, option)!r}: (a, b) must be finite")
             object.__setattr__(self, option, (float(a), float(b)))
 
-    def _time(self, ab: tuple[float, float], shapes: Sequence[Shape]) -> float:
-        count = len(shapes) if self.per_parameter else 1
-        return max(0.0, ab[0] * count + ab[1] * sum(math.prod(s) for s in shapes))
+    @property
+    def costs_note(self) -> str:
+        """"" when the costs are the method's own; else whose they are (a variant priced
+        with its method's default options, the table having no row for it)."""
+        if not self.priced_by or self.priced_by == self.name:
+            return ""
+        return (f"codec costs of {self.priced_by} with its default options: the table has no "
+                f"row for {self.name}")
+
+    def applications(self, shapes: Sequence[Shape]) -> tuple[int, int, int]:
+        """(codec applications, elements compressed, elements sent plain) for one bucket
+        holding tensors of `shapes`, as the hook computes it."""
+        if self.batches is not None:
+            return self.batches(shapes)
+        return (len(shapes) if self.per_parameter else 1,
+                sum(math.prod(s) for s in shapes), 0)
+
+    def _time(self, ab: tuple[float, float], shapes: Sequence[Shape], plain: float = 0.0
+              ) -> float:
+        calls, compressed, kept = self.applications(shapes)
+        return max(0.0, ab[0] * calls + ab[1] * compressed) + plain * kept
 
     def encode_s(self, shapes: Sequence[Shape]) -> float:
         """Encode time of one bucket."""
-        return self._time(self.encode, shapes)
+        return self._time(self.encode, shapes, self.plain[0])
 
     def decode_s(self, shapes: Sequence[Shape]) -> float:
         """Decode time of one bucket's payload (one payload: all-gather decodes p of them)."""
-        return self._time(self.decode, shapes)
+        return self._time(self.decode, shapes, self.plain[1])
 
     def middle_s(self, shapes: Sequence[Shape]) -> float:
         """``powersgd``'s work between its rounds for one bucket (0 when `middle` is None)."""
@@ -171,11 +200,13 @@ class MethodCost:
                         **options) -> "MethodCost":
         """From a gradcomp compressor (a name and its options, or a built compressor); wire
         bytes come from its `wire_nbytes`, applied to the whole bucket unless
-        `per_parameter`; PowerSGD always works per matrix (its layout gives P and Q)."""
+        `per_parameter`; PowerSGD works per matrix, batched by shape (its layout gives P and
+        Q, and the applications)."""
         comp = compressor(method, **options) if isinstance(method, str) else method
-        label = name or _label(comp.name, options)
+        label = name or variant_label(comp.name, options)
         if comp.name == "powersgd":
-            return cls(label, "powersgd", _powersgd_wire(comp), encode, decode, True)
+            return cls(label, "powersgd", _powersgd_wire(comp), encode, decode,
+                       batches=_powersgd_batches(comp), plain=(PLAIN_COPY_S, PLAIN_COPY_S))
 
         @lru_cache(maxsize=4096)
         def nbytes(numel: int, dtype_bytes: int) -> float:
@@ -206,8 +237,59 @@ class MethodCost:
         return cls(name, "blocksparse", wire, encode, decode, blocks=blocks)
 
 
-def _label(name: str, options: dict) -> str:
+def variant_label(name: str, options: dict) -> str:
+    """How a method with options is named: ``name(key=value, ...)`` (a cost table's row of
+    that variant has this name)."""
     return f"{name}({', '.join(f'{k}={v}' for k, v in options.items())})" if options else name
+
+
+def parse_methods(text: str, option: str = "methods") -> list[tuple[str, dict]]:
+    """(name, options) of each method in `text`: ``name[:key=value[,key=value...]]``,
+    several separated by commas (``topk:ratio=0.001,powersgd:rank=16,bf16``); an item with
+    a ``:`` or without ``=`` starts a method, a ``key=value`` item is an option of the
+    method before it. Values read as integers, numbers, true / false, else text; the
+    method checks them when it is built (`resolve`). Bad syntax: a ValueError naming
+    `option`."""
+    methods: list[tuple[str, dict]] = []
+    for item in str(text).split(","):
+        name, colon, rest = item.strip().partition(":")
+        if colon or "=" not in name:
+            if not name.strip():
+                raise ValueError(f"{option}={text!r} is not allowed: a method name is empty; "
+                                 "give name[:key=value,...], e.g. powersgd:rank=4,topk")
+            methods.append((name.strip(), {}))
+            if not colon:
+                continue
+        elif not methods:
+            raise ValueError(f"{option}={text!r} is not allowed: option {name!r} comes before "
+                             "any method name; give name:key=value, e.g. powersgd:rank=4")
+        else:
+            rest = name
+        key, equals, value = rest.partition("=")
+        if not (equals and key.strip()):
+            raise ValueError(f"{option}={text!r} is not allowed: {rest!r} is not key=value; "
+                             "give name:key=value, e.g. powersgd:rank=4")
+        methods[-1][1][key.strip()] = _option_value(value.strip())
+    return methods
+
+
+def method_spec(name: str, options: dict) -> str:
+    """The ``name:key=value,...`` text of a method with options (`parse_methods` reads it
+    back)."""
+    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in options.items())
+    return f"{name}:{text}" if options else name
+
+
+def _option_value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _powersgd_wire(comp):
@@ -221,6 +303,19 @@ def _powersgd_wire(comp):
     return lambda shapes, dtype_bytes: wire(tuple(map(tuple, shapes)), dtype_bytes)
 
 
+def _powersgd_batches(comp):
+    """Applications per bucket as `PowerSGD.begin` / `next_round` / `finish` compute them:
+    one per shape group (a batched matmul and orthogonalisation each), b over the grouped
+    matrices; the plain pieces are only copied."""
+    @lru_cache(maxsize=1024)
+    def batches(shapes):
+        lay = comp.layout([torch.Size(s) for s in shapes])
+        total = sum(math.prod(s) for s in shapes)
+        return len(lay.groups), total - lay.plain_numel, lay.plain_numel
+
+    return lambda shapes: batches(tuple(map(tuple, shapes)))
+
+
 def assumed_costs(method: MethodCost, error_feedback: bool = False,
                   memory_bps: float = MEMORY_BPS, launch_s: float = LAUNCH_S) -> MethodCost:
     """`method` with the stated memory-bound default costs (module docstring), keyed by the
@@ -232,15 +327,19 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
     enc_passes += EF_PASSES if error_feedback else 0
     n = 1 << 20
     wire_per_elem = sum(method.wire([(1024, 1024)], 4)) / n
-    return method.with_costs((launch_s, (4 * enc_passes + wire_per_elem) / memory_bps),
-                             (launch_s, (wire_per_elem + 4 * dec_passes) / memory_bps))
+    priced = method.with_costs((launch_s, (4 * enc_passes + wire_per_elem) / memory_bps),
+                               (launch_s, (wire_per_elem + 4 * dec_passes) / memory_bps))
+    return replace(priced, plain=(8 / memory_bps,) * 2) if method.batches else priced
 
 
 def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
-    name with its `options`; names get their fitted costs from `costs` ({name: (encode,
-    decode)} or (encode, decode, middle), see `fit.codec_costs` and `fit.hook_costs`; a
-    `PerBucket` entry prices a bucket once) when there, else `assumed_costs`."""
+    name with its `options` (or one ``name:key=value,...`` of `parse_methods`); names get
+    their fitted costs from `costs` ({name: (encode, decode)} or (encode, decode, middle),
+    see `fit.codec_costs` and `fit.hook_costs`; a `PerBucket` entry prices a bucket once):
+    a variant's own row (keyed ``name(key=value, ...)``) when there, else its method's
+    (`MethodCost.costs_note` says so), else `assumed_costs`. An option the method does not
+    take is a ValueError naming it."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):
@@ -248,14 +347,25 @@ def resolve(method, costs: dict | None = None, **options) -> MethodCost:
     if not isinstance(method, str):
         raise TypeError(f"method={method!r}: give a gradcomp method name, a compression ratio "
                         "or a MethodCost")
-    if method.endswith(BLOCK_SPARSE_SUFFIX):
-        return _block_sparse_method(method, costs, **options)
-    comp = compressor(method, **options)
-    built = MethodCost.from_compressor(comp, name=_label(method, options))
-    if costs and method in costs:
-        priced = built.with_costs(*costs[method])
-        return replace(priced, per_parameter=False) if isinstance(costs[method], PerBucket) \
-            else priced
+    if ":" in method:
+        specs = parse_methods(method, "method")
+        if len(specs) > 1:
+            raise ValueError(f"method={method!r} is not allowed: it names "
+                             f"{len(specs)} methods; give one (several: --methods)")
+        method, options = specs[0][0], {**specs[0][1], **options}
+    try:
+        if method.endswith(BLOCK_SPARSE_SUFFIX):
+            return _block_sparse_method(method, costs, **options)
+        comp = compressor(method, **options)
+    except TypeError as exc:  # an option the method does not take
+        raise ValueError(f"method={variant_label(method, options)!r}: {exc}") from None
+    label = variant_label(method, options)
+    built = MethodCost.from_compressor(comp, name=label)
+    key = label if costs and label in costs else method
+    if costs and key in costs:
+        priced = replace(built.with_costs(*costs[key]), priced_by=key)
+        return replace(priced, per_parameter=False, batches=None, plain=(0.0, 0.0)) \
+            if isinstance(costs[key], PerBucket) else priced
     return assumed_costs(built, error_feedback=hasattr(comp, "inner"))
 
 
@@ -277,4 +387,4 @@ def _block_sparse_method(method: str, costs: dict | None,
                            shared_positions=inner_comp.shared_randomness)
     encode = (inner.encode[0] + inner.decode[0], inner.encode[1] + inner.decode[1])
     return MethodCost.block_sparse(blocks, encode, inner.decode,
-                                   name=_label(method, options))
+                                   name=variant_label(method, options))

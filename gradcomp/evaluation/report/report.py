@@ -103,7 +103,10 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
     lines = [f"Profile source: {p.source or 'not recorded'} (device: "
              f"{p.device or 'not recorded'}). Codec costs: {table.provenance}.", ""]
     if table.changed:
-        lines += [f"Kernels changed since table `{table.name}` was measured: "
+        measured = (f"the {table.scaled_from} measurement that table `{table.name}` was "
+                    "scaled from" if table.scaled_from else
+                    f"table `{table.name}` was measured")
+        lines += [f"Kernels changed since {measured}: "
                   f"{', '.join(table.changed)} (see the encode/decode section).", ""]
     if excluded:
         lines += ["Not priced (codec fit excluded, never ranked or recommended): "
@@ -120,6 +123,10 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
                   "exposed_comm_s": ("exposed comm (ms)", _num(".2f", 1e3)),
                   "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)),
                   "costs": ("costs", _text)}), ""]
+    borrowed = ranking[ranking["costs"].str.startswith("fitted: ")]
+    if len(borrowed):
+        lines += ["Priced with their method's default options, the table having no row for "
+                  "the variant: " + ", ".join(borrowed["method"]) + ".", ""]
     return lines, ranking
 
 
@@ -282,13 +289,14 @@ def _environment(tables: dict) -> list[str]:
 
 def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="10gbit",
                  bucketing: str = "ddp", latency_s: float = 0.0, costs=None,
-                 cluster: tuple[Cluster, int] | None = None) -> Report:
+                 cluster: tuple[Cluster, int] | None = None, methods=None) -> Report:
     """Analyse the tables in `results_dir` and write ``report.md`` there: one recommendation
     for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), or on
     `cluster` (a `Cluster` and its node count, `cluster.resolve_cluster`), priced with
     the codec-cost table `costs` (a `cost_tables` name or CSV; None: the table of the
     profile's device, `cost_tables.default_costs`), the supporting ranking, what-if curves,
     the fits, the training validation, convergence, the figures and the environment.
+    `methods` (names or ``name:key=value,...``): those priced (None: the compress table's).
     Returns its path and verdict (`Report`). A folder that does not exist or holds none of
     the measurement tables is a ValueError: the report would claim numbers it has not."""
     out = Path(results_dir)
@@ -300,7 +308,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
                        default_costs(prof.device, not compress.empty), compress)
     codec_fits = fit_codec(compress) if not compress.empty else {}
     collective_fits = fit_collectives(collective) if not collective.empty else {}
-    methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
+    if methods is None:
+        methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
     nodes_of, nodes = cluster or resolve_cluster(None, workers, bandwidth_bps=bandwidth,
                                                  latency_s=latency_s)
     net = nodes_of.question(nodes)
