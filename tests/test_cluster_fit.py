@@ -72,7 +72,7 @@ def training_runs(profile: Profile, slowdown: float, network_of) -> pd.DataFrame
     """Uncompressed runs at 2 and 4 workers timed by the model with `slowdown`, beside a
     top-k run that the slowdown fit must leave out."""
     runs = pd.DataFrame({"method": ["ddp", "none", "topk"], "world_size": [2, 4, 2],
-                         "bucket_cap_mb": [4.0, 25.0, 25.0]})
+                         "bucket_cap_mb": [4.0, 25.0, 25.0], "t_iter_s": 1.0})
     times = predict_runs(runs, profile, lambda p: replace(network_of(p),
                                                           compute_slowdown=slowdown),
                          {})["predicted"]
@@ -130,8 +130,8 @@ def make_folder(folder, slowdown: float):
         {"allreduce": allreduce}, p, allreduce.params["bandwidth_bps"]))
     table = ResultTable(folder / TRAIN)
     for row in runs.to_dict("records"):
-        table.append({**row, "model": "cpu-mlp", "params": 2**21, "batch_size": 8,
-                      "warmup": 3, "iterations": 5, "t_iter_single_s": 0.015, **env})
+        table.append({**env, **row, "model": "cpu-mlp", "params": 2**21, "batch_size": 8,
+                      "warmup": 3, "iterations": 5, "t_iter_single_s": 0.015})
     return folder
 
 
