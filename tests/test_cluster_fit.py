@@ -19,6 +19,7 @@ from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import Profile, load_profile, save_profile
 from gradcomp.evaluation.report.cluster_report import CLUSTER_FIT
 from gradcomp.evaluation.report.report import COLLECTIVE, TRAIN, TRAIN_PROFILE, write_report
+from test_cli import run_here
 
 SIZES = (4096, 65536, 2**20, 2**24)
 LAMBDA = 1.08
@@ -66,6 +67,22 @@ def test_loopback_fits_no_efficiency_and_says_so():
     assert fitted_fields(tiers, None) == {}  # loopback's alpha is not a network's latency
     rated = fit_tiers(loopback, line_rate_bps="5gbit")  # e.g. the testbed's rate
     assert rated["efficiency"].iloc[0] == pytest.approx(0.6, rel=1e-6)
+
+
+def test_gradcomp_fit_tiers_prints_latency_and_efficiency_per_tier(tmp_path):
+    path, codec = tmp_path / "coll.csv", tmp_path / "codec.csv"
+    pd.DataFrame(collective_rows(4, 8e9, 20e-6, tier="inter") + collective_rows(
+        4, 1.2e12, 3e-6, bandwidth_bps=1.6e12, tier="intra")).to_csv(path, index=False)
+    done = run_here("fit", str(path), "--tiers", "--bandwidth", "10gbit", "--json")
+    assert done.returncode == 0, done.stderr
+    tiers = {row["tier"]: row for row in json.loads(done.stdout)}
+    assert tiers["inter"]["efficiency"] == pytest.approx(0.8, rel=1e-6)  # at --bandwidth
+    assert tiers["intra"]["efficiency"] == pytest.approx(0.75, rel=1e-6)  # at its column's
+    assert tiers["inter"]["latency_s"] == pytest.approx(20e-6, rel=1e-6)
+    codec.write_text("method,numel,encode_s,decode_s\nfp16,1024,1e-6,1e-6\n")
+    bad = run_here("fit", str(codec), "--tiers")
+    assert bad.returncode == 2 and "--tiers and --bandwidth are not allowed with a compress " \
+        "table" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 def training_runs(profile: Profile, slowdown: float, network_of) -> pd.DataFrame:
