@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 
 from ..model.cluster import Cluster, with_options
@@ -123,7 +122,7 @@ def apply_fitted(cluster: Cluster, fields: dict, profile: Profile, device: str
                          f"{profile.device or 'an unrecorded device'}.")
     usable = {f: v for f, v in fields.items()
               if cluster.gpus_per_node > 1 or not f.startswith("intra_")}
-    take = {f: v for f, v in usable.items() if np.isclose(getattr(cluster, f), NEUTRAL[f])}
+    take = {f: v for f, v in usable.items() if getattr(cluster, f) == NEUTRAL[f]}
     kept = [f for f in usable if f not in take]
     if not take:
         return cluster, ("Not applied: " + (f"the question gives its own {', '.join(kept)}."

@@ -90,7 +90,7 @@ def cluster_section(out: Path, collective: pd.DataFrame, train: pd.DataFrame,
     applied, sentence = apply_fitted(cluster, fields, profile, measured_on(train))
     record = {"tiers": [{k: _plain(v) for k, v in row.items()}
                         for row in tiers.to_dict("records")],
-              "compute_slowdown": slowdown, "fields": fields, "verdict": sentence}
+              "compute_slowdown": slowdown, "fields": fields, "applied": sentence}
     write_atomic(out / CLUSTER_FIT, json.dumps(record, indent=1, allow_nan=False) + "\n")
     return applied, ["## Cluster fitted on this machine", "",
                      "What this run's measurements say about the machine, as the cluster "
