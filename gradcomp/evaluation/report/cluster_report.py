@@ -49,7 +49,8 @@ def _slowdown_text(slowdown: dict | None, why: str) -> list[str]:
     if slowdown is None:
         return [f"Compute slowdown: not fitted ({why}).", ""]
     value = slowdown["value"]
-    bound = (" (at the fit's lower bound 1: the runs were no slower than the profile)"
+    bound = (" (at the fit's lower bound 1: with no slowdown the model already predicts the "
+             "runs as slow as measured, or slower)"
              if value <= 1.0 + 1e-6 else " (at the fit's upper bound 3)"
              if value >= 3.0 - 1e-6 else "")
     ratio = slowdown["profile_over_single"]
