@@ -89,7 +89,8 @@ def test_bad_options_are_refused_by_name():
 def collective(tmp_path_factory):
     path = tmp_path_factory.mktemp("coll") / "coll.csv"
     sizes = [4, 256, 4096, 65536, 262144, 1 << 20, 4 << 20]
-    return path, sizes, bc.bench_collective(2, "gloo", sizes, repeats=7, warmup=1, out=path)
+    return path, sizes, bc.bench_collective(2, "gloo", sizes, repeats=7, warmup=1, out=path,
+                                            bandwidth_bps="1gbit")
 
 
 @pytest.mark.slow
@@ -97,6 +98,7 @@ def test_collective_rows_report_as_nccl_tests(collective):
     _, sizes, df = collective
     assert len(df) == 3 * len(sizes) and set(ENV) <= set(df.columns)
     assert (df["world_size"] == 2).all() and (df["backend"] == "gloo").all()
+    assert (df["bandwidth_bps"] == 1e9).all()  # the line rate, for the efficiency fit
     assert (df["time_s"] > 0).all() and (df["time_spread_s"] >= 0).all()
     p = 2
     for row in df.to_dict("records"):
@@ -207,7 +209,8 @@ def test_training_measures_the_hook_path_at_the_workloads_bucket_sizes(training)
     # usable as a cost table (advise --costs hook.csv): fitted the hook path's way
     table = cost_table(str(folder / "hook.csv"))
     assert table.provenance.startswith("the hook path") and ("topk", "middle") not in table.fits
-    assert {("topk", "encode"), ("topk", "decode")} <= set(table.fits)
+    # measured at ratio 0.05, not top-k's default: the variant's own row
+    assert {("topk(ratio=0.05)", "encode"), ("topk(ratio=0.05)", "decode")} <= set(table.fits)
 
 
 

@@ -31,6 +31,15 @@ def test_auto_runs_are_not_predicted_and_excluded_fits_are_marked():
     assert "over 2 runs" in error_summary(table)
 
 
+def test_a_run_with_options_is_priced_by_its_variants_row():
+    profile = Profile("p", [1000, 2000], [0.001, 0.002], 0.001, 0.002, 0.003)
+    runs = _runs("topk", "topk").assign(options=['{"ratio": 0.05}', "{}"])
+    costs = {"topk(ratio=0.05)": ((0.5, 0.0), (0.5, 0.0))}  # 1 s of codec per bucket
+    table = measured_vs_predicted(runs, profile, "1gbit", costs=costs)
+    assert list(table["costs"]) == ["fitted", "assumed"]
+    assert table["predicted"].iloc[0] > 1.0 > table["predicted"].iloc[1]
+
+
 def test_the_batch_size_recorded_is_the_one_the_workload_runs():
     assert train_fsdp.make_spec(USER_LM)["batch_size"] == 8  # its batches' leading dimension
     with pytest.raises(ValueError, match="batch_size=4 is not allowed .*no batch_size"):

@@ -10,8 +10,8 @@ from ..evaluation.benches import train_fsdp
 from ..evaluation.common.env import is_rank_zero, under_torchrun
 from ..evaluation.workloads.contract import AUTOCAST
 from ..evaluation.workloads.load import BUILTIN
-from .common import (DEVICE, default_of, device, emit, given, number, positive_int, split,
-                     table)
+from .common import (DEVICE, default_of, device, emit, given, number, positive_int, rate,
+                     split, table)
 
 QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per worker
 QUICK_TRAIN_ITERATIONS = 3  # train --quick
@@ -33,6 +33,8 @@ def add_bench(sub) -> None:
     be.add_argument("--collectives", help="collective: comma-separated, of allreduce, "
                     "allgather, broadcast, reducescatter, alltoall (FSDP's), forest (the forest "
                     "all-reduce executor; default: the first three)")
+    be.add_argument("--bandwidth", type=rate, help="collective: the line rate the rows are "
+                    "measured at (a NIC's, a testbed's), recorded for `gradcomp fit --tiers`")
     be.add_argument("--workers", type=positive_int, help="local worker processes (default 2; "
                     "under torchrun: its processes)")
     be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")
@@ -83,7 +85,7 @@ def add_bench(sub) -> None:
 # take none of it, and giving it there is an error rather than a silent no-op.
 # "fsdp": train --parallelism fsdp.
 USED_BY = {"methods": ("compress", "train", "fsdp", "converge"),
-           "collectives": ("collective",),
+           "collectives": ("collective",), "bandwidth": ("collective",),
            "workers": ("collective", "blocksparse", "train", "fsdp", "converge"),
            "device": ("compress",),
            "repeats": ("compress", "collective", "blocksparse", "train", "fsdp"),
@@ -137,7 +139,7 @@ def _bench(args) -> None:
             sizes=bench_collective.quick_sizes() if args.quick else None,
             out=args.out, progress=progress,
             **given(world_size=args.workers, repeats=args.repeats,
-                    collectives=split(args.collectives)))
+                    collectives=split(args.collectives), bandwidth_bps=args.bandwidth))
         columns = ["collective", "world_size", "size_bytes", "time_s", "algbw_GBps",
                    "busbw_GBps", "matches_allreduce"]
     elif args.what == "converge":

@@ -1,13 +1,19 @@
 """`gradcomp fit`: the model's cost parameters from a measurement table."""
+from ..evaluation.analyses.cluster_fit import fit_tiers
 from ..evaluation.common.store import read_table
 from ..evaluation.model.fit import fit_codec, fit_collectives, summary
-from .common import emit, table
+from .common import emit, rate, table
 
 
 def add_fit(sub) -> None:
     fi = sub.add_parser("fit", help="fit a + b*numel per method (a compress table) or alpha, "
                         "beta per collective (a collective table); prints R^2")
     fi.add_argument("table", help="CSV written by `gradcomp bench compress|collective`")
+    fi.add_argument("--tiers", action="store_true", help="a collective table: the cluster's "
+                    "latency and efficiency (busbw / line rate) per tier (column tier: inter, "
+                    "intra) from its all-reduce rows")
+    fi.add_argument("--bandwidth", type=rate, help="--tiers: the line rate of inter-node rows "
+                    "without a bandwidth_bps column (e.g. a testbed's rate)")
     fi.add_argument("--json", action="store_true", help="print machine-readable JSON")
     fi.set_defaults(run=_fit)
 
@@ -15,6 +21,15 @@ def add_fit(sub) -> None:
 def _fit(args) -> None:
     frame = read_table(args.table, "table", "a CSV written by `gradcomp bench compress` or "
                        "`gradcomp bench collective`")
+    if (args.tiers or args.bandwidth is not None) and "collective" not in frame.columns:
+        raise ValueError("--tiers and --bandwidth are not allowed with a compress table: "
+                         "give a table of `gradcomp bench collective`")
+    if args.bandwidth is not None and not args.tiers:
+        raise ValueError("--bandwidth is not allowed without --tiers")
+    if args.tiers:
+        fitted = fit_tiers(frame, args.bandwidth)
+        emit(args, fitted.to_dict("records"), table(fitted, fitted.columns))
+        return
     fits = fit_collectives(frame) if "collective" in frame.columns else fit_codec(frame)
     fitted = summary(fits)
     emit(args, fitted.to_dict("records"), table(fitted, fitted.columns))

@@ -1,5 +1,7 @@
 """The main job (`gradcomp run`): measure codecs, collectives, training and convergence on
-this machine, fit the performance model, ask it about a profile, and write the figures and
+this machine, fit the performance model (and the cluster's efficiency per tier and compute
+slowdown, ``cluster_fit.json``: applied to the question when its profile was measured on this
+machine, `report.cluster_report`), ask it about a profile, and write the figures and
 ``report.md``.
 
 Everything goes into one results folder (default ``results/<local time>``): the measurement
@@ -105,7 +107,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     bench_converge(cases, seeds=converge["seeds"], max_iters=converge["max_iters"],
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
-    _say(progress, "5/5 fits, what-if, advice, time to accuracy, figures and report")
+    _say(progress, "5/5 fits (codecs, collectives, efficiency and compute slowdown), what-if, "
+                   "advice, time to accuracy, figures and report")
     report = write_report(out, profile, workers, bandwidth, bucketing, latency_s, costs,
                           cluster, methods)
     _say(progress, f"report: {report.path}")

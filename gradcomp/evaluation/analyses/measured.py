@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from ..benches.converge import compressor_options
 from ..model.bucketing import DDP
 from ..model.fit import as_costs, fit_collectives, network_from_fit, validate
 from ..model.methods import resolve
@@ -41,10 +42,11 @@ def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict,
         # bench_train passes bucket_cap_mb to DDP, and torch then gives the first bucket
         # the same cap (the 1 MiB first bucket is for the default cap only).
         cap = float(row.bucket_cap_mb)
-        pred = predict(profile, network_of(int(row.world_size)), resolve(name, costs),
+        method = resolve(name, costs, **_run_options(name, getattr(row, "options", "")))
+        pred = predict(profile, network_of(int(row.world_size)), method,
                        DDP(cap, first_bucket_mb=cap), baseline_s=math.nan)
         predicted.append(pred.t_iter_s)
-        origin.append("none" if name == "none" else "fitted" if name in costs else
+        origin.append("none" if name == "none" else "fitted" if method.priced_by else
                       "assumed (fit excluded)" if name in excluded else "assumed")
     check = validate(predicted, train["t_iter_s"])
     return check.table.assign(method=list(train["method"]), costs=origin,
@@ -107,3 +109,9 @@ def error_summary(table: pd.DataFrame) -> str:
     rel = table["rel_error"].abs().dropna()
     return (f"Predicted vs measured over {len(rel)} runs: median |error| {rel.median():.1%}, "
             f"max {rel.max():.1%}.")
+
+
+def _run_options(name: str, options) -> dict:
+    """The compressor options a `bench train` run was measured with (its JSON `options`;
+    none where the table has no such column), so that it is priced as that variant."""
+    return compressor_options(name, options) if isinstance(options, str) and options else {}

@@ -24,6 +24,9 @@ with the payload the performance model uses:
   before each call, as training computes before it calls a collective: on this 2-core VM a
   collective right after compute took ~4 ms where back-to-back calls took 0.15-0.8 ms (its
   threads and the peer's are scheduled anew), which the alpha of a training model must hold;
+* bandwidth_bps: the line rate the rows were measured at, as given (a testbed's shaped rate,
+  a NIC's; NaN when not given, e.g. loopback), for `analyses.cluster_fit.fit_tiers`'s
+  efficiency = busbw / line rate;
 * collective, count (float32 elements per worker), dtype, repeats, warmup, device and the
   environment columns (world_size, backend, ...).
 
@@ -37,6 +40,7 @@ joins torchrun's group and rank 0 writes the table.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -54,6 +58,7 @@ from ..common.env import (check_backend, environment, init_from_env, launch, loc
                           under_torchrun, workers)
 from ..common.store import ResultTable, as_table
 from ..common.timing import compute_for, slowest_rank_times
+from ..common.units import parse_rate
 from ..model.fit import fit_collectives, summary
 from ..model.network import COLLECTIVES
 
@@ -134,15 +139,18 @@ def _forest_matches(forest, count: int, device) -> bool:
 
 
 def run_cases(cases, repeats: int, warmup: int, table: ResultTable, backend: str,
-              progress: bool = False, after_compute_s: float = 0.0) -> None:
-    """Measure (collective, nbytes) `cases` on every rank; rank 0 appends the rows."""
+              progress: bool = False, after_compute_s: float = 0.0,
+              bandwidth_bps: float = math.nan) -> None:
+    """Measure (collective, nbytes) `cases` on every rank; rank 0 appends the rows, with the
+    line rate `bandwidth_bps` (bits/s; NaN: not known)."""
     device = local_device(backend)
     rank = dist.get_rank()
     for collective, nbytes in tqdm(cases, desc="collective bench", file=sys.stderr,
                                    disable=not progress or rank != 0):
         row = measure_collective(collective, nbytes, repeats, warmup, device, after_compute_s)
         if rank == 0:
-            table.append({**row, **environment(backend, dist.get_world_size(), device)})
+            table.append({**row, "bandwidth_bps": bandwidth_bps,
+                          **environment(backend, dist.get_world_size(), device)})
 
 
 def _cases(collectives, sizes, world_size: int = 1) -> list[tuple[str, int]]:
@@ -171,17 +179,19 @@ def collective_key(table, collective, nbytes, world_size, backend, device_name):
 
 def bench_collective(world_size: int | None = None, backend: str | None = None, sizes=None,
                      repeats: int = 10, warmup: int = 3, collectives=DEFAULT_COLLECTIVES, out=None,
-                     progress: bool = False, after_compute_s: float = 0.0) -> pd.DataFrame:
+                     progress: bool = False, after_compute_s: float = 0.0,
+                     bandwidth_bps=None) -> pd.DataFrame:
     """Measure `collectives` at every per-worker payload of `sizes` (bytes; default
     `default_sizes()`) across `world_size` local processes (None: 2) that it spawns, or under
     torchrun on its processes (`backend`: NCCL when each process can have a GPU, else gloo).
     Rows already in `out` (a path or ResultTable) are skipped; `after_compute_s`: compute
-    before each call (module docstring). Returns the rows of this sweep (measured now or
-    before)."""
+    before each call (module docstring); `bandwidth_bps`: the line rate to record (e.g.
+    "1gbit"; None: not known). Returns the rows of this sweep (measured now or before)."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
+    rate = math.nan if bandwidth_bps is None else parse_rate(bandwidth_bps, "bandwidth_bps")
     cases = _cases(collectives, default_sizes() if sizes is None else list(sizes), world_size)
     with tempfile.TemporaryDirectory() as tmp:
         table = as_table(out, KEY_COLUMNS) or ResultTable(os.path.join(tmp, "rows.csv"),
@@ -193,7 +203,7 @@ def bench_collective(world_size: int | None = None, backend: str | None = None, 
         todo = [case for key, case in keys.items() if key not in done]
         if todo or under_torchrun():
             launch(run_cases, world_size, backend, todo, repeats, warmup, table, backend,
-                   progress, after_compute_s)
+                   progress, after_compute_s, rate)
         return table.frame(keys=set(keys))
 
 
@@ -217,6 +227,7 @@ def main(argv=None) -> int:
                       help=f"comma-separated, of {', '.join(MEASURED)}")
     args.add_argument("--after-compute-ms", type=float, default=0.0,
                       help="compute this long on every rank before each call (as training)")
+    args.add_argument("--bandwidth", default=None, help="line rate to record, e.g. 1gbit")
     a = args.parse_args(argv)
     if not a.after_compute_ms >= 0:
         args.error(f"--after-compute-ms={a.after_compute_ms!r} is not allowed: give ms >= 0")
@@ -235,7 +246,8 @@ def main(argv=None) -> int:
             todo = [[case for key, case in keys.items() if key not in done]]
         dist.broadcast_object_list(todo, src=0)
         run_cases(todo[0], a.repeats, a.warmup, table, backend, progress=True,
-                  after_compute_s=a.after_compute_ms / 1e3)
+                  after_compute_s=a.after_compute_ms / 1e3,
+                  bandwidth_bps=math.nan if a.bandwidth is None else parse_rate(a.bandwidth))
         if dist.get_rank() == 0 and len(set(sizes)) > 1:  # a fit needs two sizes
             print(collective_fit(table.frame(keys=set(keys))).to_string(index=False))
     finally:

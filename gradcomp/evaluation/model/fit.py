@@ -18,7 +18,7 @@ validation of predictions against measured runs.
   all-reduce takes milliseconds). An all-reduce's reduction work is absorbed into its beta.
 * `fit_runs`: the contention factor and the network efficiency from measured iteration times
   (columns method, workers, bandwidth_bps, t_iter_s), minimising squared relative errors by a
-  shrinking grid search.
+  shrinking grid search; `fit_slowdown` the compute slowdown (MLSys 2022's lambda) likewise.
 
 Every fit reports R^2 (NaN when the measurements do not vary) and its residuals (measured -
 fitted); judge the model by `validate` on runs it was not fitted to.
@@ -325,6 +325,23 @@ def fit_runs(runs: pd.DataFrame, profile, methods: dict | None = None, bucketing
     fitted = model(best)
     params = {"contention": contention, "efficiency": efficiency, **best}
     return Fit({"runs": len(rows)}, params, _r2(measured, fitted), measured - fitted, len(rows))
+
+
+def fit_slowdown(measured, predicted_at, levels: int = 5, points: int = 9) -> Fit:
+    """The compute slowdown lambda in [1, 3] (MLSys 2022, Agarwal et al., "On the utility of
+    gradient compression in distributed training systems": 1.04-1.1 there) minimising the
+    squared relative errors of `predicted_at(lambda)` (the model's iteration times with
+    `Network.compute_slowdown` lambda) against the `measured` ones, by `_grid_min`."""
+    measured = np.asarray(measured, float)
+
+    def loss(params):
+        predicted = np.asarray(predicted_at(params["compute_slowdown"]), float)
+        return float(np.sum((predicted / measured - 1) ** 2))
+
+    best = _grid_min(loss, {"compute_slowdown": (1.0, 3.0)}, levels, points)
+    fitted = np.asarray(predicted_at(best["compute_slowdown"]), float)
+    return Fit({"runs": len(measured)}, best, _r2(measured, fitted), measured - fitted,
+               len(measured))
 
 
 def _grid_min(loss, bounds: dict, levels: int, points: int) -> dict:

@@ -7,7 +7,8 @@ Inputs (any may be missing; its sections then say so): ``compress.csv`` (`bench_
 ``hook.csv`` (`bench_train`: its runs, profile and hook-path costs), ``converge.csv`` and
 its curve table (`converge`). Outputs: ``advise.csv``, ``speedup_sweep.csv``,
 ``scaling_sweep.csv``, ``codec_fits.csv``, ``collective_fits.csv``, ``train_validation.csv``,
-``time_to_accuracy.csv``, the PNGs of `plots` and `converge_plots`, and ``report.md``.
+``cluster_fit.json`` (`cluster_report`), ``time_to_accuracy.csv``, the PNGs of `plots` and
+`converge_plots`, and ``report.md``.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from ..model.cost_tables import CostTable, cost_table, default_costs, measured_t
 from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
 from . import plots
+from .cluster_report import cluster_section
 from .converge_report import convergence_section
 
 COMPRESS, COLLECTIVE, TRAIN, HOOK = "compress.csv", "collective.csv", "train.csv", "hook.csv"
@@ -294,8 +296,10 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), or on
     `cluster` (a `Cluster` and its node count, `cluster.resolve_cluster`), priced with
     the codec-cost table `costs` (a `cost_tables` name or CSV; None: the table of the
-    profile's device, `cost_tables.default_costs`), the supporting ranking, what-if curves,
-    the fits, the training validation, convergence, the figures and the environment.
+    profile's device, `cost_tables.default_costs`; for a profile measured on this machine
+    the cluster takes the efficiency and compute slowdown fitted here, `cluster_report`),
+    the supporting ranking, what-if curves, the fits, the training validation, the
+    cluster fitted here, convergence, the figures and the environment.
     `methods` (names or ``name:key=value,...``): those priced (None: the compress table's).
     Returns its path and verdict (`Report`). A folder that does not exist or holds none of
     the measurement tables is a ValueError: the report would claim numbers it has not."""
@@ -312,6 +316,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
     nodes_of, nodes = cluster or resolve_cluster(None, workers, bandwidth_bps=bandwidth,
                                                  latency_s=latency_s)
+    nodes_of, fitted_lines = cluster_section(out, collective, train, collective_fits,
+                                             out / TRAIN_PROFILE, nodes_of, prof)
     net = nodes_of.question(nodes)
     question = question_text(profile, nodes_of, nodes, bucketing)
     ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table)
@@ -332,6 +338,7 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
+    lines += fitted_lines
     lines += convergence
     lines += _environment(tables)
     path = write_atomic(out / "report.md", "\n".join(lines))

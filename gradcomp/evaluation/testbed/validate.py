@@ -159,7 +159,8 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                     ["--out", str(coll), "--backend", "gloo", "--collectives",
                      "allreduce,allgather", "--sizes", ",".join(map(str, collective_sizes)),
                      "--repeats", str(COLLECTIVE_REPEATS), "--warmup", "2",
-                     "--after-compute-ms", repr(AFTER_COMPUTE_MS)], timeout=900)
+                     "--after-compute-ms", repr(AFTER_COMPUTE_MS),
+                     "--bandwidth", repr(rate_bps)], timeout=900)
         if need_train:
             say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
             run_job(testbed, "gradcomp.evaluation.benches.train",
