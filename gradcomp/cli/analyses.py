@@ -4,20 +4,21 @@ from ..compressors import names
 from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
-from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
-from ..evaluation.analyses.recommend import (best_safe, recommend_by_accuracy,
-                                             recommend_by_iteration, sixteen_bit)
+from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
+from ..evaluation.analyses.recommend import (best_safe, not_ranked, priced_ranking,
+                                             recommend_by_accuracy, recommend_by_iteration,
+                                             sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
-from ..evaluation.common.store import read_table
 from ..evaluation.common.units import format_rate
 from ..evaluation.model.cost_tables import cost_table, default_costs
 from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
 from ..evaluation.profiles.profiles import load_profile
 from .common import (costs_option, default_of, emit, fraction, network_defaults,
-                     network_options, number, split, table, topology_options)
+                     network_options, number, read_measurements, split, table,
+                     topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
 PARALLELISM = ("ddp", "fsdp")
@@ -82,9 +83,9 @@ def chosen_costs(args):
     return cost_table(args.costs if args.costs is not None else default_costs(device, False))
 
 
-def _question(args, workers) -> str:
+def _question(args, workers, network: str | None = None) -> str:
     return (f"`{load_profile(args.profile).name}` on {workers} workers at "
-            f"{format_rate(args.bandwidth)}, {args.bucketing} bucketing")
+            f"{network or format_rate(args.bandwidth)}, {args.bucketing} bucketing")
 
 
 def _not_for_fsdp(args, command: str, options) -> None:
@@ -207,33 +208,63 @@ def _advise(args) -> None:
         _advise_fsdp(args)
         return
     costs = chosen_costs(args)
-    convergence = None if args.convergence is None else read_table(
+    convergence = None if args.convergence is None else read_measurements(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     workers, latency = network_defaults(args)
     device = load_profile(args.profile).device
-    methods = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
-               if resolve(m) and costs.priced(m)]  # unknown names: an error naming them
-    ranking = advise(args.profile, workers, args.bandwidth, methods=methods,
-                     costs=costs.costs, bucketing=args.bucketing, latency_s=latency,
-                     convergence=convergence, task=args.task, target=args.target,
-                     topology=args.topology, algorithms=split(args.algorithms))
+    runs = _measured(args, costs, latency) if args.measured or args.collectives else None
+    network = _network(args, latency)
+    asked = [m for m in dict.fromkeys([*(split(args.methods) or names()), sixteen_bit(device)])
+             if resolve(m)]  # unknown names: an error naming them
+    ranking = advise(args.profile, workers, network["bandwidth"],
+                     methods=[m for m in asked if costs.priced(m)], costs=costs.costs,
+                     bucketing=args.bucketing, latency_s=network["latency_s"],
+                     efficiency=network["efficiency"], convergence=convergence,
+                     task=args.task, target=args.target, topology=args.topology,
+                     algorithms=split(args.algorithms))
+    if convergence is None:
+        ranking = priced_ranking(ranking, costs)
+    question = _question(args, workers, network["label"])
     if args.topology:
         answer = _topology_recommendation(ranking, costs, device, args)
     elif convergence is not None:
-        answer = recommend_by_accuracy(ranking, costs, device, _question(args, workers))
+        answer = recommend_by_accuracy(ranking, costs, device, question)
     else:
-        answer = recommend_by_iteration(ranking, costs, device, _question(args, workers))
+        answer = recommend_by_iteration(ranking, costs, device, question)
+    if convergence is None:
+        answer += _left_out(asked, runs, ranking, costs, device)
     columns = TTA_COLUMNS if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
         "speedup", "compression", "codec_s", "costs"]
-    payload = {"verdict": answer, "costs": costs.name, "ranking": ranking.to_dict("records")}
+    payload = {"verdict": answer, "costs": costs.name, "network": network["label"],
+               "ranking": ranking.to_dict("records")}
     text = table(ranking, columns) + "\n\n" + answer
-    if args.measured or args.collectives:
-        runs = _measured(args, costs, latency)
+    if runs is not None:
         payload["measured"] = runs.to_dict("records")
         text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
                  "(t_iter in s):\n" + table(runs, runs.columns) + "\n" + error_summary(runs))
     emit(args, payload, text)
+
+
+def _network(args, latency) -> dict:
+    """The network the question is asked on (`advise`'s bandwidth, latency_s, efficiency)
+    and its `label`: with --collectives, the network fitted from that bench (the one the
+    measured runs are predicted on), else --bandwidth and --latency."""
+    if not args.collectives:
+        return dict(bandwidth=args.bandwidth, latency_s=latency, efficiency=1.0, label=None)
+    if args.topology:
+        raise ValueError("--collectives is not allowed with --topology: the fitted network "
+                         "is one switched cluster; drop one")
+    return fitted_network(read_measurements(args.collectives, "collectives",
+                                            "a `gradcomp bench collective` CSV"))
+
+
+def _left_out(asked, runs, ranking, costs, device: str) -> str:
+    """" Not ranked: m (why); ..." for the asked and measured methods the ranking lacks."""
+    measured = [] if runs is None else ["none" if m == "ddp" else m for m in runs["method"]]
+    why = not_ranked([*asked, *measured], ranking.drop_duplicates("method"), costs, device)
+    return "" if not why else " Not ranked: " + "; ".join(
+        f"{m} ({reason})" for m, reason in why.items()) + "."
 
 
 def _topology_recommendation(ranking, costs, device: str, args) -> str:
@@ -249,8 +280,8 @@ def _topology_recommendation(ranking, costs, device: str, args) -> str:
 def _measured(args, costs, latency):
     if not args.measured:
         raise ValueError("--collectives is not allowed without --measured: it would be ignored")
-    train = read_table(args.measured, "measured", "a `gradcomp bench train` CSV")
-    collectives = None if args.collectives is None else read_table(
+    train = read_measurements(args.measured, "measured", "a `gradcomp bench train` CSV")
+    collectives = None if args.collectives is None else read_measurements(
         args.collectives, "collectives", "a `gradcomp bench collective` CSV")
     return measured_vs_predicted(train, args.profile, args.bandwidth, latency or 0.0,
                                  collectives, costs.costs, tuple(costs.excluded))

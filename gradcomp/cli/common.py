@@ -1,17 +1,22 @@
 """What the command groups share: output (JSON or a table), option types, the network
 options of whatif / advise / run / report, and turning the library's errors into messages."""
 import argparse
+import difflib
 import inspect
 import json
+import math
 import os
+import re
 import sys
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
-from ..evaluation.common.units import parse_rate
+from ..evaluation.common.store import read_table
+from ..evaluation.common.units import format_rate, parse_rate
 from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
 from ..evaluation.model.bucketing import POLICIES
 
@@ -32,9 +37,26 @@ def given(**options) -> dict:
 def emit(args, payload, text: str) -> None:
     """Print `payload` as JSON with --json, else the human-readable `text`."""
     if args.json:
-        print(json.dumps(payload, indent=1, default=float))
+        print(json.dumps(strict_json(payload), indent=1, allow_nan=False,
+                         default=lambda value: strict_json(float(value))))
     else:
         print(text)
+
+
+def strict_json(value):
+    """`value` as JSON can hold it: a NaN or infinite number as None (null), numpy scalars as
+    Python's, tuples as lists."""
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 def table(frame, columns) -> str:
@@ -49,6 +71,12 @@ def split(text):
 
 
 def rate(text: str) -> float:
+    """An argparse type: a rate with its unit ("10gbit"); a bare number is refused, since
+    "10" meant as 10 Gbit/s would be taken as 10 bit/s."""
+    if _is_float(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: give one, e.g. {text}gbit (Gbit/s), {text}mbit (Mbit/s), "
+            f"{text}GB (bytes/s) or {text}bit (bit/s)")
     try:
         return parse_rate(text)
     except ValueError as exc:
@@ -98,6 +126,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
     return value
+
+
+def read_measurements(path, option: str, what: str):
+    """`store.read_table`, but a JSON file (a profile or topology given where a table
+    belongs) is one ValueError naming the option, not a warning per line it cannot split."""
+    try:
+        with open(path, "rb") as file:
+            start = file.read(64).lstrip()
+    except OSError:
+        start = b""  # read_table says what is wrong with the path
+    if str(path).lower().endswith(".json") or start[:1] in (b"{", b"["):
+        raise ValueError(f"{option}={str(path)!r} is not allowed: it is a JSON file, not a "
+                         f"table; give {what}")
+    return read_table(path, option, what)
 
 
 def network_options(p) -> None:
@@ -157,11 +199,58 @@ def exits_on(command: str, *errors):
         raise SystemExit(f"gradcomp {command}: {exc}") from None
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Help that ends each option's text with its default, "(default: 10 Gbit/s)", unless the
+    text already names it or there is none (None, False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False
+                or default == argparse.SUPPRESS or "default" in text.lower()):
+            return text
+        shown = format_rate(default) if action.type is rate else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def nearest(word: str, choices) -> str:
+    """" (did you mean X?)" for the choice closest to `word`, or "" when none is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, `gradcomp COMMAND: error: ...`, exit 2."""
+    """argparse whose usage errors are one line, `gradcomp COMMAND: error: ...`, exit 2,
+    with the nearest option or command suggested for a misspelt one; help shows the
+    defaults (`DefaultsFormatter`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        self.option_names: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.option_names.extend(action.option_strings)
+        return action
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but unknown options are reported by the command they were given
+        to, each with the nearest of its options."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "parser", self)
+            command.error("unrecognized arguments: " + " ".join(
+                extra + (nearest(extra.split("=")[0], command.option_names)
+                         if extra.startswith("-") else "") for extra in extras))
+        return parsed
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+        message = " ".join(str(message).split())
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            message += nearest(wrong.group(1), re.findall(r"'([^']*)'", wrong.group(2)))
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 INTERRUPTED, BROKEN_PIPE = 130, 141  # exit statuses as a shell reports SIGINT and SIGPIPE

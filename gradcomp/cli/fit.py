@@ -1,7 +1,6 @@
 """`gradcomp fit`: the model's cost parameters from a measurement table."""
-from ..evaluation.common.store import read_table
 from ..evaluation.model.fit import fit_codec, fit_collectives, summary
-from .common import emit, table
+from .common import emit, read_measurements, table
 
 
 def add_fit(sub) -> None:
@@ -13,7 +12,7 @@ def add_fit(sub) -> None:
 
 
 def _fit(args) -> None:
-    frame = read_table(args.table, "table", "a CSV written by `gradcomp bench compress` or "
+    frame = read_measurements(args.table, "table", "a CSV written by `gradcomp bench compress` or "
                        "`gradcomp bench collective`")
     fits = fit_collectives(frame) if "collective" in frame.columns else fit_codec(frame)
     fitted = summary(fits)

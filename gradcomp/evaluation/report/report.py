@@ -19,7 +19,8 @@ import pandas as pd
 from ... import names
 from ..analyses.advise import advise
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import recommend_by_accuracy, recommend_by_iteration
+from ..analyses.recommend import (SAFE, priced_ranking, recommend_by_accuracy,
+                                  recommend_by_iteration, sixteen_bit, unsupported)
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE
 from ..common.env import environment
@@ -102,10 +103,11 @@ def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, metho
              table: CostTable) -> tuple[list[str], pd.DataFrame]:
     """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
     table prices, and its section."""
-    ranking = advise(profile, workers, bandwidth, [m for m in methods if table.priced(m)],
-                     table.costs, bucketing, latency_s)
+    ranking = priced_ranking(advise(profile, workers, bandwidth, [
+        m for m in methods if table.priced(m)], table.costs, bucketing, latency_s), table)
     _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
     p = load_profile(profile)
+    half = sixteen_bit(p.device)
     excluded = table.excluded
     lines = [f"Profile source: {p.source or 'not recorded'} (device: "
              f"{p.device or 'not recorded'}). Codec costs: {table.provenance}.", ""]
@@ -117,7 +119,7 @@ def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, metho
                   + "; ".join(f"{m} ({why})" for m, why in excluded.items()) + ".", ""]
     lines += [f"### Supporting ranking: predicted time per iteration, costs {table.label}", "",
               "Iteration time only (convergence not included); `none` is fp32 DDP and "
-              "`bf16` a bf16 all-reduce, the two baselines (`advise.csv`).", "",
+              f"`{half}` a {half} all-reduce, the two baselines (`advise.csv`).", "",
               _md(ranking, {
                   "rank": ("rank", _num("d")), "method": ("method", _text),
                   "aggregation": ("aggregation", _text),
@@ -132,7 +134,9 @@ def _ranking(out: Path, profile, workers, bandwidth, bucketing, latency_s, metho
 
 def _whatif(out: Path, profile, workers, bandwidth, bucketing, latency_s, methods,
             table: CostTable, best: str | None) -> list[str]:
-    methods = [m for m in dict.fromkeys(["none", "bf16", *methods]) if table.priced(m)]
+    device = load_profile(profile).device
+    methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
+               if table.priced(m) and not unsupported(m, device)]
     curves = sweep(profile, workers=workers, methods=methods, costs=table.costs,
                    bucketing=bucketing, latency_s=latency_s).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
@@ -313,8 +317,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
     else:
         verdict = recommend_by_iteration(ranking, table, prof.device, question)
-        best = ranking[ranking["method"].isin(("none", "bf16", "fp16"))
-                       & ranking["method"].map(table.priced)]
+        best = ranking[ranking["method"].map(lambda m: m in SAFE and table.priced(m)
+                                             and not unsupported(m, prof.device))]
     best_method = best["method"].iloc[0] if len(best) else None
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
