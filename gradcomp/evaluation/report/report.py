@@ -22,7 +22,7 @@ from ..analyses.measured import NOT_PREDICTED, train_predictions
 from ..analyses.recommend import (SAFE, priced_ranking, recommend_by_accuracy,
                                   recommend_by_iteration, sixteen_bit, unsupported)
 from ..analyses.whatif import sweep
-from ..benches.converge import CONVERGE
+from ..benches.converge import CONVERGE, curve_path
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
@@ -63,6 +63,20 @@ def check_results(results_dir) -> Path:
     if why:
         raise ValueError(f"results={str(out)!r} is not allowed: {why}; give a folder written "
                          "by `gradcomp run --out FOLDER`")
+    return out
+
+
+def copy_measurements(results_dir, out_dir) -> Path:
+    """Copy the measurement tables of results folder `results_dir` into `out_dir`, a new
+    folder (a ValueError when it exists), so that a report of another question goes there
+    and the folder's own report stays as it was."""
+    src, out = check_results(results_dir), Path(out_dir)
+    if out.exists():
+        raise ValueError(f"out={str(out)!r} is not allowed: it exists; give a new folder")
+    out.mkdir(parents=True)
+    for name in (*TABLES, HOOK, TRAIN_PROFILE, CONVERGE, curve_path(CONVERGE).name):
+        if (src / name).is_file():
+            write_atomic(out / name, (src / name).read_text())
     return out
 
 
