@@ -146,13 +146,15 @@ def network_options(p) -> None:
     """The question's options (profile, workers, bandwidth, latency, bucketing) and --json."""
     p.add_argument("--profile", default=PROFILE, help="built-in profile (resnet50, "
                    "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
-    p.add_argument("--workers", type=positive_int, default=WORKERS, help="data-parallel workers")
+    p.add_argument("--workers", type=positive_int, default=WORKERS, help="data-parallel workers "
+                   f"(default: {WORKERS}; with a --topology file, its own)")
     p.add_argument("--bandwidth", type=rate, default=rate(BANDWIDTH),
                    help="per-worker bandwidth with units: 10gbit, 100mbit, 25G (Gbit/s), "
                    "3GB (bytes/s)")
     p.add_argument("--latency", type=number("latency", minimum=0),
                    default=default_of(sweep, "latency_s"),
-                   help="per-hop latency alpha, s")
+                   help="per-hop latency alpha, s (default: "
+                   f"{default_of(sweep, 'latency_s'):g}; with a --topology file, its own)")
     p.add_argument("--bucketing", choices=tuple(POLICIES),
                    default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
                    "small first bucket) or Horovod tensor fusion (5 ms cycle, 64 MB buffer)")

@@ -129,7 +129,8 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
                      f"error feedback, as table `{table.name}` measured it: the variant's own "
                      "work is not priced")
     goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
-            f"{best['target']:g} on task '{best['task']}'")
+            f"{best['target']:g} on task '{best['task']}' (the convergence proxy: iterations "
+            "measured on this task, not on the profiled model)")
     return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
             f"{best['iterations_to_target']:.0f} iterations x {best['t_iter_s'] * 1e3:.1f} ms "
             f"= {best['time_to_target_s']:.3g} s (iterations measured, iteration time "
