@@ -1,7 +1,8 @@
 """The command's everyday edges (issue 36): rates need a unit, misspellings get the nearest
 name, help shows defaults and root, a JSON file where a table belongs is one line, --json is
-strict JSON, `report` keeps a folder's report; and `advise` coherent: no bf16 on a GPU without
-it, nothing unpriced ranked, every measured method ranked or named, the fitted network named."""
+strict JSON, `report` keeps a folder's report; `advise` coherent: no bf16 on a GPU without it,
+nothing unpriced ranked, every measured method ranked or named, the fitted network named; and
+the convergence proxy of the profile's model family, named as a proxy."""
 import dataclasses
 import json
 
@@ -10,10 +11,13 @@ import pytest
 
 from gradcomp import cli
 from gradcomp.evaluation.analyses.advise import advise
-from gradcomp.evaluation.analyses.recommend import recommend_by_iteration
+from gradcomp.evaluation.analyses.recommend import recommend_by_accuracy, recommend_by_iteration
+from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.profiles.profiles import load_profile, save_profile
+from gradcomp.evaluation.run import proxy_task
 from test_cli import run_here
+from test_costs_verdict import convergence_runs
 
 
 def test_a_rate_without_a_unit_is_an_error_naming_the_units():
@@ -153,6 +157,21 @@ def test_advise_measured_ranks_or_names_every_method_on_the_fitted_network(measu
     # asked and predicted on the network fitted from the collective bench, and so named
     assert "fitted from the collective bench (all-reduce 5 Gbit/s" in data["network"]
     assert data["network"] in data["verdict"] and "10 Gbit/s" not in data["verdict"]
-    assert [r["bandwidth_bps"] for r in data["ranking"]] == pytest.approx([5e9] * len(ranked), rel=1e-3)
+    assert [r["bandwidth_bps"] for r in data["ranking"]] == \
+        pytest.approx([5e9] * len(ranked), rel=1e-3)
     text = run_here(*argv).stdout
     assert "at the network fitted from the collective bench" in text
+
+
+def test_the_convergence_proxy_matches_the_profiles_family_and_is_named_so():
+    assert [proxy_task(p) for p in ("resnet50", "resnet101", "vgg16", "bert-base", "gpt2")] \
+        == ["cnn", "cnn", "cnn", "gpt", "gpt"]
+    mlp = dataclasses.replace(load_profile("gpt2"), name="my-mlp", shapes=None)
+    assert proxy_task(mlp) == "teacher"
+    # bf16 converged fastest, but a V100 has none: the fp16 all-reduce is the answer
+    runs = convergence_runs({("none", False): 70, ("bf16", False): 60, ("fp16", False): 70})
+    h100 = cost_table("h100")
+    tta = time_to_accuracy(runs, "resnet50", 8, "10gbit", h100.costs)
+    line = recommend_by_accuracy(tta, h100, "NVIDIA V100", "q")
+    assert "**fp16 all-reduce**" in line and "the NVIDIA V100 has no bf16" in line
+    assert "on task 'teacher' (the convergence proxy" in line

@@ -34,8 +34,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            target=None, topology=None, algorithms=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
     baselines none and the profile's GPU's 16-bit all-reduce, `recommend.sixteen_bit`,
-    always; bf16 never on a GPU without it, `recommend.unsupported`), fastest first: predicted t_iter, SF, speedup vs none,
-    compression, the per-iteration encode + decode time and where the costs came from.
+    always; bf16 never on a GPU without it, `recommend.unsupported`), fastest first:
+    predicted t_iter, SF, speedup vs none, compression, the per-iteration encode + decode time and where the costs came from.
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
     one row per measured variant instead, ranked by predicted time to the target
