@@ -274,7 +274,8 @@ def _topology_recommendation(ranking, costs, device: str, args) -> str:
     question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
                 f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
     answer = recommend_by_iteration(fastest, costs, device, question)
-    return answer + f" On this topology: the {best_safe(fastest, costs)['algorithm']} all-reduce."
+    return answer + (f" On this topology: the {best_safe(fastest, costs, device)['algorithm']} "
+                     "all-reduce.")
 
 
 def _measured(args, costs, latency):
