@@ -60,7 +60,8 @@ def test_a_json_file_given_for_a_table_is_one_line(tmp_path):
     profile = tmp_path / "profile.json"
     save_profile(load_profile("resnet50"), profile)
     for argv in (["advise", "--measured", str(profile)], ["fit", str(profile)],
-                 ["advise", "--convergence", str(profile)]):
+                 ["advise", "--convergence", str(profile)],
+                 ["advise", "--costs", str(profile)], ["run", "--costs", str(profile)]):
         out = run_here(*argv)
         assert out.returncode == 2, out.stderr
         assert out.stderr.count("\n") == 1, out.stderr  # no warning per line first

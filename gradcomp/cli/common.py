@@ -130,16 +130,32 @@ def positive_int(text: str) -> int:
 
 def read_measurements(path, option: str, what: str):
     """`store.read_table`, but a JSON file (a profile or topology given where a table
-    belongs) is one ValueError naming the option, not a warning per line it cannot split."""
+    belongs) is one ValueError naming the option (`refuse_json`), not a warning per line it
+    cannot split."""
+    refuse_json(path, option, what)
+    return read_table(path, option, what)
+
+
+def refuse_json(path, option: str, what: str) -> None:
+    """A ValueError naming `option` when `path` is a JSON file (by its name or first byte)."""
     try:
         with open(path, "rb") as file:
             start = file.read(64).lstrip()
     except OSError:
-        start = b""  # read_table says what is wrong with the path
+        start = b""  # whoever reads it says what is wrong with the path
     if str(path).lower().endswith(".json") or start[:1] in (b"{", b"["):
         raise ValueError(f"{option}={str(path)!r} is not allowed: it is a JSON file, not a "
                          f"table; give {what}")
-    return read_table(path, option, what)
+
+
+def costs_value(text: str) -> str:
+    """An argparse type for --costs: a table name, or a file that is not JSON."""
+    if text not in NAMES:
+        try:
+            refuse_json(text, "costs", "a `gradcomp bench compress` CSV or a table name")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def network_options(p) -> None:
@@ -165,7 +181,7 @@ def costs_option(p, measured: bool = False) -> None:
     """--costs: the codec-cost table a question is priced with (`cost_tables`); checked
     where it is used, so that a bad name gets the library's message."""
     names = [n for n in NAMES if measured or n != MEASURED]
-    p.add_argument("--costs", help=f"codec costs: {', '.join(names)} (built-in: "
+    p.add_argument("--costs", type=costs_value, help=f"codec costs: {', '.join(names)} (built-in: "
                    f"{', '.join(BUILTIN_TABLES)}, measured on that GPU) or a `gradcomp bench "
                    "compress` CSV; default: the table of the profile's device (h100 for a GPU "
                    "profile" + (", this run's measurements for a profile measured here"
