@@ -15,7 +15,6 @@ from gradcomp.evaluation.analyses.recommend import recommend_by_accuracy, recomm
 from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.profiles.profiles import load_profile, save_profile
-from gradcomp.evaluation.run import proxy_task
 from test_cli import run_here
 from test_costs_verdict import convergence_runs
 
@@ -165,6 +164,8 @@ def test_advise_measured_ranks_or_names_every_method_on_the_fitted_network(measu
 
 
 def test_the_convergence_proxy_matches_the_profiles_family_and_is_named_so():
+    from gradcomp.evaluation.run import proxy_task
+
     assert [proxy_task(p) for p in ("resnet50", "resnet101", "vgg16", "bert-base", "gpt2")] \
         == ["cnn", "cnn", "cnn", "gpt", "gpt"]
     mlp = dataclasses.replace(load_profile("gpt2"), name="my-mlp", shapes=None)
