@@ -18,8 +18,8 @@ def ddp_snippet() -> str:
 
 def run_snippet(rank, world_size, out_dir, snippet):
     torch.manual_seed(0)
-    scope = {"model": torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)),
-             "local_rank": rank}
+    scope = {"torch": torch, "local_rank": rank,  # what a training script has by then
+             "model": torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))}
     exec(snippet, scope)  # noqa: S102 - the README's own code
     ddp_model, state = scope["ddp_model"], scope["state"]
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))
