@@ -2,8 +2,8 @@
 """gradcomp.fsdp on 2 gloo ranks: the teacher convergence task's student with fully_shard on each
 Linear and the root, trained as `bench converge` trains (SGD lr 0.04, momentum 0.9, 64 examples
 per rank per step, test accuracy every 20 steps, at most 600 steps) with FSDP's own
-reduce-scatter and with each method; prints steps to the target, final accuracy, the bytes
-ratio from the telemetry and the median step time, as a Markdown table.
+reduce-scatter and with each method; prints steps to the target, final accuracy, the
+compression ratio (raw / wire) from the telemetry and the median step time, as a Markdown table.
 
     PYTHONPATH=. python benchmarks/bench_fsdp.py
 """
@@ -56,7 +56,7 @@ def run_case(rank, method, options, task, target, max_steps=600, every=20):
         steps += 1
         if steps % every == 0:
             accuracy = task.scores(model)["accuracy"]
-    ratio = state.bytes_ratio() if state else 1.0
+    ratio = state.compression_ratio() if state else 1.0
     return steps, accuracy, ratio, statistics.median(times) * 1e3
 
 

@@ -185,7 +185,7 @@ def converge_case(rank, world_size, method="int8", max_iters=600, eval_every=20)
         if iters % eval_every == 0:
             accuracy = task.scores(model)["accuracy"]
     return dict(iters=iters, accuracy=accuracy, target=target,
-                ratio=state.bytes_ratio(), rows=len(state.telemetry_rows()),
+                ratio=state.compression_ratio(), rows=len(state.telemetry_rows()),
                 params=[p.full_tensor() for p in model.parameters()])
 
 

@@ -232,7 +232,7 @@ def test_a_switch_hands_the_residual_to_the_next_candidate(one_rank_group):
     methods = [r["method"] for r in state.telemetry_rows()]
     assert methods == ["topk", "topk", "allreduce"]
     # the choices as reports give them: every switch, the last one per bucket
-    assert state.switches == [(0, 0, 0), (2, 0, 1)]
+    assert state.switches == [(0, 0, "topk"), (2, 0, "none")]  # names, not positions
     # the exploration's end (4) not reached: no decision, and the report says so
     assert state.choices_text() == "bucket 0: none since 2 (exploring, no decision yet)"
     assert state.state_dict()["switches"] == state.switches

@@ -53,7 +53,7 @@ CASES = [
     (["compressors", "--repeats", "0"], ["--repeats", ">= 1"]),
     (["compressors", "--numel", "64", "--device", "tpu"], ["--device", "'tpu'", "cpu"]),
     (["whatif", "--bandwidth", "fast"], ["--bandwidth", "'fast'", "10gbit"]),
-    (["whatif", "--bandwidth", "0"], ["--bandwidth", "positive"]),
+    (["whatif", "--bandwidth", "0gbit"], ["--bandwidth", "positive"]),
     (["advise", "--latency", "-1"], ["--latency", ">= 0"]),
     (["whatif", "--latency", "slow"], ["--latency", "'slow' is not a number"]),
     (["whatif", "--workers", "0"], ["--workers", ">= 1"]),
@@ -128,7 +128,8 @@ def test_bad_input_is_one_line_naming_the_option_exit_2(files, argv, expected):
 def test_argparse_errors_are_one_line_too():
     out = run_here("whatif", "--no-such-option")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert out.stderr.startswith("gradcomp: error: unrecognized arguments: --no-such-option")
+    assert out.stderr.startswith("gradcomp whatif: error: unrecognized arguments: "
+                                 "--no-such-option")
     out = run_here("compres")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "compressors" in out.stderr
 

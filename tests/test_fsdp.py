@@ -195,11 +195,11 @@ def test_checkpoint_resume_is_exact_and_needs_the_residuals(two):
         assert res["state"]["calls"] and res["state"]["compressor"]["residuals"]
 
 
-def test_int8_trains_the_convergence_task_to_its_target_with_under_0_3x_the_bytes(two):
+def test_int8_trains_the_convergence_task_to_its_target_with_a_compression_ratio_over_3(two):
     for run in two:
         int8 = run["converge"]
         assert int8["accuracy"] >= int8["target"], int8["accuracy"]
-        assert int8["rows"] > 0 and int8["ratio"] <= 0.3
+        assert int8["rows"] > 0 and int8["ratio"] >= 3.3
     assert all(torch.equal(a, b) for a, b in zip(two[0]["converge"]["params"],
                                                  two[1]["converge"]["params"]))
 

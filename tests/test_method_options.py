@@ -123,7 +123,7 @@ def test_the_report_prices_the_variants_asked_for(tmp_path):
     assert "| fitted: powersgd's default options |" in row.replace("  ", "")
     assert ("Priced with their method's default options, the table having no row for the "
             "variant: powersgd(rank=4).") in text
-    out = run_here("report", str(tmp_path), "--methods", "powersgd:rank=4,fp16")
+    out = run_here("report", str(tmp_path), "--methods", "powersgd:rank=4,fp16", "--force")
     assert out.returncode == 0, out.stderr
 
 

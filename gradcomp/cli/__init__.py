@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
         add(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # errors name the command: `gradcomp whatif: ...`
+    for line in sub._choices_actions:  # `gradcomp X --help` opens with X's line of --help
+        sub.choices[line.dest].description = sub.choices[line.dest].description or line.help
     return top
 
 

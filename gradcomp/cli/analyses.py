@@ -4,20 +4,21 @@ from ..compressors import names
 from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
-from ..evaluation.analyses.measured import error_summary, measured_vs_predicted
-from ..evaluation.analyses.recommend import (best_safe, question_text, recommend_by_accuracy,
+from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
+from ..evaluation.analyses.recommend import (best_safe, not_ranked, priced_ranking,
+                                             question_text, recommend_by_accuracy,
                                              recommend_by_iteration, sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
-from ..evaluation.common.store import read_table
 from ..evaluation.common.units import format_rate
 from ..evaluation.model.cost_tables import cost_table, default_costs
 from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
 from ..evaluation.profiles.profiles import load_profile
 from .common import (METHODS_HELP, cluster_of, costs_option, default_of, emit, fraction,
-                     method_list, network_defaults, network_options, number, split, table,
+                     method_list, network_defaults, network_options, number, read_measurements,
+                     split, table,
                      topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
@@ -84,17 +85,32 @@ def chosen_costs(args):
     return cost_table(args.costs if args.costs is not None else default_costs(device, False))
 
 
-def _asked(args) -> tuple[dict, str]:
-    """The analyses' network keywords (workers, bandwidth, latency_s, efficiency, tiers) and
-    the question's words: profile, cluster (efficiency, slowdown) and bucketing."""
+def _asked(args) -> tuple[dict, str, str]:
+    """The analyses' network keywords (workers, bandwidth, latency_s, efficiency, tiers), the
+    question's words (profile, cluster with its efficiency and slowdown, bucketing) and the
+    network's: with --collectives (advise), the network fitted from that bench, the one the
+    measured runs are predicted on."""
+    profile = load_profile(args.profile).name
+    collectives = getattr(args, "collectives", None)
     if args.topology:
+        if collectives:
+            raise ValueError("--collectives is not allowed with --topology: the fitted network "
+                             "is one switched cluster; drop one")
         workers, latency, bandwidth = network_defaults(args)
         return (dict(workers=workers, bandwidth=bandwidth, latency_s=latency),
-                f"`{load_profile(args.profile).name}` on topology {args.topology}, "
-                f"{args.bucketing} bucketing")
+                f"`{profile}` on topology {args.topology}, {args.bucketing} bucketing",
+                f"topology {args.topology}")
     cluster, nodes = cluster_of(args)
-    return cluster.question(nodes), question_text(args.profile, cluster, nodes,
-                                                         args.bucketing)
+    net = cluster.question(nodes)
+    if not collectives:
+        return net, question_text(args.profile, cluster, nodes, args.bucketing), \
+            cluster.describe(nodes)
+    fit = fitted_network(read_measurements(collectives, "collectives",
+                                           "a `gradcomp bench collective` CSV"))
+    net.update(bandwidth=fit["bandwidth"], latency_s=fit["latency_s"],
+               efficiency=fit["efficiency"])
+    return (net, f"`{profile}` on {net['workers']} workers at {fit['label']}, "
+                 f"{args.bucketing} bucketing", fit["label"])
 
 
 def _not_for_fsdp(args, command: str, options) -> None:
@@ -113,7 +129,7 @@ def _whatif(args) -> None:
         _whatif_fsdp(args)
         return
     on = dict(topology=args.topology, algorithm=args.algorithm)
-    net, question = _asked(args)
+    net, question, _ = _asked(args)
     workers, bandwidth = net.pop("workers"), net.pop("bandwidth")
     common = dict(bucketing=args.bucketing, **net)
     if args.sweep and (args.topology or args.algorithm):
@@ -172,7 +188,7 @@ def _priced(costs, method: str) -> None:
 def _whatif_fsdp(args) -> None:
     _not_for_fsdp(args, "whatif", ("compression", "target_sf", "sweep", "topology",
                                    "algorithm", "bucketing"))
-    net, question = _asked(args)
+    net, question, _ = _asked(args)
     costs = chosen_costs(args) if args.method != "none" or args.costs is not None else None
     if costs is not None:
         _priced(costs, args.method)
@@ -196,7 +212,7 @@ def _advise_fsdp(args) -> None:
     _not_for_fsdp(args, "advise", ("convergence", "task", "target", "topology", "algorithms",
                                    "measured", "collectives", "bucketing"))
     costs = chosen_costs(args)
-    net, question = _asked(args)
+    net, question, _ = _asked(args)
     methods = method_list(args.methods)
     for method in methods or ():
         _priced(costs, method)
@@ -218,34 +234,48 @@ def _advise(args) -> None:
         _advise_fsdp(args)
         return
     costs = chosen_costs(args)
-    convergence = None if args.convergence is None else read_table(
+    convergence = None if args.convergence is None else read_measurements(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
-    net, question = _asked(args)
+    net, question, network = _asked(args)
     device = load_profile(args.profile).device
-    methods = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
-                                         sixteen_bit(device)])
-               if resolve(m) and costs.priced(m)]  # unknown names, options: an error naming them
-    ranking = advise(args.profile, methods=methods, costs=costs.costs,
-                     bucketing=args.bucketing, convergence=convergence, task=args.task,
-                     target=args.target, topology=args.topology,
+    runs = (_measured(args, costs, net["bandwidth"], net["latency_s"])
+            if args.measured or args.collectives else None)
+    asked = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
+                                       sixteen_bit(device)])
+             if resolve(m)]  # unknown names, options: an error naming them
+    ranking = advise(args.profile, methods=[m for m in asked if costs.priced(m)],
+                     costs=costs.costs, bucketing=args.bucketing, convergence=convergence,
+                     task=args.task, target=args.target, topology=args.topology,
                      algorithms=split(args.algorithms), **net)
+    if convergence is None:
+        ranking = priced_ranking(ranking, costs)
     if args.topology:
         answer = _topology_recommendation(ranking, costs, device, args)
     elif convergence is not None:
         answer = recommend_by_accuracy(ranking, costs, device, question)
     else:
         answer = recommend_by_iteration(ranking, costs, device, question)
+    if convergence is None:
+        answer += _left_out(asked, runs, ranking, costs, device)
     columns = TTA_COLUMNS if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
         "speedup", "compression", "codec_s", "costs"]
-    payload = {"verdict": answer, "costs": costs.name, "ranking": ranking.to_dict("records")}
+    payload = {"verdict": answer, "costs": costs.name, "network": network,
+               "ranking": ranking.to_dict("records")}
     text = table(ranking, columns) + "\n\n" + answer
-    if args.measured or args.collectives:
-        runs = _measured(args, costs, net["bandwidth"], net["latency_s"])
+    if runs is not None:
         payload["measured"] = runs.to_dict("records")
         text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
                  "(t_iter in s):\n" + table(runs, runs.columns) + "\n" + error_summary(runs))
     emit(args, payload, text)
+
+
+def _left_out(asked, runs, ranking, costs, device: str) -> str:
+    """" Not ranked: m (why); ..." for the asked and measured methods the ranking lacks."""
+    measured = [] if runs is None else ["none" if m == "ddp" else m for m in runs["method"]]
+    why = not_ranked([*asked, *measured], ranking.drop_duplicates("method"), costs, device)
+    return "" if not why else " Not ranked: " + "; ".join(
+        f"{m} ({reason})" for m, reason in why.items()) + "."
 
 
 def _topology_recommendation(ranking, costs, device: str, args) -> str:
@@ -255,14 +285,15 @@ def _topology_recommendation(ranking, costs, device: str, args) -> str:
     question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
                 f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
     answer = recommend_by_iteration(fastest, costs, device, question)
-    return answer + f" On this topology: the {best_safe(fastest, costs)['algorithm']} all-reduce."
+    return answer + (f" On this topology: the {best_safe(fastest, costs, device)['algorithm']} "
+                     "all-reduce.")
 
 
 def _measured(args, costs, bandwidth, latency):
     if not args.measured:
         raise ValueError("--collectives is not allowed without --measured: it would be ignored")
-    train = read_table(args.measured, "measured", "a `gradcomp bench train` CSV")
-    collectives = None if args.collectives is None else read_table(
+    train = read_measurements(args.measured, "measured", "a `gradcomp bench train` CSV")
+    collectives = None if args.collectives is None else read_measurements(
         args.collectives, "collectives", "a `gradcomp bench collective` CSV")
     return measured_vs_predicted(train, args.profile, bandwidth, latency or 0.0,
                                  collectives, costs.costs, tuple(costs.excluded))

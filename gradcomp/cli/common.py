@@ -1,17 +1,22 @@
 """What the command groups share: output (JSON or a table), option types, the network
 options of whatif / advise / run / report, and turning the library's errors into messages."""
 import argparse
+import difflib
 import inspect
 import json
+import math
 import os
+import re
 import sys
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
-from ..evaluation.common.units import parse_rate
+from ..evaluation.common.store import read_table
+from ..evaluation.common.units import format_rate, parse_rate
 from ..evaluation.model.cluster import PRESETS, resolve_cluster
 from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
 from ..evaluation.model.bucketing import POLICIES
@@ -34,9 +39,26 @@ def given(**options) -> dict:
 def emit(args, payload, text: str) -> None:
     """Print `payload` as JSON with --json, else the human-readable `text`."""
     if args.json:
-        print(json.dumps(payload, indent=1, default=float))
+        print(json.dumps(strict_json(payload), indent=1, allow_nan=False,
+                         default=lambda value: strict_json(float(value))))
     else:
         print(text)
+
+
+def strict_json(value):
+    """`value` as JSON can hold it: a NaN or infinite number as None (null), numpy scalars as
+    Python's, tuples as lists."""
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 def table(frame, columns) -> str:
@@ -67,6 +89,12 @@ METHODS_HELP = ("comma-separated methods, each with options as name:key=value,..
 
 
 def rate(text: str) -> float:
+    """An argparse type: a rate with its unit ("10gbit"); a bare number is refused, since
+    "10" meant as 10 Gbit/s would be taken as 10 bit/s."""
+    if _is_float(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: give one, e.g. {text}gbit (Gbit/s), {text}mbit (Mbit/s), "
+            f"{text}GB (bytes/s) or {text}bit (bit/s)")
     try:
         return parse_rate(text)
     except ValueError as exc:
@@ -118,18 +146,51 @@ def positive_int(text: str) -> int:
     return value
 
 
+def read_measurements(path, option: str, what: str):
+    """`store.read_table`, but a JSON file (a profile or topology given where a table
+    belongs) is one ValueError naming the option (`refuse_json`), not a warning per line it
+    cannot split."""
+    refuse_json(path, option, what)
+    return read_table(path, option, what)
+
+
+def refuse_json(path, option: str, what: str) -> None:
+    """A ValueError naming `option` when `path` is a JSON file (by its name or first byte)."""
+    try:
+        with open(path, "rb") as file:
+            start = file.read(64).lstrip()
+    except OSError:
+        start = b""  # whoever reads it says what is wrong with the path
+    if str(path).lower().endswith(".json") or start[:1] in (b"{", b"["):
+        raise ValueError(f"{option}={str(path)!r} is not allowed: it is a JSON file, not a "
+                         f"table; give {what}")
+
+
+def costs_value(text: str) -> str:
+    """An argparse type for --costs: a table name, or a file that is not JSON."""
+    if text not in NAMES:
+        try:
+            refuse_json(text, "costs", "a `gradcomp bench compress` CSV or a table name")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def network_options(p) -> None:
     """The question's options (profile, workers, bandwidth, latency, bucketing) and --json."""
     p.add_argument("--profile", default=PROFILE, help="built-in profile (resnet50, "
                    "resnet101, vgg16, bert-base, gpt2) or a saved profile file")
-    p.add_argument("--workers", type=positive_int, help="data-parallel workers (GPUs; "
-                   f"default {WORKERS}, or --nodes x the GPUs per node)")
+    p.add_argument("--workers", type=positive_int, help="data-parallel workers, GPUs "
+                   f"(default: {WORKERS}; --nodes x the GPUs per node with --nodes; with a "
+                   "--topology file, its own)")
     p.add_argument("--bandwidth", type=rate, help="one NIC's rate (per worker on a flat "
-                   "network) with units: 10gbit, 100mbit, 25G (Gbit/s), 3GB (bytes/s); default "
-                   f"{BANDWIDTH}, or the --cluster preset's")
+                   "network) with units: 10gbit, 100mbit, 25G (Gbit/s), 3GB (bytes/s) "
+                   f"(default: {format_rate(parse_rate(BANDWIDTH))}; with --cluster, the "
+                   "preset's)")
     p.add_argument("--latency", type=number("latency", minimum=0),
                    default=default_of(sweep, "latency_s"),
-                   help="per-hop latency alpha, s")
+                   help="per-hop latency alpha, s (default: "
+                   f"{default_of(sweep, 'latency_s'):g}; with a --topology file, its own)")
     p.add_argument("--bucketing", choices=tuple(POLICIES),
                    default=default_of(scenario, "bucketing"), help="DDP buckets (25 MB, "
                    "small first bucket) or Horovod tensor fusion (5 ms cycle, 64 MB buffer)")
@@ -144,16 +205,16 @@ def cluster_options(p) -> None:
     g.add_argument("--cluster", help=f"a node kind: a preset ({', '.join(PRESETS)}) or a "
                    ".json file (see README: Your cluster); --nodes or --workers says how many")
     g.add_argument("--nodes", type=positive_int, help="nodes (workers = nodes x GPUs per node)")
-    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node (default 1)")
+    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node (default: 1)")
     g.add_argument("--intra-bandwidth", type=rate, help="one GPU's bandwidth to the others of "
                    "its node (NVLink, PCIe), e.g. 150GB (bytes/s); needed with --gpus-per-node")
     g.add_argument("--rails", type=positive_int, help="NICs per node, each at --bandwidth "
-                   "(default 1)")
+                   "(default: 1)")
     g.add_argument("--efficiency", type=number("efficiency", minimum=0, maximum=1, above=True),
-                   help="fraction of the NICs' line rate the transport reaches (default 1: "
-                   "assumed)")
+                   help="fraction of the NICs' line rate the transport reaches (default: "
+                   "1, assumed)")
     g.add_argument("--slowdown", type=number("slowdown", minimum=1), help="how much slower a "
-                   "distributed worker computes than a single one, >= 1 (default 1: assumed)")
+                   "distributed worker computes than a single one, >= 1 (default: 1, assumed)")
 
 
 _CLUSTER_OPTIONS = ("cluster", "nodes", "gpus_per_node", "intra_bandwidth", "rails",
@@ -180,7 +241,7 @@ def costs_option(p, measured: bool = False) -> None:
     """--costs: the codec-cost table a question is priced with (`cost_tables`); checked
     where it is used, so that a bad name gets the library's message."""
     names = [n for n in NAMES if measured or n != MEASURED]
-    p.add_argument("--costs", help=f"codec costs: {', '.join(names)} (built-in: "
+    p.add_argument("--costs", type=costs_value, help=f"codec costs: {', '.join(names)} (built-in: "
                    f"{', '.join(BUILTIN_TABLES)}, measured on that GPU) or a `gradcomp bench "
                    "compress` CSV; default: the table of the profile's device (h100 for a GPU "
                    "profile" + (", this run's measurements for a profile measured here"
@@ -214,11 +275,58 @@ def exits_on(command: str, *errors):
         raise SystemExit(f"gradcomp {command}: {exc}") from None
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Help that ends each option's text with its default, "(default: 10 Gbit/s)", unless the
+    text already names it or there is none (None, False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False
+                or default == argparse.SUPPRESS or "default" in text.lower()):
+            return text
+        shown = format_rate(default) if action.type is rate else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def nearest(word: str, choices) -> str:
+    """" (did you mean X?)" for the choice closest to `word`, or "" when none is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, `gradcomp COMMAND: error: ...`, exit 2."""
+    """argparse whose usage errors are one line, `gradcomp COMMAND: error: ...`, exit 2,
+    with the nearest option or command suggested for a misspelt one; help shows the
+    defaults (`DefaultsFormatter`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        self.option_names: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.option_names.extend(action.option_strings)
+        return action
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but unknown options are reported by the command they were given
+        to, each with the nearest of its options."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "parser", self)
+            command.error("unrecognized arguments: " + " ".join(
+                extra + (nearest(extra.split("=")[0], command.option_names)
+                         if extra.startswith("-") else "") for extra in extras))
+        return parsed
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+        message = " ".join(str(message).split())
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            message += nearest(wrong.group(1), re.findall(r"'([^']*)'", wrong.group(2)))
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 INTERRUPTED, BROKEN_PIPE = 130, 141  # exit statuses as a shell reports SIGINT and SIGPIPE

@@ -3,7 +3,7 @@ import json
 import sys
 
 from ..evaluation.benches.compress import RESNET50_NUMEL, default_methods, measure_codec
-from .common import DEVICE, default_of, device, positive_int
+from .common import DEVICE, default_of, device, emit, positive_int
 
 
 def add_compressors(sub) -> None:
@@ -28,7 +28,7 @@ def _compressors(args) -> None:
                               file=sys.stderr):
         rows.append(measure_codec(name, options, args.numel, args.device, repeats=args.repeats))
     if args.json:
-        print(json.dumps(rows, indent=1))
+        emit(args, rows, "")  # strict JSON, as every command's --json
         return
     table = [[r["method"], _short(json.loads(r["options"])), r["aggregation"],
               f"{r['bytes_sent']:,}", f"{r['ratio']:.1f}x", f"{r['rel_error']:.3g}",

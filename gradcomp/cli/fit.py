@@ -1,8 +1,7 @@
 """`gradcomp fit`: the model's cost parameters from a measurement table."""
 from ..evaluation.analyses.cluster_fit import fit_tiers
-from ..evaluation.common.store import read_table
 from ..evaluation.model.fit import fit_codec, fit_collectives, summary
-from .common import emit, rate, table
+from .common import emit, rate, read_measurements, table
 
 
 def add_fit(sub) -> None:
@@ -19,8 +18,8 @@ def add_fit(sub) -> None:
 
 
 def _fit(args) -> None:
-    frame = read_table(args.table, "table", "a CSV written by `gradcomp bench compress` or "
-                       "`gradcomp bench collective`")
+    frame = read_measurements(args.table, "table", "a CSV written by `gradcomp bench "
+                              "compress` or `gradcomp bench collective`")
     if (args.tiers or args.bandwidth is not None) and "collective" not in frame.columns:
         raise ValueError("--tiers and --bandwidth are not allowed with a compress table: "
                          "give a table of `gradcomp bench collective`")

@@ -16,8 +16,9 @@ def add_profile(sub) -> None:
                     "batch_size")
     pr.add_argument("--out", required=True, help="profile file to write (.json)")
     pr.add_argument("--name", help="profile name (default: the factory name)")
-    pr.add_argument("--device", type=device, default=DEVICE)
-    pr.add_argument("--repeats", type=positive_int, default=default_of(measure_profile, "repeats"))
+    pr.add_argument("--device", type=device, default=DEVICE, help="the device to measure on")
+    pr.add_argument("--repeats", type=positive_int, default=default_of(measure_profile, "repeats"),
+                    help="timed iterations")
     pr.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pr.set_defaults(run=_profile)
 

@@ -40,7 +40,7 @@ def add_testbed(sub) -> None:
 def add_validate(sub) -> None:
     va = sub.add_parser("validate", help="measure DDP (or FSDP2) iterations in the testbed at "
                         "several rates and hold the performance model's predictions against "
-                        "them")
+                        "them (needs root: it runs the testbed)")
     va.add_argument("--parallelism", choices=PARALLELISM, default="ddp",
                     help="ddp (default: the DDP timeline) or fsdp (the FSDP timeline against "
                     "FSDP2 training, fully_shard on each Linear and the root)")

@@ -30,6 +30,11 @@ from .report.report import (COLLECTIVE, COMPRESS, HOOK, TRAIN, TRAIN_PROFILE, Re
                             write_report)
 
 LOCAL_WORKERS = 2
+# The convergence proxy of a profile's model family: a built-in task of the same kind of
+# network (the workloads' `cnn`: a small ResNet; `gpt`: a small GPT), `teacher` (an MLP) for
+# any other model.
+PROXY_TASKS = {"cnn": "cnn", "transformer": "gpt", "mlp": "teacher"}
+TRANSFORMER_NAMES = ("gpt", "bert", "llama", "transformer", "vit", "t5")
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
 # training iterations; None: the benchmark's own default.
 SETTINGS = {
@@ -41,6 +46,21 @@ SETTINGS = {
 }
 
 
+def model_family(profile) -> str:
+    """"cnn" when a gradient is a convolution kernel (4-D), "transformer" for a profile named
+    after one (gpt2, bert-base, ...), else "mlp"."""
+    profile = load_profile(profile)
+    if any(shape is not None and len(shape) == 4 for shape in profile.shapes or ()):
+        return "cnn"
+    name = profile.name.lower()
+    return "transformer" if any(word in name for word in TRANSFORMER_NAMES) else "mlp"
+
+
+def proxy_task(profile) -> str:
+    """The built-in convergence task standing in for `profile`'s model (`PROXY_TASKS`)."""
+    return PROXY_TASKS[model_family(profile)]
+
+
 def _say(progress: bool, text: str) -> None:
     if progress:
         print(f"gradcomp run: {text}", file=sys.stderr, flush=True)
@@ -50,7 +70,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         bandwidth=BANDWIDTH, bucketing: str = "ddp", latency_s: float = 0.0,
         progress: bool = True, methods=None, model: str = "mlp",
         sizes=None, collective_sizes=None, iterations: int | None = None,
-        converge_iters: int | None = None, costs=None, cluster=None) -> Report:
+        converge_iters: int | None = None, costs=None, cluster=None,
+        task: str | None = None) -> Report:
     """Measure, fit and report into `out_dir` (resumed when it holds an earlier run's
     tables); return the `Report`: the folder, its ``report.md`` and the verdicts computed
     there. The question: `profile` on `workers` at `bandwidth`, with `bucketing` and a
@@ -101,10 +122,12 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     converge = {**(QUICK if quick else FULL)}
     if converge_iters is not None:
         converge["max_iters"] = converge_iters
-    _say(progress, f"4/5 convergence to the target on the built-in task, with and without "
+    task = proxy_task(prof) if task is None else task
+    _say(progress, f"4/5 convergence to the target on task '{task}' (the convergence proxy "
+                   f"of {prof.name}), with and without "
                    f"error feedback ({converge['seeds']} seed(s), <= {converge['max_iters']} "
                    "iterations)")
-    bench_converge(cases, seeds=converge["seeds"], max_iters=converge["max_iters"],
+    bench_converge(cases, task, seeds=converge["seeds"], max_iters=converge["max_iters"],
                    eval_every=converge["eval_every"], world_size=LOCAL_WORKERS,
                    out=out / CONVERGE, progress=progress)
     _say(progress, "5/5 fits (codecs, collectives, efficiency and compute slowdown), what-if, "

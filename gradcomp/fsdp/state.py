@@ -114,12 +114,13 @@ class FSDPState:
         """Per-call bytes and encode/communication/decode seconds recorded so far."""
         return self.telemetry.rows() if self.telemetry else []
 
-    def bytes_ratio(self) -> float:
-        """Bytes sent over the bytes FSDP's own reduce-scatter would have sent, over the
-        recorded calls (NaN when none is recorded)."""
+    def compression_ratio(self) -> float:
+        """The compression ratio over the recorded calls: the bytes FSDP's own reduce-scatter
+        would have sent over the bytes sent (raw / wire, e.g. 3.9 for int8; NaN when nothing
+        is recorded), as `bench train --parallelism fsdp`'s column ratio."""
         rows = self.telemetry_rows()
-        original = sum(r["bytes_original"] for r in rows)
-        return sum(r["bytes_sent"] for r in rows) / original if original else float("nan")
+        sent = sum(r["bytes_sent"] for r in rows)
+        return sum(r["bytes_original"] for r in rows) / sent if sent else float("nan")
 
     def state_dict(self) -> dict[str, Any]:
         across = self.levels.across if self.levels is not None else None

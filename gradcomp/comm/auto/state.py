@@ -132,8 +132,8 @@ class AutoState(HookState):
         self.guard = (Guard(**self._guard, start=hook_options.get("start_iter", 1))
                       if self._guard else None)
         self.chooser: Chooser | None = None
-        #: (iteration, bucket, candidate) each time a bucket changed candidate
-        self.switches: list[tuple[int, int, int]] = []
+        #: (iteration, bucket, candidate's `label`) each time a bucket changed candidate
+        self.switches: list[tuple[int, int, str]] = []
         super().__init__(Candidates(members), **hook_options)
 
     def hook_options(self) -> dict[str, Any]:
@@ -196,7 +196,7 @@ class AutoState(HookState):
         self._carrier[bucket.index] = candidate
         if before == candidate:
             return
-        self.switches.append((iteration, bucket.index, candidate))
+        self.switches.append((iteration, bucket.index, self.label(candidate)))
         if before is None:
             return
         residual = self.compressor.members[before].take_residual(bucket.index)
@@ -233,7 +233,7 @@ class AutoState(HookState):
     def choices(self) -> dict[int, tuple[str, int]]:
         """bucket -> (the candidate that carried it last, by `label`; the iteration since
         which it has), from `switches`."""
-        return {b: (self.label(c), i) for i, b, c in sorted(self.switches)}
+        return {b: (c, i) for i, b, c in sorted(self.switches)}
 
     def choices_text(self) -> str:
         """`choices` in one line: "bucket 0: powersgd since 13; bucket 1: bf16 since 13",
@@ -304,7 +304,8 @@ class AutoState(HookState):
         super().load_state_dict(state)
         self._chooser().load_state_dict(state["auto"])
         self._carrier = dict(state["carrier"])
-        self.switches = [tuple(s) for s in state.get("switches", [])]
+        self.switches = [(i, b, self.label(c) if isinstance(c, int) else c)  # ints: older
+                         for i, b, c in state.get("switches", [])]
         if self.guard is not None:
             self.guard.load_state_dict(state["guard"])
 

@@ -22,10 +22,10 @@ from ..model.network import Network
 from ..model.timeline import predict
 from ..model.topology import ALGORITHMS, network_on
 from ..profiles.profiles import load_profile
+from .recommend import sixteen_bit, unsupported
 from .time_to_accuracy import time_to_accuracy, tta_verdict
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
-BASELINES = ("none", "bf16")  # rows every ranking holds
 
 
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
@@ -33,8 +33,9 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            contention: float = 1.0, convergence=None, task=None,
            target=None, topology=None, algorithms=None, tiers=None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
-    `BASELINES` none and bf16 always), fastest first: predicted t_iter, SF, speedup vs none,
-    compression, the per-iteration encode + decode time and where the costs came from.
+    baselines none and the profile's GPU's 16-bit all-reduce, `recommend.sixteen_bit`,
+    always; bf16 never on a GPU without it, `recommend.unsupported`), fastest first:
+    predicted t_iter, SF, speedup vs none, compression, the per-iteration encode + decode time and where the costs came from.
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
     one row per measured variant instead, ranked by predicted time to the target
@@ -68,8 +69,9 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
         networks = {a: network_on(topology, a, latency_s, efficiency, workers, bandwidth)
                     for a in (algorithms or ALGORITHMS)}
     fitted = as_costs(costs)
-    chosen = list(names() if methods is None else methods)
-    for i, baseline in enumerate(BASELINES):  # always ranked: fp32 DDP and a bf16 all-reduce
+    chosen = [m for m in (names() if methods is None else methods)
+              if not isinstance(m, str) or not unsupported(m, profile.device)]
+    for i, baseline in enumerate(("none", sixteen_bit(profile.device))):  # always ranked
         if not any(m == baseline or getattr(m, "name", None) == baseline for m in chosen):
             chosen.insert(i, baseline)
     base = predict(profile, next(iter(networks.values())) if topology is None else

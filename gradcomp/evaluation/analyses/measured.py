@@ -15,6 +15,7 @@ import math
 import pandas as pd
 
 from ..benches.converge import compressor_options
+from ..common.units import format_rate
 from ..model.bucketing import DDP
 from ..model.fit import as_costs, fit_collectives, network_from_fit, validate
 from ..model.methods import resolve
@@ -54,17 +55,38 @@ def predict_runs(train: pd.DataFrame, profile, network_of, costs: dict,
                               bucket_cap_mb=list(train["bucket_cap_mb"]))
 
 
-def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
-                      costs: dict, excluded=()) -> pd.DataFrame:
-    """`predict_runs` on the network of `collective_fits` (`fit.fit_collectives`)."""
+def _usable(collective_fits: dict) -> dict:
+    """The all-reduce and all-gather fits with a positive, finite bandwidth; a ValueError
+    when the all-reduce has none."""
     fits = {c: f for c, f in collective_fits.items()
             if c in ("allreduce", "allgather") and 0 < f.params["bandwidth_bps"] < math.inf}
     if "allreduce" not in fits:
         raise ValueError("the collective bench gave no usable all-reduce fit (bandwidth not "
                          "positive and finite): cannot model the training runs")
+    return fits
+
+
+def train_predictions(train: pd.DataFrame, profile, collective_fits: dict,
+                      costs: dict, excluded=()) -> pd.DataFrame:
+    """`predict_runs` on the network of `collective_fits` (`fit.fit_collectives`)."""
+    fits = _usable(collective_fits)
     nominal = fits["allreduce"].params["bandwidth_bps"]
     return predict_runs(train, profile, lambda p: network_from_fit(fits, p, nominal), costs,
                         excluded)
+
+
+def fitted_network(collectives: pd.DataFrame) -> dict:
+    """The network of a `bench collective` table, as `advise` takes it: `bandwidth` (the
+    all-reduce's fitted bandwidth), `latency_s` and `efficiency` per collective (the fitted
+    alphas and bandwidths, `fit.network_from_fit`), and `label`, how a verdict names it."""
+    fits = _usable(fit_collectives(collectives))
+    nominal = fits["allreduce"].params["bandwidth_bps"]
+    network = network_from_fit(fits, 2, nominal)
+    return dict(bandwidth=nominal, latency_s=dict(network.latency_s),
+                efficiency=dict(network.efficiency),
+                label=f"the network fitted from the collective bench (all-reduce "
+                      f"{format_rate(nominal)}, alpha "
+                      f"{network.latency_s['allreduce'] * 1e6:.3g} us)")
 
 
 def measured_vs_predicted(train: pd.DataFrame, profile, bandwidth=None, latency_s: float = 0.0,

@@ -10,6 +10,9 @@ Without convergence runs (`recommend_by_iteration`): nothing says how a lossy me
 learning, so only methods whose convergence is not in question (`SAFE`: fp32, fp16, bf16)
 are recommended, by predicted iteration time; the fastest other method is named as
 unverified, with the command that would check it.
+
+On a GPU without bf16 (`NO_BF16`) bf16 is never recommended nor compared with: fp16 is the
+16-bit baseline there (`unsupported` says why).
 """
 from __future__ import annotations
 
@@ -37,6 +40,38 @@ def question_text(profile, cluster: Cluster, nodes: int, bucketing: str) -> str:
     return f"`{load_profile(profile).name}` on {cluster.describe(nodes)}; {bucketing} bucketing"
 
 
+def unsupported(method: str, device: str) -> str | None:
+    """Why `method` (a name or variant label) cannot run on `device`, or None when it can."""
+    if method.split("(")[0].split("+")[0].strip() == "bf16" and sixteen_bit(device) != "bf16":
+        return f"the {device} has no bf16 arithmetic; fp16 is the 16-bit baseline there"
+    return None
+
+
+def priced_ranking(ranking: pd.DataFrame, table: CostTable) -> pd.DataFrame:
+    """`ranking` without the rows `table` does not price (a baseline `advise` always adds
+    whose fit was excluded), ranks renumbered: nothing unpriced is ranked."""
+    kept = ranking[ranking["method"].map(table.priced)]
+    return kept.assign(rank=range(1, len(kept) + 1)).reset_index(drop=True)
+
+
+def not_ranked(methods, ranking: pd.DataFrame, table: CostTable, device: str) -> dict:
+    """{method: why} for each of `methods` that `ranking` lacks: not runnable on the
+    profile's `device` (`unsupported`), its codec fit excluded or absent from `table`, or
+    not predicted (``auto`` chooses per bucket at run time)."""
+    ranked = set(ranking["method"])
+    why = {}
+    for method in dict.fromkeys(methods):
+        if method in ranked:
+            continue
+        why[method] = (unsupported(method, device) or (
+            f"codec fit excluded by table `{table.name}`: {table.excluded[method]}"
+            if method in table.excluded else
+            f"not in codec table `{table.name}`" if not table.priced(method) else
+            "chooses its method per bucket at run time, so it has no one prediction"
+            if method == "auto" else "not asked for (--methods)"))
+    return why
+
+
 def _name(method: str) -> str:
     return {"none": "fp32 DDP (no compression)", "bf16": "bf16 all-reduce",
             "fp16": "fp16 all-reduce"}.get(method, method)
@@ -57,13 +92,17 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
     """The recommendation line from a `time_to_accuracy` table priced with `table`."""
     priced = tta["method"].map(table.priced)
     reached = tta["time_to_target_s"].notna()
-    candidates = tta[priced & reached]
+    runs_here = ~tta["method"].map(lambda m: bool(unsupported(m, profile_device)))
+    candidates = tta[priced & reached & runs_here]
     unpriced = list(tta[~priced]["variant"])
     failed = list(tta[~reached]["variant"])
+    missing = list(tta[~runs_here]["variant"])
     tail = ("" if not failed else f" Never recommended, did not reach the target: "
             f"{', '.join(failed)}.") + ("" if not unpriced else
                                         f" Not priced (codec fit excluded or not in the "
-                                        f"table): {', '.join(unpriced)}.")
+                                        f"table): {', '.join(unpriced)}.") + (
+        "" if not missing else f" Never recommended, {unsupported('bf16', profile_device)}: "
+        f"{', '.join(missing)}.")
     head = _head(profile_device, table, question)
     if candidates.empty:
         return head + f"none: no priced variant reached the target.{tail}"
@@ -98,17 +137,20 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
                      f"error feedback, as table `{table.name}` measured it: the variant's own "
                      "work is not priced")
     goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
-            f"{best['target']:g} on task '{best['task']}'")
+            f"{best['target']:g} on task '{best['task']}' (the convergence proxy: iterations "
+            "measured on this task, not on the profiled model)")
     return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
             f"{best['iterations_to_target']:.0f} iterations x {best['t_iter_s'] * 1e3:.1f} ms "
             f"= {best['time_to_target_s']:.3g} s (iterations measured, iteration time "
             f"predicted){'; ' + '; '.join(parts) if parts else ''}.{tail}")
 
 
-def best_safe(ranking: pd.DataFrame, table: CostTable) -> pd.Series:
+def best_safe(ranking: pd.DataFrame, table: CostTable, device: str = "") -> pd.Series:
     """The row `recommend_by_iteration` recommends: the first of `ranking` (fastest first)
-    that is lossless enough without convergence runs (`SAFE`) and priced by `table`."""
-    return ranking[ranking["method"].isin(SAFE) & ranking["method"].map(table.priced)].iloc[0]
+    that is lossless enough without convergence runs (`SAFE`), priced by `table` and
+    runnable on the profile's `device` (no bf16 where the GPU lacks it)."""
+    safe = [m for m in SAFE if not unsupported(m, device)]
+    return ranking[ranking["method"].isin(safe) & ranking["method"].map(table.priced)].iloc[0]
 
 
 def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_device: str,
@@ -116,7 +158,7 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
     """The recommendation line from an `advise` ranking when no convergence runs exist."""
     head = _head(profile_device, table, question)
     rows = ranking[ranking["method"].map(table.priced)]
-    best = best_safe(ranking, table)
+    best = best_safe(ranking, table, profile_device)
     by = rows.set_index("method")
     half = sixteen_bit(profile_device)
     parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
@@ -126,6 +168,8 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
              f"no comparison with {label}: {base} was not ranked"
              for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce"))
              if base != best["method"]]
+    if unsupported("bf16", profile_device):
+        parts.append(f"bf16 is not an option: {unsupported('bf16', profile_device)}")
     other = rows[~rows["method"].isin(SAFE)]
     unverified = "" if other.empty or other.iloc[0]["t_iter_s"] >= best["t_iter_s"] else (
         f" Faster per iteration but unverified: {other.iloc[0]['method']} "
@@ -133,4 +177,5 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
         "same accuracy is unknown: run `gradcomp bench converge` and pass --convergence.")
     return (head + f"**{_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
             f"iteration{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
-            f"only {', '.join(SAFE)} are recommended without them.{unverified}")
+            f"only {', '.join(m for m in SAFE if not unsupported(m, profile_device))} are "
+            f"recommended without them.{unverified}")

@@ -20,9 +20,10 @@ import pandas as pd
 from ... import names
 from ..analyses.advise import advise
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import question_text, recommend_by_accuracy, recommend_by_iteration
+from ..analyses.recommend import (SAFE, priced_ranking, question_text, recommend_by_accuracy,
+                                  recommend_by_iteration, sixteen_bit, unsupported)
 from ..analyses.whatif import sweep
-from ..benches.converge import CONVERGE
+from ..benches.converge import CONVERGE, curve_path
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
@@ -67,6 +68,20 @@ def check_results(results_dir) -> Path:
     return out
 
 
+def copy_measurements(results_dir, out_dir) -> Path:
+    """Copy the measurement tables of results folder `results_dir` into `out_dir`, a new
+    folder (a ValueError when it exists), so that a report of another question goes there
+    and the folder's own report stays as it was."""
+    src, out = check_results(results_dir), Path(out_dir)
+    if out.exists():
+        raise ValueError(f"out={str(out)!r} is not allowed: it exists; give a new folder")
+    out.mkdir(parents=True)
+    for name in (*TABLES, HOOK, TRAIN_PROFILE, CONVERGE, curve_path(CONVERGE).name):
+        if (src / name).is_file():
+            write_atomic(out / name, (src / name).read_text())
+    return out
+
+
 def load_tables(results_dir) -> dict[str, pd.DataFrame]:
     """The measurement tables of `results_dir` by file name (empty when missing)."""
     return {name: ResultTable(Path(results_dir) / name).frame()
@@ -97,10 +112,11 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
              table: CostTable) -> tuple[list[str], pd.DataFrame]:
     """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
     table prices on the network `net` (`Cluster.question`), and its section."""
-    ranking = advise(profile, methods=[m for m in methods if table.priced(m)],
-                     costs=table.costs, bucketing=bucketing, **net)
+    ranking = priced_ranking(advise(profile, methods=[m for m in methods if table.priced(m)],
+                                    costs=table.costs, bucketing=bucketing, **net), table)
     _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
     p = load_profile(profile)
+    half = sixteen_bit(p.device)
     excluded = table.excluded
     lines = [f"Profile source: {p.source or 'not recorded'} (device: "
              f"{p.device or 'not recorded'}). Codec costs: {table.provenance}.", ""]
@@ -115,7 +131,7 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
                   + "; ".join(f"{m} ({why})" for m, why in excluded.items()) + ".", ""]
     lines += [f"### Supporting ranking: predicted time per iteration, costs {table.label}", "",
               "Iteration time only (convergence not included); `none` is fp32 DDP and "
-              "`bf16` a bf16 all-reduce, the two baselines (`advise.csv`).", "",
+              f"`{half}` a {half} all-reduce, the two baselines (`advise.csv`).", "",
               _md(ranking, {
                   "rank": ("rank", _num("d")), "method": ("method", _text),
                   "aggregation": ("aggregation", _text),
@@ -134,7 +150,9 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
 
 def _whatif(out: Path, profile, net: dict, bucketing, methods,
             table: CostTable, best: str | None) -> list[str]:
-    methods = [m for m in dict.fromkeys(["none", "bf16", *methods]) if table.priced(m)]
+    device = load_profile(profile).device
+    methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
+               if table.priced(m) and not unsupported(m, device)]
     common = dict(bucketing=bucketing, latency_s=net["latency_s"],
                   efficiency=net["efficiency"], tiers=net["tiers"])
     curves = sweep(profile, workers=net["workers"], methods=methods, costs=table.costs,
@@ -328,8 +346,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
     else:
         verdict = recommend_by_iteration(ranking, table, prof.device, question)
-        best = ranking[ranking["method"].isin(("none", "bf16", "fp16"))
-                       & ranking["method"].map(table.priced)]
+        best = ranking[ranking["method"].map(lambda m: m in SAFE and table.priced(m)
+                                             and not unsupported(m, prof.device))]
     best_method = best["method"].iloc[0] if len(best) else None
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
