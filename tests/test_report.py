@@ -19,7 +19,7 @@ from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
-from gradcomp.evaluation.report import plots
+from gradcomp.evaluation.report import converge_plots, plots
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.report.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
                                                write_report)
@@ -83,6 +83,66 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
         assert path == tmp_path / name
         assert png_size(path) == (round(w * plots.DPI), round(h * plots.DPI))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(drawn)  # no temporary files
+
+
+def no_marker(line) -> bool:
+    return line.get_marker() in (None, "", "None", "none")
+
+
+def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick():
+    curves = sweep("resnet50", [1e9, 10e9, 100e9, 400e9], 8,
+                   ["none", "bf16", "fp16", "topk", "qsgd", "signsgd", "randomk"])
+    fig = plots.speedup_vs_bandwidth(curves.assign(costs="a"), None, scenario_bps=10e9,
+                                     recommended="topk")
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    muted = [lines[m] for m in ("qsgd", "signsgd", "randomk")]
+    for method in ("topk", "none", "bf16", "fp16"):  # the pick and the two baselines
+        assert lines[method].get_alpha() == 1.0
+        assert lines[method].get_linewidth() > max(m.get_linewidth() for m in muted)
+        assert lines[method].get_zorder() > max(m.get_zorder() for m in muted)
+    assert all(m.get_alpha() < 0.5 for m in muted)
+    assert all(no_marker(lines[m]) for m in curves["method"].unique())  # a model: lines
+    scenario = lines[plots.SCENARIO]
+    assert list(scenario.get_xdata()) == [10, 10]  # a vertical line at 10 Gbit/s
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:4] == ["none (fp32 DDP)", "bf16 all-reduce", "fp16 all-reduce",
+                          "topk (recommended)"]
+
+
+def test_collective_plot_draws_every_fit_it_promises():
+    # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
+    # 0, bandwidth infinite), still a fit to draw.
+    net = Network(2, BANDWIDTH, ALPHA_S)
+    collective = pd.DataFrame(
+        [{"collective": c, "nbytes": n, "world_size": 2, "backend": "gloo",
+          "time_s": net.cost(c, n)} for c in ("allreduce", "allgather") for n in (64, 4096, 2**20)]
+        + [{"collective": "broadcast", "nbytes": n, "world_size": 2, "backend": "gloo",
+            "time_s": 3e-5} for n in (64, 4096, 2**20)])
+    fits = fit_collectives(collective)
+    assert fits["broadcast"].params["bandwidth_bps"] == np.inf
+    ax = plots.collective_times(collective, None, fits).axes[0]
+    drawn = {line.get_label(): line for line in ax.get_lines()}
+    for collective_name in ("all-reduce", "all-gather", "broadcast"):
+        fit_line = drawn[f"{collective_name}, 2 workers: fit"]
+        assert no_marker(fit_line) and len(fit_line.get_xdata()) > 10
+        assert not no_marker(drawn[f"{collective_name}, 2 workers"])  # measured: markers
+    assert np.allclose(drawn["broadcast, 2 workers: fit"].get_ydata(), 3e-5, rtol=0.01)
+
+
+def test_convergence_curves_are_drawn_against_the_tasks_own_iterations():
+    curve = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iteration": i, "task": "teacher",
+         "metric": "loss", "target": 0.1, "test_loss": 1 / (i + 1), "test_accuracy": 0.5,
+         "seed": 0} for m in ("none", "topk") for ef in (False, True) for i in range(0, 50, 10)])
+    fig = converge_plots.convergence_curves(curve, None)
+    bottom = [ax for ax in fig.axes if ax.get_xlabel()]
+    assert [ax.get_xlabel() for ax in bottom] == ["iterations of task 'teacher'"] * 2
+    assert "wall time" not in fig.get_suptitle()
+    for ax in fig.axes:  # the x data are the iterations themselves
+        for line in ax.get_lines():
+            if line.get_label() in ("none", "topk"):
+                assert list(line.get_xdata()) == [0, 10, 20, 30, 40]
 
 
 def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):

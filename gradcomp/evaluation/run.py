@@ -17,6 +17,7 @@ from .benches.collective import AFTER_COMPUTE_MS, bench_collective
 from .benches.compress import bench_compress
 from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
 from .benches.train import bench_train
+from .common.env import cpu_threads
 from ..checks import check_choice
 from .model.bucketing import POLICIES
 from .model.network import Network
@@ -77,8 +78,10 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     methods = None if methods is None else list(dict.fromkeys(
         [*methods, "none", "bf16", sixteen_bit(prof.device)]))
     _say(progress, "1/5 encode/decode cost of each method")
+    # With a local worker's threads, as its hook runs them (and threads that wait for one
+    # another's cores on a loaded machine would stall for a scheduler quantum).
     bench_compress(methods, plan["sizes"], repeats=plan["compress_repeats"],
-                   out=out / COMPRESS, progress=progress)
+                   out=out / COMPRESS, progress=progress, threads=cpu_threads(LOCAL_WORKERS))
     _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
                      repeats=plan["collective_repeats"], warmup=plan["collective_warmup"],
