@@ -14,7 +14,7 @@ from gradcomp.evaluation.analyses.whatif import sweep
 from gradcomp.evaluation.benches import collective as bench_collective
 from gradcomp.evaluation.benches import compress as bench_compress
 from gradcomp.evaluation.benches import train as bench_train
-from gradcomp.evaluation.common.env import environment
+from gradcomp.evaluation.common.env import cpu_threads, environment
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
@@ -249,29 +249,30 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     small = dict(methods=["none", "fp16"], model="tiny", sizes=[1024, 4096],
                  collective_sizes=[1024, 2**20], iterations=2, converge_iters=20,
                  progress=False)
-    real, calls = bench_compress.measure_codec, []
+    real, calls = bench_compress.measure_cases, []
 
-    def measure(*args, **kwargs):
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # the run is interrupted after three rows
-        calls.append(args[:3])
-        return real(*args, **kwargs)
+    def measure(cases, *args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # the run is interrupted after its first block
+        calls.extend(cases)
+        return real(cases, *args, **kwargs)
 
-    monkeypatch.setattr(bench_compress, "measure_codec", measure)
+    monkeypatch.setattr(bench_compress, "BLOCK", 2)  # methods measured together
+    monkeypatch.setattr(bench_compress, "measure_cases", measure)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "r", **small)
     before = ResultTable(tmp_path / "r" / COMPRESS).frame()
-    assert len(before) == 3
+    assert len(before) == 4 and (before["threads"] == cpu_threads(2)).all()  # a worker's
 
     calls.clear()
-    monkeypatch.setattr(bench_compress, "measure_codec", lambda *a, **k: calls.append(a[:3])
-                        or real(*a, **k))
+    monkeypatch.setattr(bench_compress, "measure_cases", lambda cases, *a, **k:
+                        calls.extend(cases) or real(cases, *a, **k))
     report = run(tmp_path / "r", **small)
     out = report.folder
-    assert out == tmp_path / "r" and len(calls) == 3  # only the missing rows
+    assert out == tmp_path / "r" and len(calls) == 2  # only the missing rows
     after = ResultTable(out / COMPRESS).frame()
     assert len(after) == 6  # none, fp16 and the bf16 baseline at two sizes
-    pd.testing.assert_frame_equal(after.iloc[:3], before)
+    pd.testing.assert_frame_equal(after.iloc[:4], before)
     assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
     assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16", "bf16"]
     text = (out / "report.md").read_text()

@@ -139,7 +139,7 @@ def _row(point: _Point, repeats: int, device: torch.device) -> dict:
     ref = grad.double()
     rel_error = ((ref - out).norm() / ref.norm()).item()
     original = grad.numel() * grad.element_size()
-    (encode, decode) = (point.best(phase) for phase in (0, 1))
+    encode, decode = point.best(0), point.best(1)
     return {
         "method": point.name, "options": json.dumps(comp.options(), sort_keys=True),
         "aggregation": comp.aggregation, "numel": grad.numel(),
@@ -200,20 +200,21 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def bench_compress(methods=None, sizes=None, device="cpu", dtype=torch.float32,
                    repeats: int = 5, warmup: int = 1, out=None, progress: bool = False,
-                   remeasure: int = REMEASURE, block: int = BLOCK,
+                   remeasure: int = REMEASURE, block: int | None = None,
                    threads: int | None = None) -> pd.DataFrame:
     """Measure every (method, options) of `methods` (see `method_cases`) at every size of
     `sizes` (elements; default `default_sizes()`), median of `repeats` after `warmup`, `block`
-    methods at a time by `measure_cases` (points off their line measured again up to
-    `remeasure` times), with `threads` CPU threads (None: torch's setting); rows already in
-    `out` (a path or ResultTable) are skipped, a block's rows appended when it is done.
-    Returns the rows of this sweep (measured now or before)."""
+    methods at a time (None: `BLOCK`) by `measure_cases` (points off their line measured
+    again up to `remeasure` times), with `threads` CPU threads (None: torch's setting); rows
+    already in `out` (a path or ResultTable) are skipped, a block's rows appended when it is
+    done. Returns the rows of this sweep (measured now or before)."""
     sizes = default_sizes() if sizes is None else list(sizes)
     if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: give positive integers (elements)")
     check_int(repeats, "repeats", 1)
     check_int(warmup, "warmup", 0)
     check_int(remeasure, "remeasure", 0)
+    block = BLOCK if block is None else block
     check_int(block, "block", 1)
     if threads is not None:
         check_int(threads, "threads", 1)
