@@ -63,7 +63,7 @@ def convergence_curves(curve: pd.DataFrame, path, size=(13, 8), title=None):
     fig.legend(handles, labels, loc="outside right upper", fontsize="small",
                title="method\n(error feedback:\nright column)")
     fig.suptitle(title or f"Convergence on task '{first['task']}' vs its iterations "
-                          f"(measured, median over seeds; dashed: target)")
+                          f"(measured, median over seeds; dashed: target)", x=0.02, ha="left")
     return save(fig, path)
 
 
