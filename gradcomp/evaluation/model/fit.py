@@ -169,10 +169,11 @@ def fit_codec(table: pd.DataFrame, phases=("encode", "decode")) -> dict[tuple[st
 def fit_status(fit: Fit) -> str:
     """"unused" (method none: the identity, which the model prices free), "ok" (R^2 >=
     `R2_MIN` and every point used within `OK_WITHIN` of the line), "rough" (R^2 >= `R2_MIN`
-    but a point further off: the cost bends away from a line, e.g. at a cache size; used,
-    with its worst point said), "flat" (lower R^2, but every point within `FLAT_WITHIN` of
-    the line: a cost that hardly grows with size, where R^2 has nothing to explain; used) or
-    "excluded" (`fit_problem`)."""
+    but a point further off: the cost bends away from a line, e.g. past a cache size or
+    where load slows long calls more than short ones; used, with its worst point said),
+    "flat" (lower R^2, but every point within `FLAT_WITHIN` of the line: a cost that hardly
+    grows with size, where R^2 has nothing to explain; used) or "excluded"
+    (`fit_problem`)."""
     if fit.label.get("method") == "none":
         return "unused"
     if fit.r2 >= R2_MIN:
