@@ -3,9 +3,11 @@ nccl-tests report of collectives on 2 gloo processes and their fit, DDP iteratio
 hooks on 2 gloo processes (one spawn per benchmark)."""
 import json
 import math
+import time
 
 import pandas as pd
 import pytest
+import torch
 
 import gradcomp
 from gradcomp.evaluation.benches import collective as bc, compress as bz, train as bt
@@ -43,29 +45,88 @@ def test_compress_rows_match_the_compressors_wire_size(tmp_path):
 
 
 def test_an_interrupted_compress_sweep_resumes_without_redoing_rows(tmp_path, monkeypatch):
-    measured, real = [], bz.measure_codec
+    measured, real = [], bz.measure_cases
 
-    def measure(name, options, numel, *args):
-        if len(measured) == 3:
-            raise RuntimeError("stopped")  # the sweep is stopped after three rows
-        measured.append((name, numel))
-        return real(name, options, numel, *args)
+    def measure(cases, *args):
+        if len(measured) == 2:
+            raise RuntimeError("stopped")  # the sweep is stopped after two blocks
+        measured.append(cases)
+        return real(cases, *args)
 
-    monkeypatch.setattr(bz, "measure_codec", measure)
+    monkeypatch.setattr(bz, "measure_cases", measure)
     path = tmp_path / "c.csv"
     with pytest.raises(RuntimeError, match="stopped"):
-        bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path)
+        bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path, block=1)
     first = ResultTable(path, bz.KEY_COLUMNS).frame()
-    assert len(first) == 3
+    assert len(first) == 2 * len(SIZES)  # every size of the first two methods
     measured.clear()
-    monkeypatch.setattr(bz, "measure_codec", lambda *a: measured.append(a[0]) or real(*a))
-    df = bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path)
-    assert len(measured) == len(METHODS) * len(SIZES) - 3
+    monkeypatch.setattr(bz, "measure_cases", lambda cases, *a: measured.extend(cases)
+                        or real(cases, *a))
+    df = bz.bench_compress(METHODS, SIZES, repeats=1, warmup=0, out=path, block=3)
+    assert len(measured) == (len(METHODS) - 2) * len(SIZES)
     assert len(df) == len(METHODS) * len(SIZES)
     assert not df.duplicated(["method", "options", "numel"]).any()
-    assert df.head(3)["encode_s"].tolist() == first["encode_s"].tolist()
+    assert df.head(len(first))["encode_s"].tolist() == first["encode_s"].tolist()
     # A sweep over fewer cases returns only its own rows.
     assert len(bz.bench_compress(["fp16"], [256], out=path)) == 1
+
+
+class Spy:
+    """A real compressor whose compress calls are recorded (and, at `slow_size`, made
+    `slow_s` slower on calls `slow_calls`: a burst of load on one point)."""
+
+    calls: list = []
+
+    def __init__(self, name, slow_size=None, slow_calls=(), slow_s=0.0, **options):
+        self.inner, self.name = gradcomp.compressor(name, **options), name
+        self.slow = (slow_size, set(slow_calls), slow_s)
+        self.count = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    def compress(self, grad, key=None):
+        size, calls, seconds = self.slow
+        Spy.calls.append((self.name, grad.numel()))
+        if grad.numel() == size and self.count in calls:
+            time.sleep(seconds)
+        self.count += 1
+        return self.inner.compress(grad, key=key)
+
+
+def test_repeats_are_interleaved_round_robin_over_sizes_and_methods(monkeypatch):
+    monkeypatch.setattr(bz, "compressor", Spy)
+    Spy.calls.clear()
+    rows = bz.measure_cases([(m, {}, n) for m in ("fp16", "int8") for n in (256, 1024, 4096)],
+                            repeats=3, warmup=1, remeasure=0)
+    points = {(r["method"], r["numel"]) for r in rows}
+    assert len(points) == 6 and all(r["attempts"] == 1 for r in rows)
+    timed = Spy.calls[: 4 * 6]  # warm-up and timed rounds; then one call per row
+    for i in range(0, len(timed), 6):  # every round visits every point once
+        assert set(timed[i:i + 6]) == points
+
+
+def test_a_point_disturbed_by_load_is_measured_again(monkeypatch):
+    # The first attempt at 2^14 elements is 0.2 s slower per encode (a burst of load): far off
+    # the line through the other sizes, so it is measured again and the undisturbed attempt
+    # kept; without re-measurement the disturbed one stays.
+    sizes = [2**k for k in range(10, 21, 2)]
+    monkeypatch.setattr(bz, "compressor", lambda name, **o: Spy(name, 2**14, (1, 2, 3), 0.2, **o))
+    rows = {r["numel"]: r for r in bz.measure_cases([("fp16", {}, n) for n in sizes],
+                                                    repeats=3, warmup=1, remeasure=2)}
+    assert rows[2**14]["attempts"] >= 2 and rows[2**14]["encode_s"] < 0.1
+    monkeypatch.setattr(bz, "compressor", lambda name, **o: Spy(name, 2**14, (1, 2, 3), 0.2, **o))
+    once = {r["numel"]: r for r in bz.measure_cases([("fp16", {}, n) for n in sizes],
+                                                    repeats=3, warmup=1, remeasure=0)}
+    assert once[2**14]["attempts"] == 1 and once[2**14]["encode_s"] >= 0.2
+
+
+def test_the_compress_sweep_runs_with_the_threads_asked_and_restores_them(tmp_path):
+    before = torch.get_num_threads()
+    df = bz.bench_compress(["fp16"], [256, 1024], repeats=1, warmup=0, threads=1)
+    assert (df["threads"] == 1).all() and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        bz.bench_compress(["fp16"], [256], threads=0)
 
 
 def test_bad_options_are_refused_by_name():

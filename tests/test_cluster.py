@@ -14,7 +14,7 @@ def test_presets_hold_the_published_node_figures():
     assert (p3.gpu, p3.gpus_per_node, p3.bandwidth_bps, p3.rails) == ("V100", 8, 25e9, 1)
     assert p3.intra_bandwidth_bps == 150e9 * 8  # NVLink 300 GB/s both ways, one way
     p4d = PRESETS["p4d.24xlarge"]
-    assert (p4d.gpu, p4d.rails, p4d.rails * p4d.bandwidth_bps) == ("A100", 4, 400e9)
+    assert (p4d.gpu, p4d.rails, p4d.rails * p4d.bandwidth_bps) == ("A100 40GB", 4, 400e9)
     h100 = PRESETS["h100-8x400ib"]
     assert (h100.rails, h100.bandwidth_bps, h100.intra_bandwidth_bps) == (8, 400e9, 450e9 * 8)
     assert {"p3.8xlarge", "p3dn.24xlarge"} <= set(PRESETS)
@@ -44,7 +44,7 @@ def test_overrides_rename_a_preset_and_the_description_says_where_numbers_came_f
     cluster, nodes = resolve_cluster("p4d.24xlarge", nodes=4, efficiency=0.8)
     assert cluster.name == "p4d.24xlarge+" and cluster.efficiency == 0.8
     text = cluster.describe(nodes)
-    assert "32 A100s, 8 per node" in text and "4 x 100 Gbit/s NICs" in text
+    assert "32 A100 40GB GPUs, 8 per node" in text and "4 x 100 Gbit/s NICs" in text
     assert "network efficiency 0.80 (given)" in text
     assert "compute slowdown 1.00 (assumed)" in text
     fitted = Cluster("here", "CPU", 1, "1gbit", efficiency=0.9, measured=("efficiency",))
@@ -82,10 +82,21 @@ def test_the_command_asks_about_a_preset_cluster_in_one_line():
                    "resnet50", "--method", "powersgd")
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
-    assert "8 x p3.16xlarge: 64 V100s, 8 per node at 150 GB/s inside" in first
+    assert "8 x p3.16xlarge: 64 V100 GPUs, 8 per node at 150 GB/s inside" in first
     assert "two-tier collectives: modelled, not yet validated by measurement" in first
     assert "network efficiency 1.00 (assumed), compute slowdown 1.00 (assumed)" in first
     out = run_here("advise", "--cluster", "p3.16xlarge", "--workers", "12")
     assert out.returncode == 2 and "multiple of 8" in out.stderr
     out = run_here("whatif", "--topology", "two-racks", "--nodes", "2")
     assert out.returncode == 2 and "--nodes is not allowed with --topology" in out.stderr
+
+
+def test_a_cluster_of_a100s_has_the_bf16_baseline_and_their_codec_table():
+    # GPT-2's profile was measured at V100 rates (no bf16 there); the cluster's GPUs have it
+    out = run_here("advise", "--cluster", "p4d.24xlarge", "--nodes", "4", "--profile", "gpt2",
+                   "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["costs"] == "a100-40gb" and "**bf16 all-reduce**" in data["verdict"]
+    assert "`gpt2` (compute as measured on NVIDIA V100) on 4 x p4d.24xlarge" in data["verdict"]
+    assert "bf16" in {r["method"] for r in data["ranking"]}

@@ -122,7 +122,7 @@ def test_advise_ranks_by_time_to_accuracy_and_names_who_missed(sweep):
     _, frame = sweep
     # Per iteration, signSGD beats uncompressed at 1 Gbit/s ...
     fast = advise("resnet50", 8, "1gbit", methods=["none", "signsgd"])
-    assert list(fast["method"]) == ["signsgd", "bf16", "none"]  # bf16: the 16-bit baseline
+    assert list(fast["method"]) == ["signsgd", "fp16", "none"]  # the V100 16-bit baseline
     assert "time_to_target_s" not in fast.columns
     # ... but without error feedback it never reaches the target: last, and named.
     table = advise("resnet50", 8, "1gbit", methods=["none", "signsgd"], convergence=frame)
@@ -232,9 +232,11 @@ def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep)
     assert f"{len(tta) - len(missed)} of {len(tta)} variants" in text
     assert "| topk(ratio=0.001) " in text and "final accuracy" in text
     assert "reaches it only with error feedback" in text  # signsgd
-    for png in ("convergence_iterations.png", "convergence_time.png",
-                "iterations_to_target.png"):
+    for png in ("convergence_iterations.png", "iterations_to_target.png"):
         assert png in text and (out.parent / png).stat().st_size > 10_000
+    # The task is a proxy: its curves are drawn against its own iterations only, never
+    # against the predicted wall time of the profile's workload.
+    assert "convergence_time.png" not in text and "wall time" not in text.lower()
 
 
 def test_notebook_draws_the_convergence_section(sweep, tmp_path, monkeypatch):
@@ -243,7 +245,7 @@ def test_notebook_draws_the_convergence_section(sweep, tmp_path, monkeypatch):
     out, _ = sweep
     convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"))
     outputs = execute(tmp_path, monkeypatch, out.parent)
-    assert images(outputs) == 4  # the model-only speedup curves and three convergence figures
+    assert images(outputs) == 3  # the model-only speedup curves and two convergence figures
     markdown = [o["data"].get("text/markdown", "") for o in outputs if "data" in o]
     assert any(m.startswith("Yes: ") or m.startswith("No") for m in markdown)
 

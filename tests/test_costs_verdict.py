@@ -78,6 +78,23 @@ def test_a_flat_cost_is_used_though_its_r2_says_nothing():
     assert "signsgd" in codec_costs(fit_codec(flat), usable_only=True)
 
 
+def test_an_ok_fit_has_no_point_more_than_half_off_its_line():
+    # A cost that bends at the smallest size (a launch overhead): R^2 is high, the line
+    # misses that point by 3x. Not "ok", but priced ("rough"), its worst point said.
+    bent = linear_table("fp16", a=5e-6, b=1e-9, noise=0.0)
+    bent.loc[bent["numel"] == SIZES[0], "encode_s"] *= 4
+    fit = fit_codec(bent)["fp16", "encode"]
+    assert fit.r2 >= 0.9 and fit.worst_rel > 0.5 and fit_status(fit) == "rough"
+    assert "fp16" in codec_costs(fit_codec(bent), usable_only=True)
+    assert summary(fit_codec(bent)).set_index(["method", "phase"]).loc[
+        ("fp16", "encode"), "status"] == "rough"
+    # The rule holds for every fit, whatever its noise.
+    for seed in range(20):
+        table = linear_table(noise=0.6, seed=seed)
+        for fit in fit_codec(table).values():
+            assert fit_status(fit) != "ok" or fit.worst_rel <= 0.5
+
+
 def test_named_cost_tables_and_bad_names():
     h100 = cost_table("h100")
     assert h100.device == "NVIDIA H100 80GB HBM3" and h100.name == "h100"

@@ -14,12 +14,12 @@ from gradcomp.evaluation.analyses.whatif import sweep
 from gradcomp.evaluation.benches import collective as bench_collective
 from gradcomp.evaluation.benches import compress as bench_compress
 from gradcomp.evaluation.benches import train as bench_train
-from gradcomp.evaluation.common.env import environment
+from gradcomp.evaluation.common.env import cpu_threads, environment
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
-from gradcomp.evaluation.report import plots
+from gradcomp.evaluation.report import converge_plots, plots
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.report.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
                                                write_report)
@@ -83,6 +83,66 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
         assert path == tmp_path / name
         assert png_size(path) == (round(w * plots.DPI), round(h * plots.DPI))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(drawn)  # no temporary files
+
+
+def no_marker(line) -> bool:
+    return line.get_marker() in (None, "", "None", "none")
+
+
+def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick():
+    curves = sweep("resnet50", [1e9, 10e9, 100e9, 400e9], 8,
+                   ["none", "bf16", "fp16", "topk", "qsgd", "signsgd", "randomk"])
+    fig = plots.speedup_vs_bandwidth(curves.assign(costs="a"), None, scenario_bps=10e9,
+                                     recommended="topk")
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    muted = [lines[m] for m in ("qsgd", "signsgd", "randomk")]
+    for method in ("topk", "none", "bf16", "fp16"):  # the pick and the two baselines
+        assert lines[method].get_alpha() == 1.0
+        assert lines[method].get_linewidth() > max(m.get_linewidth() for m in muted)
+        assert lines[method].get_zorder() > max(m.get_zorder() for m in muted)
+    assert all(m.get_alpha() < 0.5 for m in muted)
+    assert all(no_marker(lines[m]) for m in curves["method"].unique())  # a model: lines
+    scenario = lines[plots.SCENARIO]
+    assert list(scenario.get_xdata()) == [10, 10]  # a vertical line at 10 Gbit/s
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:4] == ["none (fp32 DDP)", "bf16 all-reduce", "fp16 all-reduce",
+                          "topk (recommended)"]
+
+
+def test_collective_plot_draws_every_fit_it_promises():
+    # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
+    # 0, bandwidth infinite), still a fit to draw.
+    net = Network(2, BANDWIDTH, ALPHA_S)
+    collective = pd.DataFrame(
+        [{"collective": c, "nbytes": n, "world_size": 2, "backend": "gloo",
+          "time_s": net.cost(c, n)} for c in ("allreduce", "allgather") for n in (64, 4096, 2**20)]
+        + [{"collective": "broadcast", "nbytes": n, "world_size": 2, "backend": "gloo",
+            "time_s": 3e-5} for n in (64, 4096, 2**20)])
+    fits = fit_collectives(collective)
+    assert fits["broadcast"].params["bandwidth_bps"] == np.inf
+    ax = plots.collective_times(collective, None, fits).axes[0]
+    drawn = {line.get_label(): line for line in ax.get_lines()}
+    for collective_name in ("all-reduce", "all-gather", "broadcast"):
+        fit_line = drawn[f"{collective_name}, 2 workers: fit"]
+        assert no_marker(fit_line) and len(fit_line.get_xdata()) > 10
+        assert not no_marker(drawn[f"{collective_name}, 2 workers"])  # measured: markers
+    assert np.allclose(drawn["broadcast, 2 workers: fit"].get_ydata(), 3e-5, rtol=0.01)
+
+
+def test_convergence_curves_are_drawn_against_the_tasks_own_iterations():
+    curve = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iteration": i, "task": "teacher",
+         "metric": "loss", "target": 0.1, "test_loss": 1 / (i + 1), "test_accuracy": 0.5,
+         "seed": 0} for m in ("none", "topk") for ef in (False, True) for i in range(0, 50, 10)])
+    fig = converge_plots.convergence_curves(curve, None)
+    bottom = [ax for ax in fig.axes if ax.get_xlabel()]
+    assert [ax.get_xlabel() for ax in bottom] == ["iterations of task 'teacher'"] * 2
+    assert "wall time" not in fig.get_suptitle()
+    for ax in fig.axes:  # the x data are the iterations themselves
+        for line in ax.get_lines():
+            if line.get_label() in ("none", "topk"):
+                assert list(line.get_xdata()) == [0, 10, 20, 30, 40]
 
 
 def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
@@ -195,29 +255,30 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     small = dict(methods=["none", "fp16"], model="tiny", sizes=[1024, 4096],
                  collective_sizes=[1024, 2**20], iterations=2, converge_iters=20,
                  progress=False)
-    real, calls = bench_compress.measure_codec, []
+    real, calls = bench_compress.measure_cases, []
 
-    def measure(*args, **kwargs):
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # the run is interrupted after three rows
-        calls.append(args[:3])
-        return real(*args, **kwargs)
+    def measure(cases, *args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # the run is interrupted after its first block
+        calls.extend(cases)
+        return real(cases, *args, **kwargs)
 
-    monkeypatch.setattr(bench_compress, "measure_codec", measure)
+    monkeypatch.setattr(bench_compress, "BLOCK", 2)  # methods measured together
+    monkeypatch.setattr(bench_compress, "measure_cases", measure)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "r", **small)
     before = ResultTable(tmp_path / "r" / COMPRESS).frame()
-    assert len(before) == 3
+    assert len(before) == 4 and (before["threads"] == cpu_threads(2)).all()  # a worker's
 
     calls.clear()
-    monkeypatch.setattr(bench_compress, "measure_codec", lambda *a, **k: calls.append(a[:3])
-                        or real(*a, **k))
+    monkeypatch.setattr(bench_compress, "measure_cases", lambda cases, *a, **k:
+                        calls.extend(cases) or real(cases, *a, **k))
     report = run(tmp_path / "r", **small)
     out = report.folder
-    assert out == tmp_path / "r" and len(calls) == 3  # only the missing rows
+    assert out == tmp_path / "r" and len(calls) == 2  # only the missing rows
     after = ResultTable(out / COMPRESS).frame()
     assert len(after) == 6  # none, fp16 and the bf16 baseline at two sizes
-    pd.testing.assert_frame_equal(after.iloc[:3], before)
+    pd.testing.assert_frame_equal(after.iloc[:4], before)
     assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
     assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16", "bf16"]
     text = (out / "report.md").read_text()

@@ -79,9 +79,16 @@ def add_advise(sub) -> None:
     ad.set_defaults(run=_advise, workers=None, latency=None)  # None: see network_defaults
 
 
+def question_device(args) -> str:
+    """The GPU the question runs on: the cluster's when it names one (its codecs and 16-bit
+    all-reduce run there), else the profile's device."""
+    cluster = None if args.topology else cluster_of(args)[0]
+    return cluster.device if cluster and cluster.device else load_profile(args.profile).device
+
+
 def chosen_costs(args):
-    """The cost table of --costs, else of the profile's device (`default_costs`)."""
-    device = load_profile(args.profile).device
+    """The cost table of --costs, else of the question's GPU (`default_costs`)."""
+    device = question_device(args)
     return cost_table(args.costs if args.costs is not None else default_costs(device, False))
 
 
@@ -237,7 +244,7 @@ def _advise(args) -> None:
     convergence = None if args.convergence is None else read_measurements(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     net, question, network = _asked(args)
-    device = load_profile(args.profile).device
+    device = question_device(args)
     runs = (_measured(args, costs, net["bandwidth"], net["latency_s"])
             if args.measured or args.collectives else None)
     asked = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
@@ -246,7 +253,7 @@ def _advise(args) -> None:
     ranking = advise(args.profile, methods=[m for m in asked if costs.priced(m)],
                      costs=costs.costs, bucketing=args.bucketing, convergence=convergence,
                      task=args.task, target=args.target, topology=args.topology,
-                     algorithms=split(args.algorithms), **net)
+                     algorithms=split(args.algorithms), device=device, **net)
     if convergence is None:
         ranking = priced_ranking(ranking, costs)
     if args.topology:

@@ -19,6 +19,7 @@ from .benches.collective import AFTER_COMPUTE_MS, bench_collective
 from .benches.compress import bench_compress
 from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
 from .benches.train import bench_train
+from .common.env import cpu_threads
 from ..checks import check_choice
 from .model.bucketing import POLICIES
 from .model.network import Network
@@ -107,8 +108,10 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
         [*methods, "none", "bf16", sixteen_bit(prof.device)]))
     cases = None if methods is None else [parse_methods(m)[0] for m in methods]
     _say(progress, "1/5 encode/decode cost of each method")
+    # With a local worker's threads, as its hook runs them (and threads that wait for one
+    # another's cores on a loaded machine would stall for a scheduler quantum).
     bench_compress(cases, plan["sizes"], repeats=plan["compress_repeats"],
-                   out=out / COMPRESS, progress=progress)
+                   out=out / COMPRESS, progress=progress, threads=cpu_threads(LOCAL_WORKERS))
     _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],
                      repeats=plan["collective_repeats"], warmup=plan["collective_warmup"],

@@ -31,11 +31,14 @@ WORTH = 0.05  # a method is worth it when it saves at least this fraction of the
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
-           target=None, topology=None, algorithms=None, tiers=None) -> pd.DataFrame:
+           target=None, topology=None, algorithms=None, tiers=None,
+           device: str | None = None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
     baselines none and the profile's GPU's 16-bit all-reduce, `recommend.sixteen_bit`,
     always; bf16 never on a GPU without it, `recommend.unsupported`), fastest first:
-    predicted t_iter, SF, speedup vs none, compression, the per-iteration encode + decode time and where the costs came from.
+    predicted t_iter, SF, speedup vs none, compression, the per-iteration encode + decode time
+    and where the costs came from. `device`: the GPU the question runs on, for its 16-bit
+    baseline (None: the profile's).
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
     one row per measured variant instead, ranked by predicted time to the target
@@ -69,9 +72,10 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
         networks = {a: network_on(topology, a, latency_s, efficiency, workers, bandwidth)
                     for a in (algorithms or ALGORITHMS)}
     fitted = as_costs(costs)
+    device = profile.device if device is None else device
     chosen = [m for m in (names() if methods is None else methods)
-              if not isinstance(m, str) or not unsupported(m, profile.device)]
-    for i, baseline in enumerate(("none", sixteen_bit(profile.device))):  # always ranked
+              if not isinstance(m, str) or not unsupported(m, device)]
+    for i, baseline in enumerate(("none", sixteen_bit(device))):  # always ranked
         if not any(m == baseline or getattr(m, "name", None) == baseline for m in chosen):
             chosen.insert(i, baseline)
     base = predict(profile, next(iter(networks.values())) if topology is None else

@@ -35,9 +35,13 @@ def sixteen_bit(device: str) -> str:
 
 
 def question_text(profile, cluster: Cluster, nodes: int, bucketing: str) -> str:
-    """The question in words: the profile, the cluster with where its network efficiency and
-    compute slowdown come from (`Cluster.describe`), and the bucketing."""
-    return f"`{load_profile(profile).name}` on {cluster.describe(nodes)}; {bucketing} bucketing"
+    """The question in words: the profile (and its device where the cluster's GPU is
+    another), the cluster with where its network efficiency and compute slowdown come from
+    (`Cluster.describe`), and the bucketing."""
+    prof = load_profile(profile)
+    other = cluster.device and prof.device and prof.device.lower() != cluster.device.lower()
+    compute = f" (compute as measured on {prof.device})" if other else ""
+    return f"`{prof.name}`{compute} on {cluster.describe(nodes)}; {bucketing} bucketing"
 
 
 def unsupported(method: str, device: str) -> str | None:

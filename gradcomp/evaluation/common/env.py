@@ -101,6 +101,11 @@ def local_device(backend: str) -> torch.device:
     return device
 
 
+def cpu_threads(world_size: int) -> int:
+    """The CPU threads of each of `world_size` local workers sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
 def spawn(fn, world_size: int, backend: str, *args) -> None:
     """Run fn(*args) in `world_size` local processes joined by a FileStore process group;
     CPU workers share the cores (each gets cores / world_size threads)."""
@@ -112,7 +117,7 @@ def spawn(fn, world_size: int, backend: str, *args) -> None:
 def _entry(rank, fn, world_size, backend, store, args):
     os.environ["LOCAL_RANK"] = str(rank)
     if backend != "nccl":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        torch.set_num_threads(cpu_threads(world_size))
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=world_size)
     try:

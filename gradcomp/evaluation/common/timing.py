@@ -1,5 +1,4 @@
 """Timing on the device's own timeline: warm up, synchronise, repeat, take the median."""
-import statistics
 import time
 
 import torch
@@ -28,21 +27,15 @@ class Clock:
         return start.elapsed_time(end) / 1e3 if self.cuda else end - start
 
 
-def median_seconds(fn, device: torch.device, repeats: int = 5,
-                   warmup: int = 1) -> tuple[float, float]:
-    """Median and spread (max - min) of `repeats` timed calls of `fn`, after `warmup` calls."""
-    clock = Clock(torch.device(device))
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        clock.sync()
-        start = clock.mark()
-        fn()
-        end = clock.mark()
-        clock.sync()
-        times.append(clock.seconds(start, end))
-    return statistics.median(times), max(times) - min(times)
+def timed(fn, clock: Clock) -> tuple[float, object]:
+    """Seconds of one call of `fn` on `clock`'s device, synchronised before and after, and
+    its result."""
+    clock.sync()
+    start = clock.mark()
+    result = fn()
+    end = clock.mark()
+    clock.sync()
+    return clock.seconds(start, end), result
 
 
 def slowest_rank_seconds(fn, device: torch.device, repeats: int, warmup: int,

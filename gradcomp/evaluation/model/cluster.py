@@ -73,6 +73,11 @@ class Cluster:
                 "intra_latency_s": 0.0, "intra_efficiency": 1.0, "compute_slowdown": 1.0}
         return {k: getattr(self, k) for k, v in flat.items() if getattr(self, k) != v}
 
+    @property
+    def device(self) -> str:
+        """The GPU as a device name ("NVIDIA A100 40GB"; "" when the cluster names none)."""
+        return f"NVIDIA {self.gpu}" if self.gpu else ""
+
     def question(self, nodes: int) -> dict:
         """The analyses' network keywords (workers, bandwidth, latency_s, efficiency, tiers)
         for `nodes` such nodes."""
@@ -95,7 +100,7 @@ class Cluster:
                       f"{nodes} workers (one GPU per node, {nics} each)" if self.name == "flat"
                       else f"{nodes} x {self.name} ({self.gpu or 'one GPU'}, {nics})")
         else:
-            layout = (f"{nodes} x {self.name}: {nodes * g} {self.gpu or 'GPU'}s, {g} per node "
+            layout = (f"{nodes} x {self.name}: {nodes * g} {self.gpu} GPUs, {g} per node "
                       f"at {self.intra_bandwidth_bps / 8e9:.3g} GB/s inside, {nics} per node "
                       "(two-tier collectives: modelled, not yet validated by measurement)")
         origin = {f: ("fitted" if f in self.measured else
@@ -123,7 +128,7 @@ PRESETS = {
                            source="AWS EC2 P3: 8 x V100 16 GB, NVLink, 25 Gbps"),
     "p3dn.24xlarge": Cluster("p3dn.24xlarge", "V100", 8, "100gbit", 150 * _GB,
                              source="AWS EC2 P3dn: 8 x V100 32 GB, NVLink, 100 Gbps"),
-    "p4d.24xlarge": Cluster("p4d.24xlarge", "A100", 8, "100gbit", 300 * _GB, rails=4,
+    "p4d.24xlarge": Cluster("p4d.24xlarge", "A100 40GB", 8, "100gbit", 300 * _GB, rails=4,
                             source="AWS EC2 P4d: 8 x A100 40 GB, NVSwitch 600 GB/s, "
                                    "400 Gbps EFA (4 x 100 Gbps)"),
     "h100-8x400ib": Cluster("h100-8x400ib", "H100", 8, "400gbit", 450 * _GB, rails=8,

@@ -9,7 +9,9 @@ validation of predictions against measured runs.
   smallest or largest size, where costs legitimately bend away from a line: cache sizes,
   launch overheads). `fit_problem` says when a fit is too poor to price with (R^2 <
   `R2_MIN`, unless every point lies within `FLAT_WITHIN` of a line that does not grow with
-  size). `hook_costs` fits a hook-path bench's phases for the model.
+  size); `fit_status` calls a fit "ok" only when every point it uses lies within `OK_WITHIN`
+  of its line ("rough" otherwise: priced, its worst point said). `hook_costs` fits a
+  hook-path bench's phases for the model.
 * `fit_collectives`: alpha and beta = 1/B per collective (columns collective, world_size,
   nbytes, time_s; nbytes is one worker's payload S, as in `network`: for an all-gather that is
   the input, not nccl-tests' output size) by the alpha-beta costs of `network` without an
@@ -42,6 +44,7 @@ from .timeline import predict
 R2_MIN = 0.9  # a codec fit with a lower R^2 is not used for pricing (`fit_problem`) ...
 FLAT_WITHIN = 0.2  # ... unless all its points lie this close to it (R^2 ~ 0 for flat costs)
 OUTLIER = 0.5  # a point this far (relative) from the line, and 4x the median, is dropped
+OK_WITHIN = 0.5  # an "ok" fit has every point it uses this close (relative) to its line
 
 
 @dataclass(frozen=True)
@@ -166,13 +169,16 @@ def fit_codec(table: pd.DataFrame, phases=("encode", "decode")) -> dict[tuple[st
 
 def fit_status(fit: Fit) -> str:
     """"unused" (method none: the identity, which the model prices free), "ok" (R^2 >=
-    `R2_MIN`), "flat" (lower R^2, but every point within `FLAT_WITHIN` of
-    the line: a cost that hardly grows with size, where R^2 has nothing to explain; used) or
-    "excluded" (`fit_problem`)."""
+    `R2_MIN` and every point used within `OK_WITHIN` of the line), "rough" (R^2 >= `R2_MIN`
+    but a point further off: the cost bends away from a line, e.g. past a cache size or
+    where load slows long calls more than short ones; used, with its worst point said),
+    "flat" (lower R^2, but every point within `FLAT_WITHIN` of the line: a cost that hardly
+    grows with size, where R^2 has nothing to explain; used) or "excluded"
+    (`fit_problem`)."""
     if fit.label.get("method") == "none":
         return "unused"
     if fit.r2 >= R2_MIN:
-        return "ok"
+        return "ok" if fit.worst_rel <= OK_WITHIN else "rough"
     return "flat" if fit.worst_rel <= FLAT_WITHIN else "excluded"
 
 

@@ -2,9 +2,10 @@
 written atomically, returning the path):
 
 * `convergence_curves`: test loss and test accuracy per method (median over seeds) against the
-  iteration, or against the predicted wall time (iteration x the model's t_iter), without and
-  with error feedback side by side, the target drawn; one colour and marker per method, the
-  lines layered (`style.layered`) so that none hides another;
+  convergence task's own iterations (never another workload's predicted wall time: the task
+  is a proxy), without and with error feedback side by side, the target drawn; one colour and
+  marker per method (on every third evaluation), the lines widened (`style.halo_widths`) so
+  that none hides another;
 * `iterations_to_target`: iterations each method needed without and with error feedback,
   methods that did not reach the target marked.
 """
@@ -27,14 +28,11 @@ def _with_labels(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 @styled
-def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = None,
-                       size=(13, 8), title=None):
-    """Curves from `converge.load_curves` rows of one target: against the iteration, or,
-    given a `time_to_accuracy` table `tta`, against predicted wall time (its t_iter_s)."""
+def convergence_curves(curve: pd.DataFrame, path, size=(13, 8), title=None):
+    """Curves from `converge.load_curves` rows of one target against the task's iterations."""
     curve = _with_labels(curve)
     cases = list(dict.fromkeys(curve["case"]))
     styles = line_styles(cases)
-    t_iter = None if tta is None else dict(zip(tta["variant"], tta["t_iter_s"]))
     fig, axes = figure(size, 2, nrows=2, sharex="col", sharey="row")
     first = curve.iloc[0]
     for col, (ef, panel) in enumerate(EF_PANELS):
@@ -45,10 +43,7 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
             if runs.empty:
                 continue
             line = runs.groupby("iteration")[["test_loss", "test_accuracy"]].median()
-            x = line.index.to_numpy(float)
-            if t_iter is not None:
-                x = x * t_iter.get(runs["variant"].iloc[0], np.nan)
-            drawn[case] = (x, line)
+            drawn[case] = (line.index.to_numpy(float), line)
         for row, metric in enumerate(("test_loss", "test_accuracy")):
             widths = halo_widths({c: (x, line[metric]) for c, (x, line) in drawn.items()},
                                  log=metric == "test_loss")
@@ -61,17 +56,14 @@ def convergence_curves(curve: pd.DataFrame, path, tta: pd.DataFrame | None = Non
         target_row = 1 if first["metric"] == "accuracy" else 0
         axes[target_row, col].axhline(first["target"], color="black", linewidth=1,
                                       linestyle="--")
-        axes[1, col].set_xlabel("iteration" if t_iter is None else
-                                f"predicted wall time (s): {tta['profile'].iloc[0]}, "
-                                f"{tta['workers'].iloc[0]} workers")
+        axes[1, col].set_xlabel(f"iterations of task '{first['task']}'")
     axes[0, 0].set_ylabel("test loss")
     axes[1, 0].set_ylabel("test accuracy")
     handles, labels = legend_handles(styles)
     fig.legend(handles, labels, loc="outside right upper", fontsize="small",
                title="method\n(error feedback:\nright column)")
-    against = "iteration" if t_iter is None else "predicted wall time"
-    fig.suptitle(title or f"Convergence on task '{first['task']}' vs {against} "
-                          f"(median over seeds; dashed: target)")
+    fig.suptitle(title or f"Convergence on task '{first['task']}' vs its iterations "
+                          f"(measured, median over seeds; dashed: target)", x=0.02, ha="left")
     return save(fig, path)
 
 

@@ -83,7 +83,6 @@ def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=N
                                               .drop_duplicates(), on=["task", "metric",
                                                                       "target"])
     converge_plots.convergence_curves(curve, out / "convergence_iterations.png")
-    converge_plots.convergence_curves(curve, out / "convergence_time.png", tta)
     converge_plots.iterations_to_target(tta, out / "iterations_to_target.png")
     first, row = tta.iloc[0], chosen.iloc[0]
     seeds = sorted(chosen["seed"].unique())
@@ -120,6 +119,5 @@ def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=N
         "residual memory, on by default; `none` has nothing to feed back):", "",
         _table(ef_effect(tta)), "",
         "![loss and accuracy vs iteration](convergence_iterations.png)", "",
-        "![loss and accuracy vs predicted wall time](convergence_time.png)", "",
         "![iterations to target](iterations_to_target.png)", ""]
     return lines, tta

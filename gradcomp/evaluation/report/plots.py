@@ -1,9 +1,11 @@
 """Figures of a gradcomp evaluation, each drawn from tidy DataFrames and written atomically to a
-PNG of a fixed pixel size (`size` inches x `DPI`); every function returns the path it wrote.
+PNG of a fixed pixel size (`size` inches x `DPI`); every function returns the path it wrote
+(with path None: the Figure, for inspection).
 Drawn on Agg canvases in seaborn's style (`style`), without pyplot or changing global
 matplotlib state.
 
-* `speedup_vs_bandwidth`: modelled speedup of each method over uncompressed, vs bandwidth;
+* `speedup_vs_bandwidth`: modelled speedup of each method over uncompressed, vs bandwidth,
+  the baselines and the recommendation emphasised, the scenario's bandwidth marked;
 * `codec_costs`: measured encode and decode time vs tensor size, with the fitted a + b*n;
 * `collective_times`: measured collective time vs payload, with the fitted alpha-beta cost;
 * `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method;
@@ -17,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from ..model.fit import fit_problem
@@ -25,26 +28,40 @@ from .style import DPI  # noqa: F401 - the figures' resolution, part of this mod
 from .style import figure, halo_widths, legend_handles, line_styles, save, styled
 
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
+BASELINES = ("none", "bf16", "fp16")  # fp32 DDP and the 16-bit all-reduces: drawn wide
+MUTED_ALPHA = 0.35  # the opacity of the methods neither a baseline nor recommended
+SCENARIO = "scenario"  # the label of the vertical line at the scenario's bandwidth
 
 
 @styled
-def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
-    """Speedup vs bandwidth (log x, 1-400 Gbit/s) per method from `whatif.sweep` rows (one
-    workers value); a panel per value of the optional column `costs`."""
+def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, *,
+                         scenario_bps: float | None = None, recommended: str | None = None):
+    """Modelled speedup vs bandwidth (log x, 1-400 Gbit/s) per method from `whatif.sweep`
+    rows (one workers value), as lines without markers (a model, not measurements); a panel
+    per value of the optional column `costs`. The `BASELINES` and the `recommended` method
+    are drawn wide and opaque, every other method thin and faint; the scenario's bandwidth
+    `scenario_bps` (bit/s) is a vertical line."""
     panels = list(dict.fromkeys(sweep["costs"])) if "costs" in sweep else [None]
     methods = list(dict.fromkeys(sweep["method"]))
     styles = line_styles(methods)
+    shown = [m for m in methods if m in BASELINES or m == recommended]
     fig, axes = figure(size, len(panels), sharey=True)
     for ax, panel in zip(axes[0], panels):
         rows = sweep if panel is None else sweep[sweep["costs"] == panel]
         lines = {m: rows[rows["method"] == m].sort_values("bandwidth_bps") for m in methods}
-        widths = halo_widths({m: (r["bandwidth_bps"], r["speedup"]) for m, r in lines.items()},
-                             log=True)
-        for i, (method, line) in enumerate(lines.items()):
+        widths = halo_widths({m: (lines[m]["bandwidth_bps"], lines[m]["speedup"])
+                              for m in shown}, log=True)
+        for method, line in lines.items():
+            width = widths.get(method)  # the recommendation one point wider than the rest
             ax.plot(line["bandwidth_bps"] / 1e9, line["speedup"], label=method,
-                    **styles[method], linewidth=widths[method], markersize=5,
-                    markevery=(i % 4, 4), zorder=2 + 1 / widths[method])
-        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+                    **_model_line(styles[method], None if width is None else
+                                  width + (method == recommended)))
+        if scenario_bps is not None:
+            ax.axvline(scenario_bps / 1e9, color="black", linestyle=":", linewidth=1.5,
+                       label=SCENARIO)
+            ax.annotate(f"scenario: {scenario_bps / 1e9:g} Gbit/s", (scenario_bps / 1e9, 1),
+                        xycoords=("data", "axes fraction"), xytext=(4, -4),
+                        textcoords="offset points", va="top", fontsize="small")
         ax.set_xscale("log")
         ax.set_xlim(1, 400)
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
@@ -59,12 +76,31 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None):
         axes[0, 0].yaxis.set_ticks(ticks, [f"{t:g}" for t in ticks])
         axes[0, 0].yaxis.set_minor_formatter(NullFormatter())
     axes[0, 0].set_ylabel("speedup over fp32 DDP (x)")
-    handles, labels = legend_handles(styles)
-    fig.legend(handles, labels, loc="outside right upper", title="method", fontsize="small")
+    order = shown + [m for m in methods if m not in shown]
+    fig.legend([Line2D([], [], **_model_line(styles[m], (2.5 if m == recommended else 1.5)
+                                             if m in shown else None))
+                for m in order], [_legend_name(m, recommended) for m in order],
+               loc="outside right upper", fontsize="small",
+               title="method (model)\nwide: baselines and\nthe recommendation")
     row = sweep.iloc[0]
-    fig.suptitle(title or f"Modelled speedup of each method vs bandwidth: {row['profile']}, "
-                          f"{row['workers']} workers ({row['bucketing']} bucketing)")
+    fig.suptitle(title or f"Modelled speedup vs bandwidth: {row['profile']}, {row['workers']} "
+                          f"workers, {row['bucketing']} bucketing", x=0.02, ha="left")
     return save(fig, path)
+
+
+def _model_line(style: dict, width: float | None) -> dict:
+    """Line keywords of a model curve (no markers): emphasised (`width` given: that wide,
+    opaque, on top) or muted (thin, faint, below)."""
+    line = {"color": style["color"], "linestyle": style["linestyle"], "marker": "none"}
+    if width is None:
+        return {**line, "linewidth": 1.0, "alpha": MUTED_ALPHA, "zorder": 1}
+    return {**line, "linewidth": width + 1.0, "alpha": 1.0, "zorder": 3 + 1 / width}
+
+
+def _legend_name(method: str, recommended: str | None) -> str:
+    name = {"none": "none (fp32 DDP)", "bf16": "bf16 all-reduce",
+            "fp16": "fp16 all-reduce"}.get(method, method)
+    return name + (" (recommended)" if method == recommended else "")
 
 
 @styled
@@ -113,7 +149,8 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6
 def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(8, 5),
                      title=None):
     """Measured collective seconds vs per-worker payload (log-log) from a collective-bench
-    table; dashed lines: the alpha-beta fits `fit.fit_collectives` when given."""
+    table, as markers; dashed lines: the alpha-beta fits `fit.fit_collectives` when given,
+    every one drawn."""
     fig, axes = figure(size)
     ax = axes[0, 0]
     colors = dict(zip(UNITS, sns.color_palette("deep", len(UNITS))))
@@ -124,10 +161,9 @@ def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(
         ax.plot(rows["nbytes"], rows["time_s"], marker="o", linestyle="none",
                 color=colors.get(collective), label=label)
         fit = (fits or {}).get(collective)
-        if fit and p > 1 and 0 < fit.params["bandwidth_bps"] < np.inf:
-            net = Network(int(p), fit.params["bandwidth_bps"], max(fit.params["alpha_s"], 0.0))
-            ax.plot(grid, [net.cost(collective, n) for n in grid], linestyle="--",
-                    color=colors.get(collective), linewidth=1)
+        if fit and p > 1:
+            ax.plot(grid, _fitted_seconds(fit, collective, int(p), grid), linestyle="--",
+                    color=colors.get(collective), linewidth=1, label=f"{label}: fit")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(table["time_s"].min() / 2, table["time_s"].max() * 2)
@@ -138,6 +174,18 @@ def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(
     ax.set_title(title or f"Measured collective time vs payload ({backend})"
                  + (" and alpha-beta fit (dashed)" if fits else ""), fontsize="medium")
     return save(fig, path)
+
+
+def _fitted_seconds(fit, collective: str, workers: int, grid) -> list[float]:
+    """Seconds of an alpha-beta `fit` at payloads `grid`, priced by `Network`; a fit of slope
+    0 (bandwidth infinite: payloads too small to leave the latency's noise) is its latency
+    term alone, which `Network.cost` adds to any bandwidth's transfer term."""
+    alpha, rate = max(fit.params["alpha_s"], 0.0), fit.params["bandwidth_bps"]
+    if np.isfinite(rate):
+        net = Network(workers, rate, alpha)
+        return [net.cost(collective, n) for n in grid]
+    with_latency, without = Network(workers, 8e9, alpha), Network(workers, 8e9)
+    return [with_latency.cost(collective, n) - without.cost(collective, n) for n in grid]
 
 
 @styled

@@ -158,7 +158,8 @@ def _whatif(out: Path, profile, net: dict, bucketing, methods,
     curves = sweep(profile, workers=net["workers"], methods=methods, costs=table.costs,
                    **common).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
-    plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png")
+    plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png",
+                               scenario_bps=net["bandwidth"], recommended=best)
     shown = list(dict.fromkeys(["none"] + ([best] if best else [])))
     per_node = net["tiers"].get("gpus_per_node", 1)
     heat = sweep(profile, HEAT_BANDWIDTHS, [w for w in HEAT_WORKERS if w % per_node == 0],
@@ -200,7 +201,10 @@ FIT_RULE = ("Fit: `a + b*numel` by least squares weighted by 1/time (small sizes
             "`codec_fits.csv` names them); worst: the largest |relative residual| of the "
             "points used. A fit with R^2 < 0.9 is excluded and its method not priced, unless "
             "every point lies within 20% of it (`flat`: a cost that hardly grows with size, "
-            "where R^2 has nothing to explain).")
+            "where R^2 has nothing to explain); one with R^2 >= 0.9 is `ok` when every point "
+            "lies within 50% of it, else `rough` (priced; the cost bends away from a line). "
+            "Measured with sizes and repeats interleaved, a point > 50% off its method's line "
+            "measured again (up to twice) and its least disturbed attempt kept.")
 
 
 def _codec(out: Path, compress: pd.DataFrame, fits: dict, table: CostTable) -> list[str]:

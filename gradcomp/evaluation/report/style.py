@@ -95,7 +95,10 @@ def figure(size, ncols: int = 1, nrows: int = 1, **kw):
 
 
 def save(fig, path):
-    """Write `fig` as a PNG to `path` atomically; returns the path."""
+    """Write `fig` as a PNG to `path` atomically; returns the path (None: writes nothing and
+    returns `fig`, for a look at its artists)."""
+    if path is None:
+        return fig
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return write_atomic(path, buf.getvalue())
