@@ -52,10 +52,11 @@ def test_overrides_rename_a_preset_and_the_description_says_where_numbers_came_f
 
 
 def test_bad_cluster_parts_name_the_option():
-    with pytest.raises(ValueError, match="intra_bandwidth is required with gpus_per_node=4"):
+    with pytest.raises(ValueError, match="intra_bandwidth_bps=None is not allowed with "
+                                         "gpus_per_node=4"):
         Cluster("x", "", 4, "10gbit")
     with pytest.raises(ValueError, match="efficiency"):
-        Cluster("x", "", 1, "10gbit", efficiency=1.5)
+        Cluster("x", "", 1, "10gbit", efficiency=0)
     with pytest.raises(ValueError, match="compute_slowdown"):
         Cluster("x", "", 1, "10gbit", compute_slowdown=0.9)
     with pytest.raises(ValueError, match="choose a preset .*p3.16xlarge"):

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from ...checks import check_int, check_number
+from ...checks import check_int
 from ..common.units import format_rate, parse_rate
 from .network import Network
 
@@ -50,21 +50,11 @@ class Cluster:
     measured: tuple = ()
 
     def __post_init__(self):
-        check_int(self.gpus_per_node, "gpus_per_node", 1)
-        check_int(self.rails, "rails", 1)
-        object.__setattr__(self, "bandwidth_bps", parse_rate(self.bandwidth_bps, "bandwidth"))
-        if self.intra_bandwidth_bps is not None:
-            object.__setattr__(self, "intra_bandwidth_bps",
-                               parse_rate(self.intra_bandwidth_bps, "intra_bandwidth"))
-        elif self.gpus_per_node > 1:
-            raise ValueError(f"intra_bandwidth is required with gpus_per_node="
-                             f"{self.gpus_per_node}: the bandwidth between a node's GPUs "
-                             "(e.g. 150GB for V100 NVLink, 16GB for PCIe 3.0 x16)")
-        for option in ("latency_s", "intra_latency_s"):
-            check_number(getattr(self, option), option, minimum=0)
-        for option in ("efficiency", "intra_efficiency"):
-            check_number(getattr(self, option), option, minimum=0, maximum=1, above=True)
-        check_number(self.compute_slowdown, "compute_slowdown", minimum=1)
+        for option in ("bandwidth_bps", "intra_bandwidth_bps"):
+            value = getattr(self, option)
+            if value is not None:
+                object.__setattr__(self, option, parse_rate(value, option[:-4]))
+        self.network(1)  # the Network's checks of every field
 
     def tiers(self) -> dict:
         """The `Network` fields beyond workers, bandwidth, latency and efficiency, where they
