@@ -20,7 +20,8 @@ FILES = {"empty.json": "", "bad.json": "{bad", "list.json": "[1, 2]", "empty.csv
          "negative.csv": "method,numel,encode_s,decode_s\ntopk,1024,0.1,0.1\ntopk,2048,-1,0.1\n",
          "huge.csv": "method,numel,encode_s,decode_s\ntopk,1024,1e300,0.1\ntopk,2048,1,1\n",
          "text.csv": "method,numel,encode_s,decode_s\ntopk,1024,fast,0.1\ntopk,2048,1,1\n",
-         "twice.csv": "method,numel,encode_s,decode_s\ntopk,1024,1,1\ntopk,1024,2,2\n",
+         "twice.csv": "method,options,numel,dtype,device,device_name,encode_s,decode_s\n"
+                      "topk,{},1024,float32,cpu,x,1,1\ntopk,{},1024,float32,cpu,x,2,2\n",
          "workers.csv": "collective,world_size,nbytes,time_s\nallreduce,1000000,64,0.1\n",
          "runs.csv": "method,world_size,bucket_cap_mb,t_iter_s,params\nnone,2,25,nan,10\n",
          "half.json": '{"format": "gradcomp-profile/1", "name": "x", "numel": [2.5], '

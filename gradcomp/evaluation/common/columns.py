@@ -60,11 +60,12 @@ def _broken(value, rule: str, may_be_empty: bool) -> str | None:
 
 
 def check_unique(frame: pd.DataFrame, what: str, key_columns) -> None:
-    """Raise a ValueError naming the rows that repeat a key (the `key_columns` the table has):
-    two runs that wrote one table measured the same thing, and pooling them silently would
-    weigh it twice."""
-    key = [c for c in key_columns if c in frame.columns]
-    if not key or frame.empty:
+    """Raise a ValueError naming the rows that repeat a key: two runs that wrote one table
+    measured the same thing, and pooling them silently would weigh it twice. Only a table with
+    every one of `key_columns` is checked (one a bench wrote; repeated sizes in a table of
+    fewer columns are the user's own design)."""
+    key = list(key_columns)
+    if not key or frame.empty or any(c not in frame.columns for c in key):
         return
     groups = frame.reset_index(drop=True).groupby(key, dropna=False, sort=False).indices
     rows = next((list(i) for i in groups.values() if len(i) > 1), None)
