@@ -194,7 +194,8 @@ def two_rank_cases(rank, world_size, out_dir):
     return dict(direct=direct_cases(rank, world_size), model=model_cases(rank, world_size),
                 resume=resume_cases(rank, world_size),
                 converge=converge_case(rank, world_size), bench=bench_case(rank, out_dir),
-                twice=register_twice_case(), mismatch=mismatch_case(rank))  # last: FSDP's backward ends in an exception
+                twice=register_twice_case(),
+                mismatch=mismatch_case(rank))  # last: FSDP's backward ends in an exception
 
 
 def four_rank_cases(rank, world_size, out_dir):
