@@ -63,12 +63,12 @@ def register(model, method: str = "int8", *, error_feedback: bool | None = None,
     elif across is not None or across_options is not None:
         raise ValueError("across and across_options need mesh=: the 2-D DeviceMesh "
                          "(across nodes, inside a node) of the 2-level reduce-scatter")
+    state = FSDPState(comp, telemetry_limit=telemetry_limit, levels=levels)
     modules = fsdp_modules(model)
     if any(m in _REGISTERED for m in modules):
         raise RuntimeError("gradcomp.fsdp.register was already called on this model: it can "
                            "only be called once per model (like DDP's register_comm_hook); "
                            "keep the FSDPState the first call returned, or build a new model")
-    state = FSDPState(comp, telemetry_limit=telemetry_limit, levels=levels)
     for index, module in enumerate(modules):
         module.set_force_sum_reduction_for_comms(True)
         module.set_custom_reduce_scatter(CompressedReduceScatter(state, index))
