@@ -139,3 +139,87 @@ def compile_cases(rank, world_size, out_dir):
     finally:
         torch._dynamo.config.optimize_ddp = True
     return res
+
+
+# -- the mistakes users make (issue 37) ----------------------------------------------------------
+TIMEOUT_S = 2.0  # how long a rank calling save_state alone waits for the others, here
+
+
+def _steps(ddp, rank, steps=3):
+    x, y, _ = data(rank)
+    for step in range(steps):
+        batch = slice(step * 32, (step + 1) * 32)
+        ((ddp(x[batch]) - y[batch]) ** 2).mean().backward()
+
+
+def _refusal(ddp, checkpoint, **kwargs):
+    return _error_of(lambda: gradcomp.comm.load_state(ddp, checkpoint, **kwargs))
+
+
+def damaged_cases(rank):
+    """Checkpoints saved on every rank, then damaged: each load must be refused by name."""
+    import copy
+
+    from gradcomp.comm.checkpoint import checksum
+    res = {}
+    for method in ("topk", "powersgd"):
+        ddp = DDP(make_model(), bucket_cap_mb=0.004)
+        gradcomp.comm.register(ddp, method, **OPTIONS[method])
+        _steps(ddp, rank)
+        saved = gradcomp.comm.save_state(ddp)
+        both = [None, None]
+        dist.all_gather_object(both, saved)
+        ckpt = both[0]  # rank 0's: every rank's entry
+        fresh = DDP(make_model(), bucket_cap_mb=0.004)
+        gradcomp.comm.register(fresh, method, **OPTIONS[method])
+        res[method, "intact"] = _refusal(fresh, ckpt)
+        comp = ckpt["ranks"][rank]["compressor"]
+        residuals = comp["residuals"]
+        key = sorted(residuals)[0]
+
+        def damaged(change, resign=True):
+            bad = copy.deepcopy(ckpt)
+            change(bad["ranks"][rank]["compressor"])
+            if resign:  # the checksum agrees: only the tensor checks can refuse it
+                bad["sha256"][rank] = checksum(bad["ranks"][rank])
+            return bad
+
+        res[method, "nan"] = _refusal(fresh, damaged(
+            lambda c: c["residuals"][key].fill_(float("nan"))))
+        res[method, "nan_allowed"] = _refusal(fresh, damaged(
+            lambda c: c["residuals"][key].fill_(float("nan"))), allow_nonfinite=True)
+        res[method, "short"] = _refusal(fresh, damaged(
+            lambda c: c["residuals"].__setitem__(key, c["residuals"][key][:-3].clone())))
+        res[method, "flipped"] = _refusal(fresh, damaged(
+            lambda c: c["residuals"][key].view(torch.uint8)[:4000].bitwise_not_(), False))
+        if method == "powersgd":
+            mem_key = sorted(comp["memories"])[0]
+            group = sorted(comp["memories"][mem_key])[0]
+            res[method, "memory"] = _refusal(fresh, damaged(
+                lambda c: c["memories"][mem_key].__setitem__(
+                    group, torch.zeros(1, group[1] + 1, 2))))
+    return res
+
+
+def save_on_rank_0_only(rank, method):
+    """Rank 0 calls save_state while rank 1 trains on (the `if rank == 0:` slip): both must
+    raise CheckpointMismatch's message, neither hang."""
+    ddp = DDP(make_model(), bucket_cap_mb=0.004)
+    gradcomp.comm.register(ddp, method, **(OPTIONS.get(method) or {}))
+    _steps(ddp, rank)
+    if rank == 0:
+        return _error_of(lambda: gradcomp.comm.save_state(ddp, timeout_s=TIMEOUT_S))
+    return _error_of(lambda: _steps(ddp, rank, 2))
+
+
+def mistakes_cases(rank, world_size, out_dir):
+    """Damaged checkpoints; then (last: a rank left alone ends its process group) rank 0
+    calling save_state while rank 1 trains on, with PowerSGD (which hung for 30 minutes)."""
+    torch.set_num_threads(1)
+    res = {"damaged": damaged_cases(rank)}
+    res["save_on_rank_0_only"] = save_on_rank_0_only(rank, "powersgd")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/end.store", rank=rank,
+                            world_size=world_size)  # for the spawn's own teardown
+    return res

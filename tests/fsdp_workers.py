@@ -194,6 +194,7 @@ def two_rank_cases(rank, world_size, out_dir):
     return dict(direct=direct_cases(rank, world_size), model=model_cases(rank, world_size),
                 resume=resume_cases(rank, world_size),
                 converge=converge_case(rank, world_size), bench=bench_case(rank, out_dir),
+                twice=register_twice_case(),
                 mismatch=mismatch_case(rank))  # last: FSDP's backward ends in an exception
 
 
@@ -295,6 +296,17 @@ def two_level_cases(rank):
         record(model, log)
         out[case] = dict(grads=one_backward(model, rank), log=log, rows=state.telemetry_rows())
     return out
+
+
+def register_twice_case():
+    """A second register on the same model is refused (the first state would be orphaned)."""
+    model = build()
+    gradcomp.fsdp.register(model, "int8")
+    try:
+        gradcomp.fsdp.register(model, "int4")
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 def mismatch_case(rank):

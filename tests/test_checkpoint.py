@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import gradcomp
-from checkpoint_workers import RESUMED, compile_cases, resume_cases, straight_cases
+from checkpoint_workers import (RESUMED, compile_cases, mistakes_cases, resume_cases,
+                                straight_cases)
 from ddp_workers import spawn
 
 pytestmark = pytest.mark.slow
@@ -85,3 +86,38 @@ def test_python_reducer_is_refused_clearly(compiled):
         for case in ("python_reducer_hook", "python_reducer_compiled_autograd"):
             assert res[case] is not None, case
             assert "instead of a DDP GradBucket" in res[case][1], res[case]
+
+
+@pytest.fixture(scope="module")
+def mistakes():
+    return spawn(mistakes_cases, 2)
+
+
+def test_save_state_on_one_rank_fails_on_every_rank_with_one_message(mistakes):
+    left_alone = "rank 0 called gradcomp.comm.save_state but rank(s) 1 did not within 2 s"
+    error, message = mistakes[0]["save_on_rank_0_only"]
+    assert error == "CheckpointMismatch" and left_alone in message
+    error, message = mistakes[1]["save_on_rank_0_only"]  # in PowerSGD's exchange, not a hang
+    assert left_alone in message and "this rank was in a gradient exchange instead" in message
+
+
+@pytest.mark.parametrize("method", ["topk", "powersgd"])
+def test_a_damaged_checkpoint_is_refused_naming_what_is_wrong(mistakes, method):
+    for rank in (0, 1):
+        res = mistakes[rank]["damaged"]
+        assert res[method, "intact"] is None and res[method, "nan_allowed"] is None
+        where = f"rank {rank}'s compressor/residuals/0"
+        assert where in res[method, "nan"][1] and "NaN" in res[method, "nan"][1]
+        assert where in res[method, "short"][1] and "has 2398 values" in res[method, "short"][1]
+        assert "does not match the SHA-256" in res[method, "flipped"][1]
+        if method == "powersgd":
+            assert "memories/0/(48, 48) has shape (1, 49, 2)" in res[method, "memory"][1]
+
+
+def test_received_indices_out_of_range_are_refused():
+    comp = gradcomp.compressor("topk", ratio=0.5)
+    payload = comp.compress(torch.randn(8))
+    values, indices = payload.tensors
+    bad = payload.with_tensors([values, indices + 100])
+    with pytest.raises(RuntimeError, match="indices span .* outside the bucket's 0..7"):
+        comp.aggregate([payload, bad])

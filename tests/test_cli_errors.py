@@ -16,7 +16,20 @@ from test_cli import run_here
 TOPOLOGY = "{tmp}/list.json"  # placeholders filled in per test, below
 FILES = {"empty.json": "", "bad.json": "{bad", "list.json": "[1, 2]", "empty.csv": "",
          "header.csv": "method,numel,encode_s,decode_s\n", "wrong.csv": "a,b\n1,2\n",
-         "cells.csv": "0,fast\nfast,0\n", "dict.json": '{"bandwidth_bps": "x"}'}
+         "cells.csv": "0,fast\nfast,0\n", "dict.json": '{"bandwidth_bps": "x"}',
+         "negative.csv": "method,numel,encode_s,decode_s\ntopk,1024,0.1,0.1\ntopk,2048,-1,0.1\n",
+         "huge.csv": "method,numel,encode_s,decode_s\ntopk,1024,1e300,0.1\ntopk,2048,1,1\n",
+         "text.csv": "method,numel,encode_s,decode_s\ntopk,1024,fast,0.1\ntopk,2048,1,1\n",
+         "twice.csv": "method,options,numel,dtype,device,device_name,encode_s,decode_s\n"
+                      "topk,{},1024,float32,cpu,x,1,1\ntopk,{},1024,float32,cpu,x,2,2\n",
+         "workers.csv": "collective,world_size,nbytes,time_s\nallreduce,1000000,64,0.1\n",
+         "runs.csv": "method,world_size,bucket_cap_mb,t_iter_s,params\nnone,2,25,nan,10\n",
+         "half.json": '{"format": "gradcomp-profile/1", "name": "x", "numel": [2.5], '
+                      '"ready_s": [0.1], "forward_s": 0.1, "backward_s": 0.2, '
+                      '"optimizer_s": 0.01}',
+         "slow.json": '{"format": "gradcomp-profile/1", "name": "x", "numel": [2], '
+                      '"ready_s": [0.1], "forward_s": 1e308, "backward_s": 0.2, '
+                      '"optimizer_s": 0.01}'}
 
 CASES = [
     # --profile: missing, empty, malformed JSON, JSON of the wrong shape
@@ -37,6 +50,16 @@ CASES = [
     # measurement tables: missing, empty, no rows, wrong columns, a folder
     (["fit", "{tmp}/nosuch.csv"], ["table=", "nosuch.csv", "no such file", "bench compress"]),
     (["fit", "{tmp}/empty.csv"], ["table=", "empty.csv", "empty"]),
+    # values checked on read: the file, the column and the row
+    (["fit", "{tmp}/negative.csv"], ["negative.csv", "column 'encode_s', row 2", "> 0"]),
+    (["fit", "{tmp}/huge.csv"], ["huge.csv", "column 'encode_s', row 1", "86400"]),
+    (["fit", "{tmp}/text.csv"], ["text.csv", "column 'encode_s', row 1", "give a number"]),
+    (["fit", "{tmp}/twice.csv"], ["twice.csv", "rows 1, 2 hold the same measurement"]),
+    (["fit", "{tmp}/workers.csv"], ["workers.csv", "column 'world_size', row 1", "100,000"]),
+    (["advise", "--measured", "{tmp}/runs.csv"], ["runs.csv", "column 't_iter_s', row 1"]),
+    (["whatif", "--profile", "{tmp}/half.json"], ["half.json", "field 'numel', entry 0",
+                                                  "whole number"]),
+    (["whatif", "--profile", "{tmp}/slow.json"], ["slow.json", "field 'forward_s'"]),
     (["fit", "{tmp}/wrong.csv"], ["table=", "wrong.csv", "lacks column(s) method"]),
     (["advise", "--costs", "{tmp}/nosuch.csv"], ["costs=", "nosuch.csv", "no such file"]),
     (["whatif", "--method", "topk", "--costs", "h200"], ["costs='h200'", "'h100'", "'assumed'"]),
@@ -193,3 +216,38 @@ def test_version_closed_pipe_and_ctrl_c_end_without_a_traceback(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted" in err.splitlines()[-1]
     assert len(ResultTable(table).frame()) >= 2
+
+
+def test_a_full_disk_is_one_line_naming_the_table_which_stays_intact(tmp_path):
+    """A real full disk: a 16 KiB tmpfs (mounting needs root), the table one page, the rest
+    filled; the bench's next write fails with ENOSPC."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root (test_store covers a write past RLIMIT_FSIZE)")
+    try:
+        table = disk / "compress.csv"
+        header = "method,options,numel,dtype,device,device_name,note\n"
+        row = "fp16,{},64,float32,cpu,elsewhere,"
+        table.write_text(header + row + "x" * (4095 - len(header) - len(row)) + "\n")
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 512):
+                pass
+        except OSError:  # ENOSPC: the disk is full
+            pass
+        finally:
+            os.close(fd)
+        before = table.read_bytes()
+        argv, env = command("bench", "compress", "--methods", "fp16", "--quick", "--out",
+                            str(table))
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 2, out.stderr
+        lines = [ln for ln in out.stderr.strip().splitlines()
+                 if "compress bench:" not in ln]  # its progress bar
+        assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert lines[0] == f"gradcomp bench: error: {table}: No space left on device", lines
+        assert table.read_bytes() == before
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

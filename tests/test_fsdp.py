@@ -278,6 +278,11 @@ def test_ranks_with_different_methods_all_raise_before_exchanging(two):
         assert "'int4'" in run["mismatch"]
 
 
+def test_register_twice_is_refused_like_ddp(two):
+    for run in two:
+        assert run["twice"] is not None and "already called on this model" in run["twice"]
+
+
 def test_bad_method_and_options_name_what_is_allowed():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="method='qsgd' is not allowed.*'int8'"):

@@ -430,3 +430,10 @@ def test_sparse_left_over_equals_corrected_minus_decoded_bit_for_bit(name, devic
         got = c.residuals["w"]
         assert got.dtype == expected.dtype and torch.equal(got, expected), step
         assert torch.equal(torch.signbit(got), torch.signbit(expected)), step
+
+
+def test_a_received_buffer_shorter_than_declared_is_refused():
+    from gradcomp.comm import wire
+    like = [torch.zeros(4), torch.zeros(4, dtype=torch.int64)]
+    with pytest.raises(RuntimeError, match="holds 40 bytes where 48 were declared"):
+        wire.unpack_bytes(torch.zeros(40, dtype=torch.uint8), like)

@@ -125,7 +125,7 @@ def test_a_damaged_middle_line_is_quarantined_and_the_table_rewritten(tmp_path):
     assert plain["method"].tolist() == ["topk", "none", "fp16"]
     assert not plain["numel"].isna().any() and not plain.duplicated(["method", "numel"]).any()
     assert len(table.frame()) == 4
-    assert sorted(os.listdir(tmp_path)) == ["r.csv", "r.csv.quarantine"]  # no temporary files
+    assert sorted(os.listdir(tmp_path)) == [".r.csv.lock", "r.csv", "r.csv.quarantine"]  # no .tmp
 
 
 def test_quarantine_keeps_a_torn_line_and_adds_to_earlier_ones(tmp_path):
@@ -182,3 +182,51 @@ def test_parquet_tables_append_and_resume(tmp_path):
     assert table.done_keys() == {("topk", "1024"), ("fp16", "4096"), ("none", "16")}
     assert table.frame(keys={("none", "16")})["method"].tolist() == ["none"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def _writer(path, tag, n):
+    table = ResultTable(path, ("writer", "i"))
+    for i in range(n):
+        row = {"writer": tag, "i": i}
+        if tag == "b" and i % 10 == 5:  # a new column: the file is rewritten
+            row[f"extra{i}"] = i
+        table.append(row)
+
+
+def test_two_processes_appending_lose_no_row_and_store_no_key_twice(tmp_path):
+    import multiprocessing as mp
+    path = tmp_path / "r.csv"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, tag, 150)) for tag in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    done = ResultTable(path, ("writer", "i")).done_keys()
+    assert done == {(t, str(i)) for t in "ab" for i in range(150)}
+    assert len(ResultTable(path).frame()) == 300
+    table = ResultTable(path, ("writer", "i"))
+    with pytest.warns(UserWarning, match="stored already"):
+        assert table.append({"writer": "a", "i": 3}) is False
+    assert len(table.frame()) == 300
+
+
+def test_a_failed_write_leaves_the_table_as_it_was_and_names_it(tmp_path):
+    import resource
+    import signal
+    path = tmp_path / "r.csv"
+    table = ResultTable(path, ("method",))
+    table.append({"method": "a", "x": 1})
+    before = path.read_bytes()
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 5, limits[1]))
+    try:  # the file may grow 5 bytes: the next row does not fit (EFBIG, like a full disk)
+        with pytest.raises(OSError) as caught:
+            table.append({"method": "b" * 50, "x": 2})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, old)
+    assert caught.value.filename == str(path)
+    assert path.read_bytes() == before

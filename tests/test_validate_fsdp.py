@@ -43,7 +43,7 @@ def test_fit_collectives_recovers_reduce_scatter_and_all_to_all():
     for collective, rate in (("reducescatter", 4e9), ("alltoall", 6e9)):
         for p in (2, 4):
             net = Network(p, rate, 3e-5)
-            for nbytes in np.logspace(3, 8, 11):
+            for nbytes in np.logspace(3, 8, 11).round():  # whole bytes, as measured
                 rows.append({"collective": collective, "world_size": p, "nbytes": nbytes,
                              "time_s": net.cost(collective, nbytes)
                              * (1 + 0.01 * rng.standard_normal())})

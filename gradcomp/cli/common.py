@@ -348,10 +348,9 @@ def dispatch(args) -> int:
         except (OSError, ValueError):  # stdout without a file descriptor (in-process)
             pass
         return BROKEN_PIPE
-    except OSError as exc:
-        if exc.filename is None:
-            raise
-        args.parser.error(f"{exc.filename}: {exc.strerror or exc}")
+    except OSError as exc:  # a full disk, a folder that cannot be written, a missing file
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        args.parser.error(f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print(f"{args.parser.prog}: interrupted (rows already measured are kept; run the same "
               "command again to resume)", file=sys.stderr)

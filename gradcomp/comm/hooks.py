@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..compressors import Compressor, compressor as build_compressor, option_names
-from .agreement import check_agreement, settings
+from .agreement import RankMismatch, check_agreement, explained, settings
 from .auto import AUTO_OPTIONS, AutoState
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket
@@ -33,6 +33,13 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
     if not isinstance(bucket, dist.GradBucket):
         raise RuntimeError(f"gradcomp's hook was called with {type(bucket).__name__} instead of "
                            f"a DDP GradBucket: {PYTHON_REDUCER}")
+    try:
+        return _hook(state, bucket)
+    except RuntimeError as exc:  # a failed collective: say why where another rank knows
+        _raise_explained(exc, state)
+
+
+def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     if not state.agreed:
         check_agreement(settings(state, bucket), state.ranks, bucket.buffer().device)
         state.agreed = True
@@ -51,6 +58,14 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
     if bucket.is_last():
         state.end_iteration(iteration)
     return fut
+
+
+def _raise_explained(exc: RuntimeError, state: HookState):
+    """Raise `exc`, or the `CheckpointMismatch` that made the collective fail."""
+    why = explained(exc, state.ranks)
+    if why is exc or isinstance(exc, RankMismatch):
+        raise exc
+    raise why from exc
 
 
 #: Why DDP's python reducer is refused (README: torch.compile).
@@ -77,7 +92,10 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
         rec.uncompressed = reason
 
     def decode(fut):
-        received = fut.value()  # raises if a collective failed
+        try:
+            received = fut.value()  # raises if a collective failed
+        except RuntimeError as exc:
+            _raise_explained(exc, state)
         _mark(rec, buf.device)
         out = communicator.decode(sent, received)
         _mark(rec, buf.device)

@@ -18,6 +18,11 @@ _ROUND_GROUPS: dict[tuple[int, int], tuple] = {}
 atexit.register(_ROUND_GROUPS.clear)
 
 
+def release_round_groups() -> None:
+    """Let go of the per-bucket groups (before the process group is ended)."""
+    _ROUND_GROUPS.clear()
+
+
 class Ranks:
     """`process_group` (None: the default group) and what the hook asks of it; the size and
     backend are read once, the rank each time (it never changes, and reading it is cheap).

@@ -25,7 +25,13 @@ def pack_bytes(tensors) -> torch.Tensor:
 
 
 def unpack_bytes(buffer: torch.Tensor, like) -> list[torch.Tensor]:
-    """Split a buffer made by `pack_bytes` from tensors shaped like `like` (this rank's)."""
+    """Split a buffer made by `pack_bytes` from tensors shaped like `like` (this rank's),
+    refusing one shorter than they declare."""
+    declared = sum(t.numel() * t.element_size() for t in like)
+    if buffer.numel() < declared:  # (more: padding, as FSDP's all-to-all pieces carry)
+        raise RuntimeError(f"a received gradient payload holds {buffer.numel()} bytes where "
+                           f"{declared} were declared: the ranks are not exchanging the same "
+                           "bucket (did every rank call the same collectives?)")
     out: list[torch.Tensor | None] = [None] * len(like)
     offset = 0
     for i in byte_order(like):

@@ -134,13 +134,30 @@ def _scatter_mean(payloads: list[Payload], ordered: bool | None = None,
             ordered = buf.device.type != "cpu" and len(payloads) > 2
         if not ordered:
             values = torch.cat([p.tensors[0] for p in payloads]).to(buf.dtype)
-            indices = torch.cat([p.tensors[1] for p in payloads])
+            indices = check_indices(torch.cat([p.tensors[1] for p in payloads]), first.numel)
             buf.index_add_(0, indices, values)
         else:
             for p in payloads:
-                buf.index_add_(0, p.tensors[1], p.tensors[0].to(buf.dtype))
+                buf.index_add_(0, check_indices(p.tensors[1], first.numel),
+                               p.tensors[0].to(buf.dtype))
         buf.div_(len(payloads))
     return buf if out is not None else buf.to(first.dtype).reshape(first.shape)
+
+
+def check_indices(indices: torch.Tensor, numel: int) -> torch.Tensor:
+    """`indices`, once checked to lie in 0..numel-1 (a received payload that does not is
+    not a gradient payload of this bucket: its bytes came from another exchange)."""
+    if indices.numel():
+        low, high = torch.aminmax(indices)
+        ok = (low >= 0) & (high < numel)
+        if indices.is_cuda:
+            torch._assert_async(ok, "gradcomp: a received payload's indices are out of range")
+        elif not bool(ok):
+            raise RuntimeError(f"a received sparse payload's indices span {int(low)}.."
+                               f"{int(high)}, outside the bucket's 0..{numel - 1}: it is not "
+                               "a gradient payload of this bucket (did every rank call the "
+                               "same collectives?)")
+    return indices
 
 
 def _subtract_at(corrected: torch.Tensor, positions: torch.Tensor,
@@ -161,7 +178,7 @@ class _SparseGather(Compressor):
     def _decompress(self, payload: Payload) -> torch.Tensor:
         values, indices = payload.tensors
         out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
-        return out.index_add_(0, indices, values)  # adds: padding slots carry zeros
+        return out.index_add_(0, check_indices(indices, payload.numel), values)  # padding: 0s
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         return _scatter_mean(payloads)

@@ -2,6 +2,8 @@
 module of a model (`torch.distributed.fsdp.fully_shard`)."""
 from __future__ import annotations
 
+import weakref
+
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
@@ -14,6 +16,11 @@ from .state import FSDPState
 #: The methods whose chunks travel over the all-to-all: the identity (FP32 as is, for
 #: comparison), 16-bit casts, block quantizers, and the sparsifiers with a fixed k.
 METHODS = ("none", "bf16", "fp16", "int8", "int4", "topk", "randomk")
+
+#: The FSDP modules `register` compressed, each with its state: a second `register` would
+#: orphan the first state (its telemetry and residuals), so it is refused, as DDP refuses a
+#: second comm hook.
+_REGISTERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def fsdp_modules(model) -> list[FSDPModule]:
@@ -58,7 +65,12 @@ def register(model, method: str = "int8", *, error_feedback: bool | None = None,
                          "(across nodes, inside a node) of the 2-level reduce-scatter")
     state = FSDPState(comp, telemetry_limit=telemetry_limit, levels=levels)
     modules = fsdp_modules(model)
+    if any(m in _REGISTERED for m in modules):
+        raise RuntimeError("gradcomp.fsdp.register was already called on this model: it can "
+                           "only be called once per model (like DDP's register_comm_hook); "
+                           "keep the FSDPState the first call returned, or build a new model")
     for index, module in enumerate(modules):
         module.set_force_sum_reduction_for_comms(True)
         module.set_custom_reduce_scatter(CompressedReduceScatter(state, index))
+        _REGISTERED[module] = state
     return state

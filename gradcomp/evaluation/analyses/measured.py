@@ -15,6 +15,7 @@ import math
 import pandas as pd
 
 from ..benches.converge import compressor_options
+from ..common.columns import check_values
 from ..common.units import format_rate
 from ..model.bucketing import DDP
 from ..model.fit import as_costs, fit_collectives, network_from_fit, validate
@@ -103,6 +104,8 @@ def measured_vs_predicted(train: pd.DataFrame, profile, bandwidth=None, latency_
     if missing:
         raise ValueError(f"measured: not a `gradcomp bench train` table (no column(s) "
                          f"{', '.join(sorted(missing))})")
+    check_values(train, "bench train", times=("t_iter_s",), workers=("world_size",),
+                 counts=("params",), positive=("bucket_cap_mb",))
     profile = load_profile(profile)
     settings = train[[c for c in ("model", "batch_size", "autocast") if c in train]]
     if len(settings.drop_duplicates()) > 1:

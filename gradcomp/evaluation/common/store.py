@@ -15,14 +15,23 @@ too) sees clean rows and the sweep measures the lost keys again.
 
 Values are stored as text the way `str` writes them (None and NaN as an empty cell, read back
 as NaN); keys are compared in that form, so 1024 and "1024" are the same key.
+
+Several processes may append to one table (two sweeps with the same `--out`): every append
+holds an exclusive lock (`fcntl.flock`) on the side file ``.<name>.lock`` next to the table,
+so a rewrite (a new column, a quarantine) never drops another writer's row, and a row whose
+key another writer stored meanwhile is not stored twice (`append` warns and returns False).
+A failed write (a full disk) cuts the file back to its rows before the append and raises an
+OSError naming the table.
 """
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import os
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -38,7 +47,7 @@ def write_atomic(path, data: str | bytes) -> Path:
     raw = data.encode() if isinstance(data, str) else bytes(data)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with named(path), os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
@@ -50,6 +59,18 @@ def write_atomic(path, data: str | bytes) -> Path:
         raise
     _fsync_dir(path.parent)
     return path
+
+
+@contextmanager
+def named(path):
+    """Inside, an OSError that names no file (ENOSPC from a write, say) is raised again
+    naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -101,6 +122,11 @@ class ResultTable:
         self._scanned = False  # the whole file was checked for damaged lines by an append
 
     @property
+    def lock(self) -> Path:
+        """The side file whose lock every append holds."""
+        return self.path.with_name(f".{self.path.name}.lock")
+
+    @property
     def quarantine(self) -> Path:
         """The side file that damaged lines are moved to."""
         return self.path.with_name(self.path.name + ".quarantine")
@@ -109,29 +135,62 @@ class ResultTable:
         return f"ResultTable({str(self.path)!r}, {self.key_columns!r})"
 
     # -- writing --------------------------------------------------------------------------
-    def append(self, row: dict) -> None:
-        """Add one measured row and make it durable before returning."""
+    def append(self, row: dict) -> bool:
+        """Add one measured row and make it durable before returning True; False (with a
+        warning) when a row of the same key is on disk already (another writer's)."""
         for k, v in row.items():
             if "\n" in text(v) or "\r" in text(v):
                 raise ValueError(f"{self.path}: column {k!r} holds a line break; a stored "
                                  f"value must be one line")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.parquet:
-            frame = pd.concat([self.frame(), pd.DataFrame([row])], ignore_index=True)
-            buf = io.BytesIO()
-            frame.to_parquet(buf, index=False)
-            write_atomic(self.path, buf.getvalue())
-            return
-        header = self._repair()
-        new = [c for c in row if c not in header]
-        if header and new:
-            header = self._widen(header, new)
-        prefix = "" if header else _line(list(row))
-        header = header or list(row)
-        with open(self.path, "a", newline="") as f:
-            f.write(prefix + _line([text(row.get(c)) for c in header]))
-            f.flush()
-            os.fsync(f.fileno())
+        with self._locked():
+            if self.key_columns and self.key(row) in self.done_keys():
+                warnings.warn(f"{self.path}: a row with key {self.key(row)} is stored already "
+                              "(another run writing to this table measured it); kept that "
+                              "one", stacklevel=2)
+                return False
+            if self.parquet:
+                frame = pd.concat([self.frame(), pd.DataFrame([row])], ignore_index=True)
+                buf = io.BytesIO()
+                frame.to_parquet(buf, index=False)
+                write_atomic(self.path, buf.getvalue())
+                return True
+            header = self._repair()
+            new = [c for c in row if c not in header]
+            if header and new:
+                header = self._widen(header, new)
+            prefix = "" if header else _line(list(row))
+            header = header or list(row)
+            self._write_line(prefix + _line([text(row.get(c)) for c in header]))
+        return True
+
+    @contextmanager
+    def _locked(self):
+        """Hold the exclusive lock of this table (blocking until other writers let go)."""
+        with named(self.lock), open(self.lock, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _write_line(self, line: str) -> None:
+        """Append `line` durably; when that fails (a full disk), cut the file back to what it
+        held before, so that no torn line stays behind."""
+        data = line.encode()
+        with named(self.path):
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    while data:
+                        data = data[os.write(fd, data):]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
 
     def _repair(self) -> list[str]:
         """Move damaged lines to the quarantine (the whole file on this table's first append,

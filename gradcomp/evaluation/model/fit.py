@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ...collectives.costs import ring_factors
+from ..common.columns import check_unique, check_values
 from ..profiles.profiles import load_profile
 from .methods import PerBucket, resolve
 from .network import COLLECTIVES, Network
@@ -149,12 +150,22 @@ def robust_line(label: dict, n, y) -> Fit:
                tuple(int(v) for v in n[~keep]))
 
 
-def fit_codec(table: pd.DataFrame, phases=("encode", "decode")) -> dict[tuple[str, str], Fit]:
+#: What identifies a measurement of a `bench compress` / `bench collective` table.
+CODEC_KEY = ("method", "options", "numel", "dtype", "device", "device_name")
+COLLECTIVE_KEY = ("collective", "nbytes", "world_size", "backend", "device_name")
+
+
+def fit_codec(table: pd.DataFrame, phases=("encode", "decode"),
+              key_columns=CODEC_KEY) -> dict[tuple[str, str], Fit]:
     """{(method, phase): Fit with params a (s), b (s/element)} for "encode", "decode" and any
     further `phases` (columns ``<phase>_s``; such a phase is left out for a method without
     measured values, e.g. "middle" for a one-round method), by `robust_line`. Judge each
-    with `fit_problem` before pricing with it."""
+    with `fit_problem` before pricing with it. Times must be positive (or empty), counts
+    whole, and no measurement (`key_columns`) stored twice (`common.columns`)."""
     _columns(table, ("method", "numel", *(f"{p}_s" for p in phases)), "compress-bench")
+    check_values(table, "compress-bench", counts=("numel",),
+                 optional_times=tuple(f"{p}_s" for p in phases))
+    check_unique(table, "compress-bench", key_columns)
     fits = {}
     for method, rows in table.groupby("method", sort=False):
         for phase in phases:
@@ -224,7 +235,7 @@ def fit_hook_path(table: pd.DataFrame) -> dict[tuple[str, str], Fit]:
     gathered = (table["aggregation"] == "allgather").to_numpy()
     decode = table["decode_s"].to_numpy(float)
     per_payload = np.where(gathered, decode / table["world_size"].to_numpy(float), decode)
-    return fit_codec(table.assign(decode_s=per_payload), ("encode", "decode", "middle"))
+    return fit_codec(table.assign(decode_s=per_payload), ("encode", "decode", "middle"), ())
 
 
 def hook_costs(table: pd.DataFrame, usable_only: bool = False
@@ -271,6 +282,9 @@ def fit_collectives(table: pd.DataFrame, column: str = "time_s") -> dict[str, Fi
     """{collective: Fit with params alpha_s, beta_s_per_byte, bandwidth_bps (= 8/beta)} to the
     times in `column` (the median per size; "time_mean_s": the mean)."""
     _columns(table, ("collective", "world_size", "nbytes", column), "collective-bench")
+    check_values(table, "collective-bench", counts=("nbytes",), workers=("world_size",),
+                 optional_times=(column,))
+    check_unique(table, "collective-bench", COLLECTIVE_KEY)
     fits = {}
     for collective, rows in table.groupby("collective", sort=False):
         if collective not in COLLECTIVES:

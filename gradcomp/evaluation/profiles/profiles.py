@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common.columns import MAX_SECONDS
 from .architectures import Layer, Shape, bert_base_layers, gpt2_layers
 
 DATA = Path(__file__).parent / "profiles_data"
@@ -142,11 +143,47 @@ def from_dict(data: dict) -> Profile:
                if k not in data]
     if missing:
         raise ValueError(f"the profile lacks field(s) {', '.join(missing)}")
+    _check_fields(data)
     return Profile(data["name"], data["numel"], data["ready_s"], data["forward_s"],
                    data["backward_s"], data["optimizer_s"], data.get("dtype_bytes", 4),
                    data.get("shapes"), data.get("vec_add"), data.get("source", ""),
                    data.get("assumptions", ""), data.get("device", ""),
                    data.get("finalize_s", 0.0))
+
+
+def _check_fields(data: dict) -> None:
+    """Times in 0..MAX_SECONDS and whole counts, each error naming the field and the entry (a
+    profile file is the user's: `Profile` itself would truncate 2.5 elements to 2)."""
+    def bad(name: str, index, value, why: str) -> ValueError:
+        entry = "" if index is None else f", entry {index}"
+        return ValueError(f"field {name!r}{entry}: {value!r} is not allowed: {why}")
+
+    def number(name, index, value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad(name, index, value, "give a number")
+        return float(value)
+
+    def whole(name, index, value) -> None:
+        v = number(name, index, value)
+        if not math.isfinite(v) or v != int(v):
+            raise bad(name, index, value, "give a whole number")
+
+    def entries(name):
+        values = data.get(name)
+        if not isinstance(values, list):
+            raise bad(name, None, values, "give a list")
+        return enumerate(values)
+
+    times = [(k, None, data.get(k, 0.0)) for k in ("forward_s", "backward_s", "optimizer_s",
+                                                   "finalize_s")]
+    for name, index, value in times + [("ready_s", i, t) for i, t in entries("ready_s")]:
+        if not 0 <= number(name, index, value) <= MAX_SECONDS:
+            raise bad(name, index, value, f"a time must be in 0..{MAX_SECONDS:g} seconds")
+    for index, n in entries("numel"):
+        whole("numel", index, n)
+    for index, shape in enumerate(data.get("shapes") or []):
+        for d in shape if isinstance(shape, list) else [shape]:
+            whole("shapes", index, d)
 
 
 def save_profile(profile: Profile, path) -> Path:
