@@ -149,3 +149,28 @@ def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path)
             assert ", ".join(map(str, modelled)) == torch_sizes
     finally:
         dist.destroy_process_group()
+
+
+def test_a_compute_slowdown_slows_every_predicted_iteration_by_its_compute():
+    # The committed testbed tables of 2026-11-27: with lambda the profile's forward and
+    # optimizer take lambda times as long, and backward (so every bucket's release) too;
+    # lambda 1 is the prediction as before.
+    from pathlib import Path
+
+    from gradcomp.evaluation.profiles.profiles import load_profile
+    from gradcomp.evaluation.testbed.validate import predict_rate
+
+    out = Path(__file__).parent.parent / "benchmarks/results/testbed-2026-11-27"
+    every = {"train": None, "hook": None, "collective": None}
+    base = predict_rate(out, 1e9, every, "mlp", 64)
+    pd.testing.assert_frame_equal(base, predict_rate(out, 1e9, every, "mlp", 64,
+                                                     compute_slowdown=1.0))
+    slow = predict_rate(out, 1e9, every, "mlp", 64, compute_slowdown=1.5)
+    profile = load_profile(out / "profile-mlp-b64-1gbit.json")
+    fixed = profile.forward_s + profile.optimizer_s
+    grew = (slow["predicted"] - base["predicted"]).dropna()
+    assert len(grew) == 9 and list(slow["measured"]) == list(base["measured"])
+    assert (grew >= 0.5 * fixed - 1e-12).all()
+    assert (grew <= 0.5 * (fixed + profile.backward_s) + 1e-12).all()
+    with pytest.raises(ValueError, match="compute_slowdown"):
+        predict_rate(out, 1e9, every, "mlp", 64, compute_slowdown=0.5)

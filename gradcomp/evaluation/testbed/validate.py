@@ -39,6 +39,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -250,9 +251,12 @@ def concurrent_job(argv=None) -> int:
 
 
 def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str,
-                 batch_size: int, contention: float = 1.0) -> pd.DataFrame:
-    """Predicted against measured for the training rows of `planned` (`planned_keys`) at
-    `rate_bps`, from the collectives, hook-path costs and profile measured for them."""
+                 batch_size: int, contention: float = 1.0,
+                 compute_slowdown: float = 1.0) -> pd.DataFrame:
+    """Predicted against measured for the training rows of `planned` (`planned_keys`; a
+    table's None: all its rows) at `rate_bps`, from the collectives, hook-path costs and
+    profile measured for them; `compute_slowdown`: the network's (`Network.compute_slowdown`,
+    1: the profile's compute as measured)."""
     tag = rate_tag(rate_bps)
     codecs = ResultTable(out / f"hook-{tag}.csv", CODEC_KEYS).frame(planned["hook"])
     costs = hook_costs(codecs) if len(codecs) else {}
@@ -263,7 +267,8 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
     load = conditions_at(out / "conditions.csv", rate_bps)
     rows = []
     for _, run in train.iterrows():
-        network = network_from_fit(fits, int(run["workers"]), rate_bps)
+        network = replace(network_from_fit(fits, int(run["workers"]), rate_bps),
+                          compute_slowdown=compute_slowdown)
         name = "none" if run["method"] == "ddp" else run["method"]
         # bench_train passes bucket_cap_mb to DDP explicitly: torch then gives the first
         # bucket the same cap (its 1 MiB first bucket applies to the default only).
