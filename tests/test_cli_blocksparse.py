@@ -47,7 +47,7 @@ def test_whatif_and_advise_take_the_block_sparse_communicator():
                          "10gbit", "--methods", "topk,topk+blocksparse,randomk+blocksparse",
                          "--json").stdout)
     methods = {r["method"]: r for r in out["ranking"]}
-    assert set(methods) == {"none", "bf16", "fp16", "topk", "topk+blocksparse",
+    assert set(methods) == {"none", "fp16", "topk", "topk+blocksparse",
                             "randomk+blocksparse"}  # the baselines; fp16: a V100 has no bf16
     assert methods["topk+blocksparse"]["aggregation"] == "blocksparse"
 
