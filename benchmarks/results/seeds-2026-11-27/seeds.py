@@ -7,7 +7,7 @@ costs, efficiency and slowdown stated). Prints the markdown of README.md in this
 import itertools
 
 from gradcomp.evaluation.analyses.whatif import scenario
-from gradcomp.evaluation.model.cluster import PRESETS, resolve_cluster
+from gradcomp.evaluation.model.cluster import resolve_cluster
 from gradcomp.evaluation.model.cost_tables import cost_table
 
 
