@@ -101,3 +101,10 @@ def test_a_cluster_of_a100s_has_the_bf16_baseline_and_their_codec_table():
     assert data["costs"] == "a100-40gb" and "**bf16 all-reduce**" in data["verdict"]
     assert "`gpt2` (compute as measured on NVIDIA V100) on 4 x p4d.24xlarge" in data["verdict"]
     assert "bf16" in {r["method"] for r in data["ranking"]}
+
+
+def test_a_cluster_built_from_options_reads_as_nodes_of_gpus():
+    cluster, nodes = resolve_cluster(None, nodes=4, gpus_per_node=8, intra_bandwidth_bps="300GB",
+                                     bandwidth_bps="100gbit", rails=4)
+    assert cluster.describe(nodes).startswith("4 nodes: 32 GPUs, 8 per node at 300 GB/s inside, "
+                                              "4 x 100 Gbit/s NICs per node")

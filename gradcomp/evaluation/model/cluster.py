@@ -90,7 +90,9 @@ class Cluster:
                       f"{nodes} workers (one GPU per node, {nics} each)" if self.name == "flat"
                       else f"{nodes} x {self.name} ({self.gpu or 'one GPU'}, {nics})")
         else:
-            layout = (f"{nodes} x {self.name}: {nodes * g} {self.gpu} GPUs, {g} per node "
+            head = f"{nodes} nodes" if self.name == "flat" else f"{nodes} x {self.name}"
+            gpus = " ".join(filter(None, [str(nodes * g), self.gpu, "GPUs"]))
+            layout = (f"{head}: {gpus}, {g} per node "
                       f"at {self.intra_bandwidth_bps / 8e9:.3g} GB/s inside, {nics} per node "
                       "(two-tier collectives: modelled, not yet validated by measurement)")
         origin = {f: ("fitted" if f in self.measured else
