@@ -4,18 +4,16 @@ import argparse
 import difflib
 import inspect
 import json
-import math
 import os
 import re
 import sys
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 
 from ..checks import check_device, check_number
 from ..evaluation.analyses.whatif import BANDWIDTH, PROFILE, WORKERS, scenario, sweep
-from ..evaluation.common.store import read_table
+from ..evaluation.common.store import read_table, strict_json
 from ..evaluation.common.units import format_rate, parse_rate
 from ..evaluation.model.cluster import PRESETS, resolve_cluster
 from ..evaluation.model.cost_tables import BUILTIN_TABLES, MEASURED, NAMES
@@ -43,22 +41,6 @@ def emit(args, payload, text: str) -> None:
                          default=lambda value: strict_json(float(value))))
     else:
         print(text)
-
-
-def strict_json(value):
-    """`value` as JSON can hold it: a NaN or infinite number as None (null), numpy scalars as
-    Python's, tuples as lists."""
-    if isinstance(value, dict):
-        return {key: strict_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(item) for item in value]
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
 
 
 def table(frame, columns) -> str:

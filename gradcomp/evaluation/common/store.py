@@ -28,12 +28,14 @@ from __future__ import annotations
 import csv
 import fcntl
 import io
+import math
 import os
 import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ...checks import check_file
@@ -336,3 +338,19 @@ def read_table(path, option: str, what: str) -> pd.DataFrame:
                          f"give {what}")
     frame.attrs["source"] = f"{option}={str(path)!r}"  # for the messages of its readers
     return frame
+
+
+def strict_json(value):
+    """`value` as JSON can hold it: a NaN or infinite number as None (null), numpy scalars as
+    Python's, tuples as lists."""
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value

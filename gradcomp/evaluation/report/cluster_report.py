@@ -8,25 +8,17 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..analyses.cluster_fit import (UNCOMPRESSED, apply_fitted, fit_runs_slowdown, fit_tiers,
                                     fitted_fields, measured_on)
-from ..common.store import write_atomic
+from ..common.store import strict_json, write_atomic
 from ..model.cluster import Cluster
 from ..profiles.profiles import Profile, load_profile
 
 CLUSTER_FIT = "cluster_fit.json"
 SLOWDOWN_SOURCE = ("MLSys 2022 (Agarwal et al., \"On the utility of gradient compression in "
                    "distributed training systems\") found 1.04-1.1 against a single GPU")
-
-
-def _plain(value):
-    """`value` for JSON: NaN and infinities as null, numpy numbers as Python's."""
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _tiers_text(tiers: pd.DataFrame) -> list[str]:
@@ -85,11 +77,11 @@ def cluster_section(out: Path, collective: pd.DataFrame, train: pd.DataFrame,
             single = (train["t_iter_single_s"].median() if "t_iter_single_s" in train
                       else math.nan)
             slowdown = {"value": fit.params["compute_slowdown"], "runs": fit.n,
-                        "r2": _plain(fit.r2), "profile": run_profile.name,
-                        "profile_over_single": _plain(measured.t_iter_single / single)}
+                        "r2": strict_json(fit.r2), "profile": run_profile.name,
+                        "profile_over_single": strict_json(measured.t_iter_single / single)}
     fields = fitted_fields(tiers, fit)
     applied, sentence = apply_fitted(cluster, fields, profile, measured_on(train))
-    record = {"tiers": [{k: _plain(v) for k, v in row.items()}
+    record = {"tiers": [{k: strict_json(v) for k, v in row.items()}
                         for row in tiers.to_dict("records")],
               "compute_slowdown": slowdown, "fields": fields, "applied": sentence}
     write_atomic(out / CLUSTER_FIT, json.dumps(record, indent=1, allow_nan=False) + "\n")
