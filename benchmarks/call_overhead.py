@@ -2,7 +2,7 @@
 """Host-side cost of one encode/decode call on a CUDA GPU: Python, argument checks and kernel
 launches, measured on a tensor so small (4096 values) that the device work is negligible.
 
-    PYTHONPATH=. python benchmarks/call_overhead.py
+    PYTHONPATH=. python benchmarks/call_overhead.py [--dry-run]
 
 Prints microseconds per call (median of 5 runs of 300 calls, synchronising only at the end of
 each run) for a bare torch op, a bare Triton launch, the kernel entry points and the compressor
@@ -11,6 +11,7 @@ API, so that the gap between "call" and "GPU" time in the roofline table can be 
 from __future__ import annotations
 
 import os
+import argparse
 import statistics
 import sys
 import time
@@ -23,15 +24,20 @@ import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
 
 
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def per_call_us(fn, calls=300, runs=5):
     fn()
-    torch.cuda.synchronize()
+    sync()
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        sync()
         times.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(times)
 
@@ -48,8 +54,15 @@ def bare_triton():
     return _copy
 
 
-def main() -> int:
-    x = torch.randn(4096, device="cuda")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true",
+                    help="the same calls on the CPU, 3 per run (set TRITON_INTERPRET=1)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available() and not args.dry_run:
+        ap.error("no CUDA device: give --dry-run to run on the CPU")
+    calls = 3 if args.dry_run else 300
+    x = torch.randn(4096, device="cpu" if args.dry_run else "cuda")
     y = torch.empty_like(x)
     copy = bare_triton()
     rows = [("torch x.add_(1)", lambda: x.add_(1.0).sub_(1.0)),
@@ -61,7 +74,7 @@ def main() -> int:
         rows.append((f"{name} decompress", lambda c=c, p=p: c.decompress(p)))
     rows.append(("kernels.int8_encode", lambda: kernels.int8_encode(x)))
     for label, fn in rows:
-        print(f"{label:32s} {per_call_us(fn):8.1f} us/call", flush=True)
+        print(f"{label:32s} {per_call_us(fn, calls):8.1f} us/call", flush=True)
     return 0
 
 

@@ -336,6 +336,9 @@ def run_correctness(big: int, quick: bool, sink: Sink, max_seconds: float):
 
 # -- timing ------------------------------------------------------------------------------------
 def bench(fn, rep_ms):
+    if DEVICE == "cpu":  # --dry-run: wall time of a few calls
+        times = sorted(_wall_ms(fn) for _ in range(5))
+        return times[2], times[1], times[3]
     from triton.testing import do_bench
 
     med, p20, p80 = do_bench(fn, warmup=max(10, rep_ms // 4), rep=rep_ms,
@@ -347,6 +350,8 @@ def gpu_time(fn, iters=20):
     """(ms, kernels) of one call of `fn` on the device alone: the summed durations of the GPU
     kernels, memsets and copies it issues (torch.profiler), averaged over `iters` calls, so
     Python and launch gaps are left out; kernels = 'name:us' of the three longest."""
+    if DEVICE == "cpu":  # --dry-run: the host is the device
+        return sum(_wall_ms(fn) for _ in range(iters)) / iters, "cpu"
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -364,10 +369,22 @@ def gpu_time(fn, iters=20):
     return sum(per_kernel.values()) / iters / 1000, names
 
 
+def _wall_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def free_cache():
+    if DEVICE == "cuda":
+        free_cache()
+
+
 def copy_bandwidth(rep_ms):
-    """Device-to-device copy bandwidth in GB/s (read + write bytes / time), 1 GiB buffers."""
-    nbytes = 1 << 30
-    free = torch.cuda.mem_get_info()[0]
+    """Device-to-device copy bandwidth in GB/s (read + write bytes / time), 1 GiB buffers
+    (16 MiB on the CPU of a dry run)."""
+    nbytes = 1 << 30 if DEVICE == "cuda" else 1 << 24
+    free = torch.cuda.mem_get_info()[0] if DEVICE == "cuda" else 3 * nbytes
     while 3 * nbytes > free and nbytes > (1 << 26):
         nbytes //= 2
     src = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
@@ -431,7 +448,7 @@ def run_timings(n, rep_ms, copy_gbs, sink: Sink):
             sink.add({"case": label, "dtype": dt, "numel": n, "direction": "error",
                       "error": f"{type(exc).__name__}: {exc}"[:300]})
             print(f"  ERROR {label} {dt}: {type(exc).__name__}: {exc}", flush=True)
-        torch.cuda.empty_cache()
+        free_cache()
     return sink.rows
 
 
@@ -475,7 +492,7 @@ def run_ef_timings(n, rep_ms, copy_gbs, sink: Sink):
         except Exception as exc:  # noqa: BLE001 - report and go on
             traceback.print_exc()
             sink.add({"case": label, "numel": n, "error": f"{type(exc).__name__}: {exc}"[:300]})
-        torch.cuda.empty_cache()
+        free_cache()
     return sink.rows
 
 
@@ -559,6 +576,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     ap.add_argument("--no-time", action="store_true", help="skip the timings")
     ap.add_argument("--cases", default="", help="comma-separated case labels (default: all)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="the same steps on the CPU at 4096 values (set TRITON_INTERPRET=1)")
     ap.add_argument("--max-check-seconds", type=float, default=330,
                     help="stop starting new correctness checks after this long (default 330, "
                          "so that checks + timings fit in 10 minutes)")
@@ -572,13 +591,19 @@ def main(argv=None) -> int:
         CASES[:] = [c for c in CASES if c[0] in wanted]
         SPARSE_CASES[:] = [c for c in SPARSE_CASES if c[0] in wanted]
         EF_CASES[:] = [c for c in EF_CASES if c[0] in wanted]
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing to do", file=sys.stderr)
+    global DEVICE
+    if args.dry_run:  # the same steps on the CPU, Triton's interpreter, tiny sizes
+        DEVICE = "cpu"
+        args.numel, args.rep, args.quick = min(args.numel, 4096), 1, True
+        args.max_check_seconds = min(args.max_check_seconds, 20)
+    elif not torch.cuda.is_available():
+        print("no CUDA device: nothing to do (--dry-run runs on the CPU)", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
     import triton
 
-    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    env = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run)",
+           "torch": torch.__version__,
            "triton": triton.__version__, "cuda": torch.version.cuda,
            "python": platform.python_version(), "numel": args.numel,
            "kernels_available": kernels.available(),

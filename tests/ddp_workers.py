@@ -270,11 +270,12 @@ def resume_cases(rank, world_size, out_dir, checkpoints, start=RESUME_AT, save=T
 
 
 def cuda_cases(rank, world_size, out_dir):
-    """Every method on CUDA tensors (NCCL with one GPU per rank, or gloo sharing one GPU)."""
+    """Every method and `auto` on CUDA tensors (NCCL with one GPU per rank, or gloo sharing
+    one GPU)."""
     device = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     return {name: train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
-                        device=device) for name in METHODS}
+                        device=device) for name in HOOKS}
 
 
 def dead_rank_case(rank, world_size, out_dir):

@@ -339,3 +339,21 @@ def bench_case(rank, out_dir):
         return None
     left = set(plan) - table.done_keys()
     return dict(frame=table.frame(), left=left)
+
+
+def cuda_cases(rank, world_size, out_dir):
+    """One backward of the FSDP model on CUDA tensors (NCCL one GPU per rank, or gloo ranks
+    sharing a GPU) with FSDP's own reduce-scatter and with each method: the full gradients,
+    on the CPU."""
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    mesh = init_device_mesh("cuda", (world_size,))
+    x, y = batch(rank)
+    x, y = x.cuda(), y.cuda()
+    out = {}
+    for method in ("fsdp", *MODEL_METHODS):
+        model = build(mesh=mesh)
+        if method != "fsdp":
+            gradcomp.fsdp.register(model, method)
+        nn.functional.cross_entropy(model(x), y).backward()
+        out[method] = [p.grad.full_tensor().float().cpu() for p in model.parameters()]
+    return out

@@ -1,9 +1,9 @@
-"""The hooks on CUDA tensors: NCCL with one rank per GPU, and 2 gloo ranks sharing a GPU (so
+"""The hooks (every method and `auto`) on CUDA tensors: NCCL with one rank per GPU, and 2 gloo ranks sharing a GPU (so
 that a single-GPU machine still checks cross-rank agreement). Skipped without CUDA."""
 import pytest
 import torch
 
-from ddp_workers import METHODS, cuda_cases, spawn
+from ddp_workers import HOOKS, cuda_cases, spawn
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -17,7 +17,7 @@ def runs():
 
 
 @pytest.mark.parametrize("backend", ["nccl", "gloo"])
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", HOOKS)
 def test_every_method_trains_on_cuda(runs, backend, name):
     results = runs[backend]
     first = results[0][name]
