@@ -21,7 +21,8 @@ Steps, most needed first (each a subprocess with its own time limit, the whole r
 7. ``call_overhead``: `call_overhead.py`: host time of one call.
 
 Everything goes to `benchmarks/results/<gpu>-<date>/` (or `--out`): one log per step and
-`steps.json` (command, seconds, exit status of each), rewritten after every step, as is the
+`steps.json` (command, seconds, exit status of each; the commit from `GRADCOMP_COMMIT` where
+the checkout has no git), rewritten after every step, as is the
 `--archive` (a .tar.gz of the folder), so a run cut short keeps what it measured. `--dry-run`
 runs the same steps on the CPU at tiny sizes with Triton's interpreter (the tests: collected,
 not run), so the script is known to work before a GPU is lent; the test suite runs it.
@@ -107,7 +108,7 @@ def environment(dry: bool) -> dict:
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "python": platform.python_version(), "machine": platform.machine(),
            "date": time.strftime("%Y-%m-%d"), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "commit": _git("rev-parse", "--short", "HEAD"),
+           "commit": os.environ.get("GRADCOMP_COMMIT") or _git("rev-parse", "--short", "HEAD"),
            "uncommitted": bool(_git("status", "--porcelain", "--untracked-files=no"))}
     try:
         import triton
