@@ -142,8 +142,9 @@ def _kernels(bits: int):
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """`bitpack.pack` with CuPy: a CUDA uint8 tensor of codes (< 2**bits; higher bits are
-    ignored, as in the reference) into ``(len * bits + 7) // 8`` bytes, MSB first."""
+    """`bitpack.pack` with CuPy: a CUDA uint8 tensor of codes (< 2**bits, as the reference
+    takes them; higher bits are ignored here) into ``(len * bits + 7) // 8`` bytes, MSB
+    first."""
     bits = _check_bits(bits)
     cupy = _cupy(codes, "codes")
     if codes.dtype != torch.uint8:

@@ -377,7 +377,7 @@ def _wall_ms(fn) -> float:
 
 def free_cache():
     if DEVICE == "cuda":
-        free_cache()
+        torch.cuda.empty_cache()
 
 
 def copy_bandwidth(rep_ms):

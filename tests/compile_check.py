@@ -64,6 +64,15 @@ def configs(quick: bool = False):
                                 K.quant_decode_kernel, sig,
                                 dict(METHOD=method, BS=bs, BLOCK=2048, BITS=bits, LEVELS=levels,
                                      INV=rcp, RECIP=recip, MANUAL_BF16=False)))
+                    if dt == "fp32":  # the mean of W payloads: float32 buckets only
+                        sig = {"packed_ptr": "*u8", "stats_ptr": "*fp32", "out_ptr": "*fp32",
+                               "n": "i32", "nblocks": "i32", "nbytes": "i32",
+                               "packed_stride": "i64", "stats_stride": "i64"}
+                        out.append((f"decode-mean {label} bs={bs} recip={recip}",
+                                    K.quant_decode_mean_kernel, sig,
+                                    dict(W=8, METHOD=method, BS=bs, BLOCK=2048, BITS=bits,
+                                         LEVELS=levels, INV=rcp, RECIP=recip,
+                                         W_INV=inv(8))))
         for mode in (KT.P_ABSMAX, KT.P_MINMAX, KT.P_ABSSUM, KT.P_ONEBIT, KT.P_SUMSQ):
             sig = {"x_ptr": f"*{dt}", "part_ptr": "*fp32", "aux_ptr": "*fp32", "n": "i32",
                    "BS": "i32", "nblocks": "i32", "CPB": "i32"}
@@ -106,7 +115,7 @@ def configs(quick: bool = False):
 
 SMOKE = ("rows int4-absmax bs=256 fp32 stoch=True", "elem qsgd bs=0 fp32 stoch=False",
          "decode int4-minmax", "sign rows method=2", "sign elem stats=3",
-         "natural encode", "pack bits=5")
+         "natural encode", "pack bits=5", "decode-mean int4-minmax")
 
 
 def compile_all(arch: int = 90, quick: bool = False, verbose: bool = True,

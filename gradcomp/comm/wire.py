@@ -32,12 +32,20 @@ def unpack_bytes(buffer: torch.Tensor, like) -> list[torch.Tensor]:
         raise RuntimeError(f"a received gradient payload holds {buffer.numel()} bytes where "
                            f"{declared} were declared: the ranks are not exchanging the same "
                            "bucket (did every rank call the same collectives?)")
-    out: list[torch.Tensor | None] = [None] * len(like)
+    out = []
+    for t, offset in zip(like, offsets(like)):
+        nbytes = t.numel() * t.element_size()
+        out.append(buffer[offset : offset + nbytes].view(t.dtype).view(t.shape))
+    return out
+
+
+def offsets(tensors) -> list[int]:
+    """The byte offset of each of `tensors` inside the buffer `pack_bytes` makes of them."""
+    out = [0] * len(tensors)
     offset = 0
-    for i in byte_order(like):
-        nbytes = like[i].numel() * like[i].element_size()
-        out[i] = buffer[offset : offset + nbytes].view(like[i].dtype).view(like[i].shape)
-        offset += nbytes
+    for i in byte_order(tensors):
+        out[i] = offset
+        offset += tensors[i].numel() * tensors[i].element_size()
     return out
 
 

@@ -121,6 +121,14 @@ class Compressor:
         tensor allocated per call)."""
         return out.copy_(self.aggregate(payloads).reshape(-1))
 
+    def aggregate_rows(self, rows: torch.Tensor, offsets: list[int], mine: Payload,
+                       out: torch.Tensor) -> torch.Tensor | None:
+        """`aggregate_into` of the payloads held one per row of `rows` (uint8, every row laid
+        out as this rank's payload `mine`, its tensors at byte `offsets`), in one pass over
+        them where the method has a kernel for it; None where it has not (the caller then
+        splits the rows into payloads)."""
+        return None
+
     def left_over(self, corrected: torch.Tensor, payload: Payload) -> torch.Tensor:
         """``corrected - decompress(payload)``, what error feedback keeps of `corrected` (a
         contiguous float32/64 tensor that `payload` was compressed from, which a subclass may

@@ -93,6 +93,9 @@ class ErrorFeedback(Compressor):
     def aggregate_into(self, payloads: list[Payload], out: torch.Tensor) -> torch.Tensor:
         return self.inner.aggregate_into(payloads, out)
 
+    def aggregate_rows(self, rows, offsets, mine, out):
+        return self.inner.aggregate_rows(rows, offsets, mine, out)
+
     def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
         return self.inner.wire_nbytes(numel, dtype)
 

@@ -154,6 +154,19 @@ class QSGD(FusedErrorFeedback, Compressor):
         out = torch.where((codes >> (self.bits - 1)).view(torch.bool), -mag, mag)
         return _unblock(out, n)
 
+    def aggregate_rows(self, rows, offsets, mine, out):
+        if not _rows_fusable(rows, mine, out):
+            return None
+        return kernels.qsgd_decode_mean(rows, offsets, mine.numel, self.levels, self.block_size,
+                                        out)
+
+
+def _rows_fusable(rows, mine, out) -> bool:
+    """Whether `aggregate_rows` takes the one-launch kernel: float32 payloads that the kernels
+    decode (CUDA), averaged into a contiguous float32 `out`."""
+    return (mine.dtype == torch.float32 and out.dtype == torch.float32 and out.is_contiguous()
+            and kernels.supports_decode(rows, mine.dtype, mine.numel))
+
 
 # -- int8 / int4 ---------------------------------------------------------------------------
 class _BlockInt(FusedErrorFeedback, Compressor):
@@ -244,6 +257,12 @@ class _BlockInt(FusedErrorFeedback, Compressor):
             out = q.mul_(self._step(lo32, hi32, work)[:, None]).add_(lo32.to(work)[:, None])
         return _unblock(out, n)
 
+    def aggregate_rows(self, rows, offsets, mine, out):
+        if not _rows_fusable(rows, mine, out):
+            return None
+        return kernels.int_decode_mean(rows, offsets, mine.numel, self.bits, self.block_size,
+                                       self.scheme, out)
+
 
 @register
 class Int8(_BlockInt):
@@ -321,6 +340,11 @@ class TernGrad(FusedErrorFeedback, Compressor):
             return kernels.terngrad_decode(packed, s, n, self.block_size, payload.dtype)
         t = _blocks(bitpack.unpack(packed, n, self.bits), self._bs(n)).to(work).sub_(1)
         return _unblock(t.mul_(s.to(work)[:, None]), n)
+
+    def aggregate_rows(self, rows, offsets, mine, out):
+        if not _rows_fusable(rows, mine, out):
+            return None
+        return kernels.terngrad_decode_mean(rows, offsets, mine.numel, self.block_size, out)
 
 
 # -- natural compression -------------------------------------------------------------------

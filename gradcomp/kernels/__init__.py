@@ -71,6 +71,7 @@ from .launch import MAX_NUMEL, SUPPORTED_DTYPES, interpreting
 _OPS = {name: "quantize" for name in (
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
     "qsgd_encode", "qsgd_decode", "terngrad_encode", "terngrad_decode",
+    "int_decode_mean", "qsgd_decode_mean", "terngrad_decode_mean",
     "natural_encode", "natural_decode",
     "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef")}
 _OPS.update({name: "sign" for name in (

@@ -107,6 +107,30 @@ def _quant_decode(packed, stats, numel, method, bits, block_size, levels, invers
     return out
 
 
+def _quant_decode_mean(rows, at, numel, method, bits, block_size, levels, inverse, out):
+    """The float32 mean of the payloads held one per row of `rows` (uint8; in each row the
+    codes start at byte at[0] and the float32 statistics at byte at[1]), written into `out`
+    (float32, `numel` values): bit for bit the decode of each, summed in row order and divided
+    by the number of rows, in one launch."""
+    if (rows.dim() != 2 or rows.stride(1) != 1 or rows.stride(0) % 4 or at[1] % 4
+            or rows.storage_offset() % 4):
+        raise ValueError("rows must be a 2-D uint8 tensor of 4-byte aligned rows and at[1] a "
+                         "multiple of 4")
+    if out.dtype != _F32 or not out.is_contiguous() or out.numel() != numel:
+        raise ValueError(f"out must be a contiguous float32 tensor of {numel} values")
+    if numel == 0:
+        return out
+    nblocks, _ = layout(numel, block_size)
+    stats = rows.view(_F32)
+    block = dec_block()
+    world = rows.shape[0]
+    launch(K.quant_decode_mean_kernel, (cdiv(numel, block),), rows[:, at[0]:],
+           stats[:, at[1] // 4:], out, numel, nblocks, (numel * bits + 7) // 8, rows.stride(0),
+           stats.stride(0), W=world, METHOD=method, BS=block_size, BLOCK=block, BITS=bits,
+           LEVELS=levels, INV=inverse, RECIP=_recip(rows), W_INV=inv(world))
+    return out
+
+
 def _amax(flat, length, nblocks, res=None):
     return partials(flat, P_ABSMAX, length, nblocks, res=res)[..., 0].amax(dim=1)
 
@@ -165,6 +189,24 @@ def int_decode(packed: torch.Tensor, scales: torch.Tensor, numel: int, bits: int
                          inv(0.5 * top), dtype)
 
 
+def int_decode_mean(rows, at, numel, bits, block_size=256, scheme="absmax", out=None):
+    """The mean of `int_decode` of the payloads held one per row of `rows` (see
+    `_quant_decode_mean`), float32, in one launch."""
+    block_size = check_block_size(block_size)
+    out = _mean_out(rows, numel, out)
+    if scheme == "absmax":
+        qmax = (1 << (bits - 1)) - 1
+        return _quant_decode_mean(rows, at, numel, K.ABSMAX, bits, block_size, qmax, inv(qmax),
+                                  out)
+    top = (1 << bits) - 1
+    return _quant_decode_mean(rows, at, numel, K.MINMAX, bits, block_size, top, inv(0.5 * top),
+                              out)
+
+
+def _mean_out(rows, numel, out):
+    return torch.empty(numel, dtype=_F32, device=rows.device) if out is None else out
+
+
 def int8_encode(x, block_size=256, scheme="absmax", stochastic=False, seed=0):
     return int_encode(x, 8, block_size, scheme, stochastic, seed)
 
@@ -221,6 +263,13 @@ def qsgd_decode(packed, norms, numel, levels=15, block_size=512, dtype=_F32):
                          inv(levels), dtype)
 
 
+def qsgd_decode_mean(rows, at, numel, levels=15, block_size=512, out=None):
+    """The mean of `qsgd_decode` of the payloads held one per row of `rows`, in one launch."""
+    return _quant_decode_mean(rows, at, numel, K.QSGD, _qsgd_bits(levels),
+                              check_block_size(block_size), levels, inv(levels),
+                              _mean_out(rows, numel, out))
+
+
 def terngrad_encode(x: torch.Tensor, block_size: int = 0, seed=0):
     """TernGrad as `compressor("terngrad")`: (packed 2-bit codes, float32 max|x| per block;
     block_size 0 = the whole tensor). Always stochastic."""
@@ -238,6 +287,14 @@ def terngrad_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, block_siz
 def terngrad_decode(packed, scales, numel, block_size=0, dtype=_F32):
     return _quant_decode(packed, scales, numel, K.TERN, 2,
                          check_block_size(block_size, allow_zero=True), 1, 1.0, dtype)
+
+
+def terngrad_decode_mean(rows, at, numel, block_size=0, out=None):
+    """The mean of `terngrad_decode` of the payloads held one per row of `rows`, in one
+    launch."""
+    return _quant_decode_mean(rows, at, numel, K.TERN, 2,
+                              check_block_size(block_size, allow_zero=True), 1, 1.0,
+                              _mean_out(rows, numel, out))
 
 
 # -- natural compression ---------------------------------------------------------------------

@@ -3,8 +3,8 @@ on this device, without the network. The method's own communicator
 (`gradcomp.comm.communicators.build`, as the hook builds it) encodes a bucket as the hook
 does (compression with error feedback, the division by the world size, packing for an
 all-gather, PowerSGD's P = M Q on the tensors' own matrices), then decodes what the exchange
-would deliver: for an all-gather `world_size` payloads (this rank's, copied; the aggregation
-decodes and combines them all), for an all-reduce the summed wire tensors (this rank's), and
+would deliver: for an all-gather `world_size` payloads (this rank's, copied into the
+communicator's receive buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire tensors (this rank's), and
 writes the average back into the bucket. PowerSGD's work between its rounds (orthogonalise
 P, Q = M^T P) is timed on its own (``middle_s``). `compress` prices one compress and one
 decompress of a flat tensor; this prices what the hook really does per bucket.
@@ -175,8 +175,11 @@ def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> di
         plain, first = sent.wire
         middle_s, second = timed(comp.next_round, sent.context, first.clone())
         received = [plain.clone(), second.clone()]
-    elif isinstance(communicator, AllGather):
-        received = [sent.wire[0].clone() for _ in range(world_size)]
+    elif isinstance(communicator, AllGather):  # into the hook's own receive buffers
+        received = communicator.receive_buffers(bucket.index, sent.wire[0].numel(),
+                                                sent.wire[0].device)
+        for buffer in received:
+            buffer.copy_(sent.wire[0])
     else:
         received = [t.clone() for t in sent.wire]
     decode_s, _ = timed(communicator.decode, sent, received)

@@ -231,13 +231,10 @@ def quant_elem_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbytes
 
 
 @triton.jit
-def quant_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes,
-                        METHOD: tl.constexpr, BS: tl.constexpr, BLOCK: tl.constexpr,
-                        BITS: tl.constexpr, LEVELS: tl.constexpr, INV: tl.constexpr,
-                        RECIP: tl.constexpr, MANUAL_BF16: tl.constexpr):
-    pid = tl.program_id(0)
-    e = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = e < n
+def _decoded(packed_ptr, stats_ptr, e, mask, nblocks, nbytes, METHOD: tl.constexpr,
+             BS: tl.constexpr, BITS: tl.constexpr, LEVELS: tl.constexpr, INV: tl.constexpr,
+             RECIP: tl.constexpr):
+    """The float32 values of elements `e` of one payload (codes, then block statistics)."""
     c = load_codes(packed_ptr, e, mask, nbytes, BITS)
     if BS == 0:  # one block: scalar statistics
         st0 = tl.load(stats_ptr)
@@ -249,8 +246,41 @@ def quant_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes,
             st1 = tl.load(stats_ptr + nblocks + blk, mask=mask, other=0.0)
         else:
             st1 = 0.0
-    out = _quant_value(c, st0, st1, METHOD, BITS, LEVELS, INV, RECIP)
+    return _quant_value(c, st0, st1, METHOD, BITS, LEVELS, INV, RECIP)
+
+
+@triton.jit
+def quant_decode_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes,
+                        METHOD: tl.constexpr, BS: tl.constexpr, BLOCK: tl.constexpr,
+                        BITS: tl.constexpr, LEVELS: tl.constexpr, INV: tl.constexpr,
+                        RECIP: tl.constexpr, MANUAL_BF16: tl.constexpr):
+    pid = tl.program_id(0)
+    e = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = e < n
+    out = _decoded(packed_ptr, stats_ptr, e, mask, nblocks, nbytes, METHOD, BS, BITS, LEVELS,
+                   INV, RECIP)
     tl.store(out_ptr + e, to_out(out, out_ptr, MANUAL_BF16), mask=mask)
+
+
+@triton.jit
+def quant_decode_mean_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes, packed_stride,
+                             stats_stride, W: tl.constexpr, METHOD: tl.constexpr,
+                             BS: tl.constexpr, BLOCK: tl.constexpr, BITS: tl.constexpr,
+                             LEVELS: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr,
+                             W_INV: tl.constexpr):
+    """The float32 mean of W payloads (payload w: codes at packed_ptr + w * packed_stride,
+    statistics at stats_ptr + w * stats_stride): summed in payload order starting from payload
+    0's values, then divided by W, as `Compressor.aggregate` does with torch ops."""
+    pid = tl.program_id(0)
+    e = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = e < n
+    acc = _decoded(packed_ptr, stats_ptr, e, mask, nblocks, nbytes, METHOD, BS, BITS, LEVELS,
+                   INV, RECIP)
+    for w in range(1, W):
+        row = tl.full([1], w, tl.int64)
+        acc += _decoded(packed_ptr + row * packed_stride, stats_ptr + row * stats_stride, e,
+                        mask, nblocks, nbytes, METHOD, BS, BITS, LEVELS, INV, RECIP)
+    tl.store(out_ptr + e, _div_scalar(acc, W, W_INV, RECIP), mask=mask)
 
 
 # -- natural compression ---------------------------------------------------------------------
