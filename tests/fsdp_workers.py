@@ -343,8 +343,9 @@ def bench_case(rank, out_dir):
 
 def cuda_cases(rank, world_size, out_dir):
     """One backward of the FSDP model on CUDA tensors (NCCL one GPU per rank, or gloo ranks
-    sharing a GPU) with FSDP's own reduce-scatter and with each method: the full gradients,
-    on the CPU."""
+    sharing a GPU) with FSDP's own reduce-scatter and with each method: each rank's shards of
+    the gradients, on the CPU (`full_tensor()` segfaulted in spawned ranks under torch
+    2.11 on an H200, inside DTensor's all-gather; benchmarks/results/h200-2026-11-27-run2)."""
     torch.cuda.set_device(rank % torch.cuda.device_count())
     mesh = init_device_mesh("cuda", (world_size,))
     x, y = batch(rank)
@@ -355,5 +356,5 @@ def cuda_cases(rank, world_size, out_dir):
         if method != "fsdp":
             gradcomp.fsdp.register(model, method)
         nn.functional.cross_entropy(model(x), y).backward()
-        out[method] = [p.grad.full_tensor().float().cpu() for p in model.parameters()]
+        out[method] = [p.grad.to_local().float().cpu() for p in model.parameters()]
     return out
