@@ -225,8 +225,8 @@ def costs_option(p, measured: bool = False) -> None:
     names = [n for n in NAMES if measured or n != MEASURED]
     p.add_argument("--costs", type=costs_value, help=f"codec costs: {', '.join(names)} (built-in: "
                    f"{', '.join(BUILTIN_TABLES)}, measured on that GPU) or a `gradcomp bench "
-                   "compress` CSV; default: the table of the profile's device (h100 for a GPU "
-                   "profile" + (", this run's measurements for a profile measured here"
+                   "compress` CSV; default: the table of the profile's GPU kind (measured, or "
+                   f"scaled from {BUILTIN_TABLES[0]}) for a GPU profile" + (", this run's measurements for a profile measured here"
                                 if measured else "") + ")")
 
 

@@ -1,13 +1,16 @@
 """Codec-cost tables by name: where a method's encode / decode costs come from, measured on
 which device, and which of its fits are good enough to price with.
 
-* ``h100`` (built in, `codec_data/`): `gradcomp bench compress` on an NVIDIA H100 of
-  2026-11-22, every method with its default options at 2^10-2^26 elements; its provenance
-  (file, date, commit, and the methods whose kernels changed since) travels with it;
-* ``v100``, ``a100-40gb``, ``a100-80gb`` (`GPUS`, never measured): the measured table of the
-  nearest memory bandwidth scaled to the GPU's published bandwidth: each per-element cost b
-  times (measured GPU's bandwidth / this GPU's), the launch-bound constants a as measured.
-  Every verdict names them "scaled from <GPU>" (`CostTable.label`, `hardware_note`);
+* ``h200`` (built in, `codec_data/`): `gradcomp bench compress` on an NVIDIA H200 of
+  2026-11-27 (the current kernels), every method with its default options at 2^10-2^26
+  elements; its provenance (file, date, commit, and the methods whose kernels changed since,
+  if any) travels with it;
+* ``h100``, ``v100``, ``a100-40gb``, ``a100-80gb`` (`GPUS`, not measured at the current
+  kernels): the measured table of the nearest memory bandwidth scaled to the GPU's published
+  bandwidth: each per-element cost b times (measured GPU's bandwidth / this GPU's), the
+  launch-bound constants a as measured. Every verdict names them "scaled from <GPU>"
+  (`CostTable.label`, `hardware_note`). (An H100 table of 2026-11-22 measured the kernels
+  before 2026-11-23's; it stays in benchmarks/results/h100-2026-11-22.);
 * ``measured``: the compress bench of a results folder (this machine), given by the caller;
 * ``assumed``: the stated memory-bound floors of `methods.assumed_costs` (V100-like, never
   measured: a what-if, never the default);
@@ -34,7 +37,7 @@ from ...compressors import compressor
 from .methods import PerBucket, variant_label
 
 DATA = Path(__file__).parent / "codec_data"
-BUILTIN_TABLES = ("h100",)  # measured: `codec_data/<name>.csv`
+BUILTIN_TABLES = ("h200",)  # measured: `codec_data/<name>.csv`
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ GPUS = (  # peak memory bandwidths from NVIDIA's datasheets
         "NVIDIA A100 Tensor Core GPU datasheet (2021): 1,555 GB/s, A100 40GB"),
     GPU("h100", ("H100",), ("PCIE", "NVL"), 3.35e12,
         "NVIDIA H100 Tensor Core GPU datasheet (2023): 3.35 TB/s, H100 SXM"),
+    GPU("h200", ("H200",), (), 4.8e12,
+        "NVIDIA H200 Tensor Core GPU datasheet (2024): 4.8 TB/s"),
 )
 SCALED_TABLES = tuple(g.name for g in GPUS if g.name not in BUILTIN_TABLES)
 MEASURED, ASSUMED = "measured", "assumed"
@@ -155,6 +160,8 @@ def builtin_table(name: str) -> CostTable:
     table = measured_table(frame, name, (
         f"`gradcomp bench compress` on {meta['device']}, {meta['date']} (commit "
         f"{meta['commit']}, `{meta['file']}`): {meta['how']}"))
+    if not meta["changed_since"]:
+        return table
     notes = [f"Kernels changed since this table was measured: "
              f"{', '.join(meta['changed_since'])}. {meta['changes']}"]
     n = meta["final_call_numel"]
@@ -233,8 +240,8 @@ def is_gpu(device: str) -> bool:
 
 def default_costs(device: str, measured: bool) -> str:
     """The table a question about a profile measured on `device` is priced with: its GPU
-    kind's (`GPUS`: measured, or scaled from the nearest measured one), `h100` for a GPU of
-    no known kind, this machine's `measured` costs for a CPU profile when there are some;
+    kind's (`GPUS`: measured, or scaled from the nearest measured one), the measured table
+    (`h200`) for a GPU of no known kind, this machine's `measured` costs for a CPU profile when there are some;
     else a ValueError asking for --costs."""
     if is_gpu(device):
         kind = gpu_kind(device)
