@@ -4,6 +4,7 @@ import copy
 import os
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp.comm
@@ -58,7 +59,8 @@ def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None
 def cases(rank, world_size, out_dir):
     """Every method hierarchical, saved at RESUME_AT and resumed in a fresh DDP model and hook
     (the bucket rebuild included); plain DDP; intra="bf16"; one node of 4 and 4 nodes of 1;
-    a resume through save_state / load_state; then the options that must be refused."""
+    steps that wait instead of chaining; a resume through save_state / load_state; then the
+    options that must be refused."""
     res = {"ddp": train(rank)}
     for name in HOOKS:
         options = {**OPTIONS.get(name, {}), **TIERS}
@@ -71,6 +73,10 @@ def cases(rank, world_size, out_dir):
     for per_node in (1, 4):
         res[f"topk_nodes_of_{per_node}"] = train(
             rank, "topk", dict(OPTIONS["topk"], hierarchical=True, gpus_per_node=per_node))
+    everyone = dist.new_group(backend="gloo")  # a group of the user's: the steps wait
+    for name in ("topk", "powersgd"):
+        res[f"{name}_waiting"] = train(rank, name, dict(OPTIONS[name], process_group=everyone,
+                                                        **TIERS))
     options = {**OPTIONS["topk"], **TIERS}
     run = train(rank, "topk", options, save_at=RESUME_AT, all_ranks=True)
     res["topk_save_state"] = {"params": run["params"], "resumed": train(

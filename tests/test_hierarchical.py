@@ -57,7 +57,8 @@ def test_none_is_ddps_average_up_to_the_order_of_additions(runs):
     assert agree(runs, "none_bf16")
     torch.testing.assert_close(ours["params"], runs[0]["ddp"]["params"], rtol=0.05, atol=0.02)
     assert all(r["intra_bytes"] == 2 * (NODE - 1) * r["numel"] * 2 for r in ours["rows"])
-    assert agree(runs, "topk_bf16") and runs[0]["topk_bf16"]["after"] < runs[0]["topk_bf16"]["before"]
+    topk = runs[0]["topk_bf16"]
+    assert agree(runs, "topk_bf16") and topk["after"] < topk["before"]
 
 
 @pytest.mark.slow
@@ -76,6 +77,15 @@ def test_nodes_of_one_and_one_node_of_four(runs, per_node):
     assert agree(runs, key) and run["after"] < run["before"]
     rows = [r for r in run["rows"] if r["iteration"] >= 1]
     assert {r["numel"] for r in rows} == {-(-n // per_node) for n in (1008, 2401)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["topk", "powersgd"])
+def test_steps_that_wait_give_what_chained_steps_give(runs, name):
+    """On a process group of the user's the steps run one after another in the hook's call
+    (as on NCCL); on gloo's default group they chain on futures: the same result."""
+    for rank in range(WORLD):
+        assert torch.equal(runs[rank][f"{name}_waiting"]["params"], runs[rank][name]["params"])
 
 
 @pytest.mark.slow

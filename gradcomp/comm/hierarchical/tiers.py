@@ -5,16 +5,16 @@
              on the other nodes (the flat hook's encode -> exchange -> decode, on the shard)
     gather   inside the node: all-gather of the averaged shards into the bucket
 
-Collectives must be issued in the same order on every rank of a group. On gloo with CPU
-tensors each bucket's three steps chain on futures without waiting, on gloo groups of the
-bucket's own (a node group and an across group per bucket index, created at its first call,
-in bucket order, and kept for the process like `Ranks.round_group`'s), so a step issued from
-another bucket's callback never interleaves with this bucket's. The encodes still run one
-after another in bucket order (each waits for the previous bucket's): compressors draw random
-numbers from one generator for all buckets, and ranks that drew in another order would
-disagree. Elsewhere (NCCL, CUDA tensors) the steps run on the node groups created at
-registration, one after another in the hook's call, each waiting for the last (on NCCL a
-stream wait that does not block the CPU).
+Collectives must be issued in the same order on every rank of a group. On gloo's default
+group with CPU tensors each bucket's three steps chain on futures without waiting, on gloo
+groups of the bucket's own (a node group and an across group per bucket index, created at its
+first call, in bucket order, and kept for the process like `Ranks.round_group`'s), so a step
+issued from another bucket's callback never interleaves with this bucket's. The encodes still
+run one after another in bucket order (each waits for the previous bucket's): compressors draw
+random numbers from one generator for all buckets, and ranks that drew in another order would
+disagree. Elsewhere (NCCL, CUDA tensors, a process group of the user's) the steps run on the
+node groups created at registration, one after another in the hook's call, each waiting for
+the last (on NCCL a stream wait that does not block the CPU).
 """
 from __future__ import annotations
 
@@ -76,8 +76,9 @@ class TwoTiers:
         self._encoded = _done(None)  # the last bucket's encode (chained: in bucket order)
 
     def chained(self, device: torch.device) -> bool:
-        """Whether a bucket's steps chain on its own groups (gloo, CPU tensors)."""
-        return self.ranks.world_size > 1 and self.ranks.backend == "gloo" and device.type == "cpu"
+        """Whether a bucket's steps chain on its own groups: gloo on the default group, CPU
+        tensors (where the flat hook chains its rounds, `Ranks.can_chain`)."""
+        return self.ranks.can_chain(device)
 
     def bound(self, communicator: Communicator, across: Ranks, index: int) -> Communicator:
         """`communicator` moving bucket `index`'s payloads over its own `across` group: a
