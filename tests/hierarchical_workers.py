@@ -117,7 +117,20 @@ def refused(rank, flat_checkpoint):
     errors["torchrun_node_size"] = with_env(
         {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": str(rank % 2)},
         lambda: error_of(lambda: train(rank, "topk", dict(hierarchical=True), steps=2)))
+    # random-k's generator advanced on some ranks before the first call: fine where the ranks
+    # of a local rank (they exchange one shard) still agree, refused where they do not
+    errors["random_state_of_local_rank_1"] = error_of(lambda: drawn_ahead(rank, {1, 3}))
+    errors["random_state_of_one_rank"] = error_of(lambda: drawn_ahead(rank, {2}))
     return errors
+
+
+def drawn_ahead(rank, ranks):
+    ddp = DDP(make_model(), bucket_cap_mb=0.004)
+    state = gradcomp.comm.register(ddp, "randomk", ratio=0.1, **TIERS)
+    if rank in ranks:
+        state.compressor.compress(torch.ones(10), key=0)
+    x, y, _ = data(rank)
+    ((ddp(x[:8]) - y[:8]) ** 2).mean().backward()
 
 
 def with_env(values: dict, run):

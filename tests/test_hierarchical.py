@@ -107,6 +107,16 @@ def test_bad_options_are_refused_on_every_rank_alike(runs, case, kind, words):
 
 
 @pytest.mark.slow
+def test_shared_random_state_is_compared_among_the_ranks_of_a_shard(runs):
+    assert all(runs[r]["errors"]["random_state_of_local_rank_1"] is None for r in range(WORLD))
+    errors = [runs[r]["errors"]["random_state_of_one_rank"] for r in range(WORLD)]
+    assert errors[0] is not None and all(e == errors[0] for e in errors), errors
+    kind, message = errors[0]
+    assert kind == "RankMismatch" and "among the ranks that exchange across nodes" in message
+    assert "rank 0 " in message and "rank 2 " in message and "rank 1 " not in message
+
+
+@pytest.mark.slow
 def test_the_node_size_comes_from_torchrun(runs):
     assert all(runs[r]["errors"]["torchrun_node_size"] is None for r in range(WORLD))
 
