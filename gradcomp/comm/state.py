@@ -223,8 +223,9 @@ class HookState:
         self.buckets.resume_from(state["layout"])
 
     def __getstate__(self):
-        """Picklable like torch's hook states: the process group, communicators and telemetry
-        stay behind (a pickled state runs on the default group)."""
+        """Picklable like torch's hook states: the process group, tiers, communicators and
+        telemetry stay behind (a pickled state runs on the default group; a hierarchical one
+        builds its tiers again when unpickled, a collective: on every rank)."""
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("ranks", "tiers", "compressed", "dense", "telemetry")}
 
