@@ -10,7 +10,9 @@ Every bucket takes the same path: the state picks its communicator (the method's
 uncompressed all-reduce before `start_iter` and where compression does not pay), which
 encodes the flat gradient buffer, exchanges it (a Future: all-reduce, all-gather, the
 block-sparse all-reduce, or PowerSGD's two rounds) and decodes the average back into the
-buffer. Work is chained on futures; nothing waits inside a future callback. The first call in
+buffer. With `hierarchical=True` a bucket takes that path on this rank's shard, between a
+reduce-scatter and an all-gather inside its node (`gradcomp.comm.hierarchical`). Work is
+chained on futures; nothing waits inside a future callback. The first call in
 a process, and the first after a resume, first checks that every rank runs the same hook
 (`agreement`).
 """
