@@ -3,6 +3,7 @@ saves, per rank, what the parent compares: DiLoCo against the algorithms written
 here (Douillard et al. 2023, Algorithm 1; Streaming DiLoCo 2025 on torchft's schedule) and
 against DDP, resume, telemetry and the rank agreement."""
 import copy
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -11,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_workers import data, make_model
 from gradcomp.comm import RankMismatch
-from gradcomp.diloco import DiLoCo
+from gradcomp.diloco import DiLoCo, split
 
 BATCH = 16
 
@@ -152,6 +153,53 @@ def mismatch(rank, **options):
     return None
 
 
+def as_module(params):
+    """A module holding `params` themselves (torchft takes fragments as modules)."""
+    holder = nn.Module()
+    for i, p in enumerate(params):
+        holder.register_parameter(f"p{i}", p)
+    return holder
+
+
+def torchft_run(rank, steps, fragments, delay):
+    """torchft's DiLoCo (its own manager, lighthouse and gloo group) on the same run as
+    `run_diloco`, with the same fragments; None where torchft is not installed."""
+    try:
+        from torchft import Manager, ProcessGroupGloo
+        from torchft._torchft import LighthouseServer
+        from torchft.local_sgd import DiLoCo as TorchftDiLoCo
+    except ImportError:
+        return None
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2) if rank == 0 else None
+    address = [lighthouse.address() if rank == 0 else None]
+    dist.broadcast_object_list(address)
+    store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
+    wait = timedelta(seconds=30)
+    manager = Manager(pg=ProcessGroupGloo(timeout=wait), min_replica_size=2,
+                      use_async_quorum=False, load_state_dict=lambda _: None,
+                      state_dict=dict, replica_id=str(rank), store_addr="localhost",
+                      store_port=store.port, rank=0, world_size=1, lighthouse_addr=address[0],
+                      connect_timeout=wait, quorum_timeout=wait, timeout=wait)
+    x, y, _ = data(rank)
+    model = make_model()
+    inner, _ = optimizers(model)
+    modules = [as_module(f.params) for f in split(list(model.parameters()), fragments)]
+    # one outer optimizer per fragment: torchft steps a shared one while the other fragments
+    # still hold their inner gradients, which moves them too
+    outer = [optimizers(m)[1] for m in modules]
+    try:
+        with TorchftDiLoCo(manager, modules, inner, outer, sync_every=4,
+                           fragment_sync_delay=delay):
+            for step in range(steps):
+                inner_step(model, inner, x, y, step)
+    finally:
+        manager.shutdown()
+        dist.barrier()
+        if lighthouse is not None:
+            lighthouse.shutdown()
+    return params(model)
+
+
 def two_rank_cases(rank, world_size, out_dir):
     out = {}
     model, _ = run_diloco(rank, 12, sync_every=4)
@@ -161,6 +209,7 @@ def two_rank_cases(rank, world_size, out_dir):
               for f in diloco.fragments]
     out["streaming"] = (params(model), plain_streaming(rank, world_size, 13, 4, 2, 1, groups),
                         groups)
+    out["torchft"] = {(1, 0): torchft_run(rank, 12, 1, 0), (2, 1): torchft_run(rank, 13, 2, 1)}
     out["dp"] = (dp_equivalent(rank, 10), data_parallel(rank, 10))
     model, diloco = run_diloco(rank, 12, sync_every=4, method="int8", error_feedback=True)
     out["int8"] = dict(params=params(model), rows=diloco.telemetry_rows(),

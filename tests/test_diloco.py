@@ -35,6 +35,14 @@ def test_streaming_with_delay_equals_the_schedule_written_out(two):
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("fragments, delay, case", [(1, 0, "paper"), (2, 1, "streaming")])
+def test_method_none_equals_torchfts_diloco(two, fragments, delay, case):
+    if two[0]["torchft"][(fragments, delay)] is None:
+        pytest.skip("torchft is not installed (pip install torchft)")
+    for rank in two:
+        assert_close(rank[case][0], rank["torchft"][(fragments, delay)])
+
+
 def test_sync_every_step_with_outer_sgd_lr_1_equals_data_parallelism(two):
     for got, want in (r["dp"] for r in two):
         assert_close(got, want)
