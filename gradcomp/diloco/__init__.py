@@ -4,8 +4,11 @@ optimizer applies them.
 
     with gradcomp.diloco.DiLoCo(model, inner_opt, outer_opt, sync_every=100, method="int8"):
         ...  # the usual training loop, on a plain (not DDP) model
-"""
-from .diloco import FORMAT, DiLoCo
-from .fragments import split
 
-__all__ = ["DiLoCo", "FORMAT", "split"]
+`Variant` names one for the benches and the model: ``diloco:H=100,method=int8``.
+"""
+from .diloco import FORMAT, DiLoCo, check_schedule
+from .fragments import split
+from .variant import NAME, Variant
+
+__all__ = ["DiLoCo", "FORMAT", "NAME", "Variant", "check_schedule", "split"]

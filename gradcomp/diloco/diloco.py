@@ -27,6 +27,7 @@ with its error feedback, telemetry and rank agreement.
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,8 @@ class DiLoCo:
         less than sync_every // fragments, so that one exchange is in flight at a time.
 
     Telemetry (`telemetry_rows()`) has one row per exchanged bucket like the hooks': iteration
-    is the inner step the exchange started at, bucket the fragment's bucket (one per dtype).
+    is the inner step (counted from 0) whose `step()` started the exchange, bucket the
+    fragment's bucket (one per dtype and device).
     """
 
     def __init__(self, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer,
@@ -84,18 +86,7 @@ class DiLoCo:
                  process_group=None, fragments: int = 1, sync_delay: int = 0,
                  error_feedback: bool | None = None, **method_options):
         _check_objects(model, inner_optimizer, outer_optimizer)
-        check_int(sync_every, "sync_every", 1)
-        check_int(fragments, "fragments", 1)
-        if sync_every < fragments or sync_every % fragments:
-            raise ValueError(f"sync_every={sync_every} is not allowed with fragments={fragments}"
-                             ": sync_every must be a multiple of fragments (one fragment is "
-                             "synced every sync_every // fragments inner steps)")
-        self.interval = sync_every // fragments
-        check_int(sync_delay, "sync_delay", 0)
-        if sync_delay >= self.interval:
-            raise ValueError(f"sync_delay={sync_delay} is not allowed: it must be less than the "
-                             f"{self.interval} inner step(s) between two syncs (sync_every // "
-                             "fragments), so that an exchange ends before the next begins")
+        self.interval = check_schedule(sync_every, fragments, sync_delay)
         if method == "auto":
             raise ValueError("method='auto' is not allowed for DiLoCo: choose a method by name "
                              "(e.g. 'none', 'int8', 'topk')")
@@ -145,9 +136,10 @@ class DiLoCo:
             check_agreement(self.settings(), self.state.ranks, fragment.groups[0].buffer.device)
             self.state.agreed = True
         step = self.local_step
-        futures = [average(self.state, group.pseudo_gradient(), step)
+        iteration = step - 1  # counted from 0, as the hooks count DDP's iterations
+        futures = [average(self.state, group.pseudo_gradient(), iteration)
                    for group in fragment.groups]
-        self.state.end_iteration(step)  # warns once if the method saved nothing
+        self.state.end_iteration(iteration)  # warns once if the method saved nothing
         self.pending = Pending(fragment.index, step, step + self.sync_delay, futures)
 
     @torch.no_grad()
@@ -200,6 +192,23 @@ class DiLoCo:
                     sha.update(backup.reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
         return sha.hexdigest()[:16]
 
+    @contextmanager
+    def global_weights(self):
+        """Inside the block the model holds the global weights (each fragment's as of its
+        last sync, e.g. to evaluate them), after it its local weights again."""
+        params = [p for f in self.fragments for p in f.params]
+        backups = [b for f in self.fragments for g in f.groups for b in g.backup]
+        local = [p.detach().clone() for p in params]
+        try:
+            with torch.no_grad():
+                for p, b in zip(params, backups):
+                    p.copy_(b)
+            yield self.model
+        finally:
+            with torch.no_grad():
+                for p, saved in zip(params, local):
+                    p.copy_(saved)
+
     def telemetry_rows(self) -> list[dict]:
         """Per exchanged bucket: bytes original and sent, encode/comm/decode seconds."""
         return self.state.telemetry_rows()
@@ -244,6 +253,25 @@ class DiLoCo:
     def _schedule(self) -> dict[str, int]:
         return {"sync_every": self.sync_every, "fragments": len(self.fragments),
                 "sync_delay": self.sync_delay}
+
+
+def check_schedule(sync_every: int, fragments: int, sync_delay: int,
+                   names=("sync_every", "fragments", "sync_delay")) -> int:
+    """The inner steps between two syncs (sync_every // fragments); a ValueError naming the
+    option (as `names` call them) that is not allowed."""
+    every, parts, delay = names
+    check_int(sync_every, every, 1)
+    check_int(fragments, parts, 1)
+    if sync_every < fragments or sync_every % fragments:
+        raise ValueError(f"{every}={sync_every} is not allowed with {parts}={fragments}: "
+                         f"{every} must be a multiple of {parts} (one fragment is synced every "
+                         f"{every} // {parts} inner steps)")
+    check_int(sync_delay, delay, 0)
+    if sync_delay >= sync_every // fragments:
+        raise ValueError(f"{delay}={sync_delay} is not allowed: it must be less than the "
+                         f"{sync_every // fragments} inner step(s) between two syncs ({every} // "
+                         f"{parts}), so that an exchange ends before the next begins")
+    return sync_every // fragments
 
 
 def _completed(saved: dict, fragments: list[Fragment]) -> Pending:
