@@ -8,7 +8,8 @@ optimizer applies them.
 `Variant` names one for the benches and the model: ``diloco:H=100,method=int8``.
 """
 from .diloco import FORMAT, DiLoCo, check_schedule
-from .fragments import split
-from .variant import NAME, Variant
+from .fragments import bounds, split
+from .variant import NAME, Variant, outer_method
 
-__all__ = ["DiLoCo", "FORMAT", "NAME", "Variant", "check_schedule", "split"]
+__all__ = ["DiLoCo", "FORMAT", "NAME", "Variant", "bounds", "check_schedule", "outer_method",
+           "split"]

@@ -57,24 +57,28 @@ class Fragment:
         return ", ".join(f"{g.buffer.numel()} x {str(g.buffer.dtype)[6:]}" for g in self.groups)
 
 
-def split(params: list[torch.nn.Parameter], count: int) -> list[Fragment]:
-    """`params` in `count` fragments of consecutive parameters, each about an equal share of the
-    elements (a parameter is never cut)."""
-    if len(params) < count:
-        raise ValueError(f"fragments={count} is not allowed: the model has {len(params)} "
+def bounds(sizes: list[int], count: int) -> list[tuple[int, int]]:
+    """[start, end) of each of `count` runs of consecutive tensors of `sizes` (elements), each
+    about an equal share of the elements and at least one tensor (a tensor is never cut)."""
+    if len(sizes) < count:
+        raise ValueError(f"fragments={count} is not allowed: the model has {len(sizes)} "
                          "trainable parameter tensor(s), and a fragment needs at least one")
     total, ends, cuts = 0, [], [0]
-    for p in params:
-        total += p.numel()
+    for n in sizes:
+        total += n
         ends.append(total)  # elements up to and including this tensor
     for k in range(1, count):
-        low, high = cuts[-1] + 1, len(params) - (count - k)
-        cut = next((c for c in range(low, high + 1) if ends[c - 1] * count >= k * total), high)
-        cuts.append(cut)
-    cuts.append(len(params))
-    parts = [params[a:b] for a, b in zip(cuts, cuts[1:])]
+        low, high = cuts[-1] + 1, len(sizes) - (count - k)
+        cuts.append(next((c for c in range(low, high + 1) if ends[c - 1] * count >= k * total),
+                         high))
+    cuts.append(len(sizes))
+    return list(zip(cuts, cuts[1:]))
+
+
+def split(params: list[torch.nn.Parameter], count: int) -> list[Fragment]:
+    """`params` in `count` fragments (`bounds`)."""
     fragments, bucket = [], 0
-    for i, ps in enumerate(parts):
-        fragments.append(Fragment(i, ps, bucket))
+    for i, (a, b) in enumerate(bounds([p.numel() for p in params], count)):
+        fragments.append(Fragment(i, params[a:b], bucket))
         bucket += len(fragments[-1].groups)
     return fragments

@@ -11,6 +11,7 @@ per-step methods.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -80,12 +81,14 @@ class Variant:
 
     def label(self) -> str:
         """``diloco(H=50, method=int8)``: H, the method and the options not at their
-        defaults."""
+        defaults (the method's seed never)."""
+        default = compressor(self.method).options()
         shown = {"H": self.H, "method": self.method,
                  **{k: getattr(self, k) for k in ("fragments", "delay", "outer_lr",
                                                   "outer_momentum")
                     if getattr(self, k) != DEFAULTS[k]},
-                 **self.method_options}
+                 **{k: v for k, v in self.method_options.items()
+                    if k != "seed" and default.get(k) != v}}
         if self.error_feedback:
             shown["error_feedback"] = True
         return f"{NAME}({', '.join(f'{k}={v}' for k, v in shown.items())})"
@@ -98,3 +101,13 @@ class Variant:
                                 momentum=self.outer_momentum, nesterov=self.outer_momentum > 0)
         return DiLoCo(model, inner_optimizer, outer, self.H, self.method, process_group,
                       self.fragments, self.delay, self.error_feedback, **self.method_options)
+
+
+def outer_method(text: str) -> str | None:
+    """The outer method of a variant named by `text` (``diloco:H=50,method=int8``, or its
+    label ``diloco(H=50, method=int8)``; "none" when it names none); None when `text` names
+    no DiLoCo variant."""
+    if not (text == NAME or text.startswith((NAME + ":", NAME + "("))):
+        return None
+    found = re.search(r"[:,(]\s*method=([\w.+-]+)", text)
+    return found.group(1) if found else "none"

@@ -20,11 +20,12 @@ import math
 
 import pandas as pd
 
+from ... import diloco
 from ...compressors import compressor
 from ..benches.converge import compressor_options
 from ..common.units import format_rate
 from ..model.fit import as_costs
-from ..model.methods import resolve
+from ..model.methods import method_spec, resolve
 from ..model.network import Network
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
@@ -68,6 +69,8 @@ def select(summary: pd.DataFrame, task=None, target=None) -> pd.DataFrame:
 def variant_label(method: str, options: str, error_feedback: bool) -> str:
     """method(non-default options), with " +EF" when error feedback was on."""
     given = json.loads(options) if isinstance(options, str) else dict(options)
+    if method == diloco.NAME:
+        return diloco.Variant.from_options(given).label() + (" +EF" if error_feedback else "")
     default = compressor(method).options()
     shown = {k: v for k, v in given.items() if k != "seed" and default.get(k) != v}
     text = method + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
@@ -98,6 +101,15 @@ def per_variant(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _method(name: str, options: str, error_feedback: bool, fitted):
+    """The priced method of a convergence row (a DiLoCo variant by its spec text, as its
+    options include `method`)."""
+    options = compressor_options(name, options)
+    if name == diloco.NAME:
+        return resolve(method_spec(name, {**options, "error_feedback": error_feedback}), fitted)
+    return resolve(name, fitted, error_feedback=error_feedback, **options)
+
+
 def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, costs=None,
                      bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
                      contention: float = 1.0, task=None, target=None,
@@ -105,11 +117,12 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
     """Rank the variants of a convergence summary (one target, see `select`; only `methods`
     when given) by predicted time to target on `profile` with `workers` at `bandwidth`
     (`costs`: a compress-bench table or fitted costs, `tiers` the cluster's two-tier fields,
-    as for `advise`). Variants that did not
-    reach the target come last, with NaN time."""
+    as for `advise`; `methods` by name: ``diloco:H=10`` selects every DiLoCo variant). Variants
+    that did not reach the target come last, with NaN time. A DiLoCo variant's iterations are
+    inner steps, its t_iter an inner step's."""
     rows = select(summary, task, target)
     if methods is not None:
-        rows = rows[rows["method"].isin(list(methods))]
+        rows = rows[rows["method"].isin([str(m).split(":")[0] for m in methods])]
         if rows.empty:
             raise ValueError(f"methods={list(methods)!r}: none of them is in the convergence "
                              "table")
@@ -118,9 +131,7 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
     network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     fitted = as_costs(costs)
     base = predict(prof, network, "none", bucketing, contention).t_iter_s
-    preds = [predict(prof, network, resolve(m, fitted, error_feedback=ef,
-                                            **compressor_options(m, o)),
-                     bucketing, contention, base)
+    preds = [predict(prof, network, _method(m, o, ef, fitted), bucketing, contention, base)
              for m, o, ef in zip(table["method"], table["options"], table["error_feedback"])]
     table["t_iter_s"] = [p.t_iter_s for p in preds]
     table["speedup_per_iter"] = [p.speedup for p in preds]

@@ -140,8 +140,11 @@ def options_text(name: str, options: dict, error_feedback: bool) -> str:
 
 
 def compressor_options(name: str, options: str | dict) -> dict:
-    """The options (JSON text or a dict) that `gradcomp.compressor(name)` accepts."""
+    """The options (JSON text or a dict) that `gradcomp.compressor(name)` accepts (a DiLoCo
+    variant: `Variant.from_options`)."""
     options = json.loads(options) if isinstance(options, str) else dict(options)
+    if name == diloco.NAME:  # the variant's options, its method's among them
+        return {k: v for k, v in options.items() if k != "error_feedback"}
     return {k: v for k, v in options.items() if k in option_names(name)}
 
 
