@@ -45,12 +45,10 @@ FORMAT = "gradcomp.diloco/1"
 
 @dataclass
 class Pending:
-    """One fragment's exchange in flight: started at inner step `started`, applied at `due`;
-    one future per group of the fragment, whose value is the group's buffer holding the
-    average."""
+    """One fragment's exchange in flight, applied after inner step `due`: one future per
+    group of the fragment, whose value is the group's buffer holding the average."""
 
     fragment: int
-    started: int
     due: int
     futures: list
 
@@ -125,7 +123,7 @@ class DiLoCo:
         step = self.local_step
         if (step + self.sync_delay) % self.interval == 0:
             self._start((step + self.sync_delay) // self.interval - 1)
-        if step % self.interval == 0:
+        if self.pending is not None and step == self.pending.due:
             self._apply()
 
     # -- one sync ------------------------------------------------------------------------------
@@ -140,7 +138,7 @@ class DiLoCo:
         futures = [average(self.state, group.pseudo_gradient(), iteration)
                    for group in fragment.groups]
         self.state.end_iteration(iteration)  # warns once if the method saved nothing
-        self.pending = Pending(fragment.index, step, step + self.sync_delay, futures)
+        self.pending = Pending(fragment.index, step + self.sync_delay, futures)
 
     @torch.no_grad()
     def _apply(self) -> None:
@@ -220,8 +218,8 @@ class DiLoCo:
         pending = None
         if self.pending is not None:
             averages = [fut.wait().clone() for fut in self.pending.futures]
-            pending = {"fragment": self.pending.fragment, "started": self.pending.started,
-                       "due": self.pending.due, "averages": averages}
+            pending = {"fragment": self.pending.fragment, "due": self.pending.due,
+                       "averages": averages}
         return {"format": FORMAT, "schedule": self._schedule(), "local_step": self.local_step,
                 "global_weights": [[b.clone() for b in g.backup]
                                    for f in self.fragments for g in f.groups],
@@ -282,7 +280,7 @@ def _completed(saved: dict, fragments: list[Fragment]) -> Pending:
         fut = torch.futures.Future()
         fut.set_result(group.buffer)
         futures.append(fut)
-    return Pending(saved["fragment"], saved["started"], saved["due"], futures)
+    return Pending(saved["fragment"], saved["due"], futures)
 
 
 def _check_objects(model, inner_optimizer, outer_optimizer) -> None:

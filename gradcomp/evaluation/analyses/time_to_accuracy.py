@@ -25,7 +25,7 @@ from ...compressors import compressor
 from ..benches.converge import compressor_options
 from ..common.units import format_rate
 from ..model.fit import as_costs
-from ..model.methods import method_spec, resolve
+from ..model.methods import resolve
 from ..model.network import Network
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
@@ -101,15 +101,6 @@ def per_variant(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _method(name: str, options: str, error_feedback: bool, fitted):
-    """The priced method of a convergence row (a DiLoCo variant by its spec text, as its
-    options include `method`)."""
-    options = compressor_options(name, options)
-    if name == diloco.NAME:
-        return resolve(method_spec(name, {**options, "error_feedback": error_feedback}), fitted)
-    return resolve(name, fitted, error_feedback=error_feedback, **options)
-
-
 def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, costs=None,
                      bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
                      contention: float = 1.0, task=None, target=None,
@@ -131,7 +122,9 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
     network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     fitted = as_costs(costs)
     base = predict(prof, network, "none", bucketing, contention).t_iter_s
-    preds = [predict(prof, network, _method(m, o, ef, fitted), bucketing, contention, base)
+    preds = [predict(prof, network, resolve(m, fitted, error_feedback=ef,
+                                            **compressor_options(m, o)),
+                     bucketing, contention, base)
              for m, o, ef in zip(table["method"], table["options"], table["error_feedback"])]
     table["t_iter_s"] = [p.t_iter_s for p in preds]
     table["speedup_per_iter"] = [p.speedup for p in preds]

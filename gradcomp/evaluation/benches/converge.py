@@ -144,7 +144,7 @@ def compressor_options(name: str, options: str | dict) -> dict:
     variant: `Variant.from_options`)."""
     options = json.loads(options) if isinstance(options, str) else dict(options)
     if name == diloco.NAME:  # the variant's options, its method's among them
-        return {k: v for k, v in options.items() if k != "error_feedback"}
+        return options
     return {k: v for k, v in options.items() if k in option_names(name)}
 
 

@@ -336,14 +336,15 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
     return replace(priced, plain=(8 / memory_bps,) * 2) if method.batches else priced
 
 
-def resolve(method, costs: dict | None = None, **options) -> MethodCost:
+def resolve(method, costs: dict | None = None, /, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
     name with its `options` (or one ``name:key=value,...`` of `parse_methods`); names get
     their fitted costs from `costs` ({name: (encode, decode)} or (encode, decode, middle),
     see `fit.codec_costs` and `fit.hook_costs`; a `PerBucket` entry prices a bucket once):
     a variant's own row (keyed ``name(key=value, ...)``) when there, else its method's
     (`MethodCost.costs_note` says so), else `assumed_costs`. An option the method does not
-    take is a ValueError naming it."""
+    take is a ValueError naming it. `method` and `costs` are positional, so that a DiLoCo
+    variant's options may hold its own `method`."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):
