@@ -203,7 +203,8 @@ def torchft_run(rank, steps, fragments, delay):
 def two_rank_cases(rank, world_size, out_dir):
     out = {}
     model, _ = run_diloco(rank, 12, sync_every=4)
-    out["paper"] = (params(model), plain_streaming(rank, world_size, 12, 4, 1, 0, [[0, 1, 2, 3, 4, 5]]))
+    out["paper"] = (params(model), plain_streaming(rank, world_size, 12, 4, 1, 0,
+                                                   [list(range(6))]))
     model, diloco = run_diloco(rank, 13, sync_every=4, fragments=2, sync_delay=1)
     groups = [[i for i, p in enumerate(model.parameters()) if any(p is q for q in f.params)]
               for f in diloco.fragments]

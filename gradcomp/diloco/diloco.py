@@ -277,7 +277,8 @@ def _completed(saved: dict, fragments: list[Fragment]) -> Pending:
     futures = []
     for group, mean in zip(fragments[saved["fragment"]].groups, saved["averages"]):
         group.buffer.copy_(mean)
-        fut = torch.futures.Future()
+        device = group.buffer.device
+        fut = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
         fut.set_result(group.buffer)
         futures.append(fut)
     return Pending(saved["fragment"], saved["due"], futures)
