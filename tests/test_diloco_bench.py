@@ -93,8 +93,11 @@ def test_bad_variants_are_one_line_errors(methods, message, tmp_path, capsys):
 
 
 def test_variant_label_and_options():
-    variant = Variant.from_options({"H": 50, "method": "topk", "ratio": 0.01, "delay": 2,
+    variant = Variant.from_options({"H": 50, "method": "topk", "ratio": 0.001, "delay": 2,
                                     "fragments": 5}, error_feedback=True)
-    assert variant.label() == ("diloco(H=50, method=topk, fragments=5, delay=2, ratio=0.01, "
+    # options at their defaults (outer_lr 0.7, the method's own) are not shown
+    assert variant.label() == ("diloco(H=50, method=topk, fragments=5, delay=2, ratio=0.001, "
                                "error_feedback=True)")
-    assert variant.options()["ratio"] == 0.01 and variant.options()["outer_lr"] == 0.7
+    assert variant.options()["ratio"] == 0.001 and variant.options()["outer_lr"] == 0.7
+    int8 = Variant.from_options({"H": 10, "method": "int8", "seed": 3, "block_size": 256})
+    assert int8.label() == "diloco(H=10, method=int8)"  # a seed never, a default neither
