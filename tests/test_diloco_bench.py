@@ -101,3 +101,13 @@ def test_variant_label_and_options():
     assert variant.options()["ratio"] == 0.001 and variant.options()["outer_lr"] == 0.7
     int8 = Variant.from_options({"H": 10, "method": "int8", "seed": 3, "block_size": 256})
     assert int8.label() == "diloco(H=10, method=int8)"  # a seed never, a default neither
+
+
+def test_run_measures_a_variants_outer_method_in_the_compress_bench():
+    from gradcomp.evaluation.run import codec_cases
+
+    cases = [("none", {}), ("diloco", {"H": 10, "method": "int8", "error_feedback": True}),
+             ("int8", {}), ("diloco", {"H": 5}), ("diloco", {"H": 5, "method": "topk",
+                                                             "ratio": 0.1})]
+    assert codec_cases(cases) == [("none", {}), ("int8", {}), ("topk", {"ratio": 0.1})]
+    assert codec_cases(None) is None
