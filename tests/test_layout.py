@@ -1,5 +1,5 @@
 """The package's shape, as DESIGN.md states it: small folders and modules, no module using
-another's private names, imports pointing down the layers (cli -> evaluation -> fsdp -> comm ->
+another's private names, imports pointing down the layers (cli -> evaluation -> diloco -> fsdp -> comm ->
 collectives ->
 compressors -> kernels, `checks` for all; integrations above fsdp, imported by nothing; inside
 evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> workloads ->
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradcomp"
-LAYERS = ["kernels", "compressors", "collectives", "comm", "fsdp", "integrations", "evaluation", "cli"]  # bottom to top
+LAYERS = ["kernels", "compressors", "collectives", "comm", "fsdp", "diloco", "integrations", "evaluation", "cli"]  # bottom to top
 EVALUATION_LAYERS = ["common", "workloads", "profiles", "model", "benches", "analyses", "report", "testbed",
                      "run"]
 MAX_MODULES_PER_FOLDER = 12

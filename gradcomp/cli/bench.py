@@ -10,6 +10,7 @@ from ..evaluation.benches import train_fsdp
 from ..evaluation.common.env import is_rank_zero, under_torchrun
 from ..evaluation.workloads.contract import AUTOCAST
 from ..evaluation.workloads.load import BUILTIN
+from ..evaluation.model.methods import parse_methods
 from .common import (DEVICE, default_of, device, emit, given, number, positive_int, rate,
                      split, table)
 
@@ -26,7 +27,9 @@ def add_bench(sub) -> None:
     be.add_argument("--out", help="CSV (or .parquet) to append rows to; resumed if it exists")
     be.add_argument("--methods", help="comma-separated methods (default: all; train "
                     "--parallelism fsdp: fsdp (FSDP's own reduce-scatter) or a gradcomp.fsdp "
-                    "method, default " + ",".join(train_fsdp.DEFAULT_METHODS) + ")")
+                    "method, default " + ",".join(train_fsdp.DEFAULT_METHODS) + "); train and "
+                    "converge: each with options as name:key=value,... and DiLoCo variants "
+                    "beside them, e.g. none,topk:ratio=0.01,diloco:H=50,method=int8")
     be.add_argument("--parallelism", choices=("ddp", "fsdp"), help="train: ddp (default), or "
                     "fsdp: fully_shard on each Linear and the root, gradcomp.fsdp.register "
                     "per method")
@@ -145,7 +148,7 @@ def _bench(args) -> None:
     elif args.what == "converge":
         size = converge.QUICK if args.quick else converge.FULL
         frame = converge.bench_converge(
-            split(args.methods), target=args.target, seeds=args.seeds or size["seeds"],
+            _with_options(args.methods), target=args.target, seeds=args.seeds or size["seeds"],
             max_iters=args.max_iters or size["max_iters"], eval_every=size["eval_every"],
             out=args.out, progress=progress,
             **given(task=args.task, metric=args.metric, world_size=args.workers,
@@ -160,7 +163,7 @@ def _bench(args) -> None:
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original", "ratio"]
     else:
         frame = bench_train.bench_train(
-            split(args.methods), out=args.out, progress=progress,
+            _with_options(args.methods), out=args.out, progress=progress,
             **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
                     bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
                     profile_out=args.profile_out, hook_out=args.hook_out,
@@ -171,3 +174,8 @@ def _bench(args) -> None:
         return
     shown = [c for c in columns if c in frame.columns]
     emit(args, frame.to_dict("records"), table(frame, shown))
+
+
+def _with_options(text):
+    """--methods of train and converge: (name, options) pairs; None when not given."""
+    return parse_methods(text) if text else None

@@ -20,6 +20,7 @@ from .benches.compress import bench_compress
 from .benches.converge import CONVERGE, FULL, QUICK, bench_converge
 from .benches.train import bench_train
 from .common.env import cpu_threads
+from .. import diloco
 from ..checks import check_choice
 from .model.bucketing import POLICIES
 from .model.network import Network
@@ -46,6 +47,21 @@ SETTINGS = {
                 collective_warmup=3, iterations=20, hook_repeats=5),
 }
 
+
+def codec_cases(cases):
+    """The (method, options) whose encode / decode the compress bench measures for `cases`
+    (None: all): a DiLoCo variant's outer method in its place."""
+    if cases is None:
+        return None
+    out = []
+    for name, options in cases:
+        if name == diloco.NAME:
+            variant = diloco.Variant.from_options(
+                {k: v for k, v in options.items() if k != "error_feedback"})
+            name, options = variant.method, dict(variant.method_options)
+        if (name, options) not in out:
+            out.append((name, options))
+    return out
 
 def model_family(profile) -> str:
     """"cnn" when a gradient is a convolution kernel (4-D), "transformer" for a profile named
@@ -110,7 +126,7 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     _say(progress, "1/5 encode/decode cost of each method")
     # With a local worker's threads, as its hook runs them (and threads that wait for one
     # another's cores on a loaded machine would stall for a scheduler quantum).
-    bench_compress(cases, plan["sizes"], repeats=plan["compress_repeats"],
+    bench_compress(codec_cases(cases), plan["sizes"], repeats=plan["compress_repeats"],
                    out=out / COMPRESS, progress=progress, threads=cpu_threads(LOCAL_WORKERS))
     _say(progress, f"2/5 collectives across {LOCAL_WORKERS} local workers")
     bench_collective(LOCAL_WORKERS, sizes=plan["collective_sizes"],

@@ -19,7 +19,7 @@ from ...compressors import names
 from ..model.fit import as_costs
 from ..model.methods import MethodCost, resolve
 from ..model.network import Network
-from ..model.timeline import predict
+from ..model.timeline import codec_seconds, predict
 from ..model.topology import ALGORITHMS, network_on
 from ..profiles.profiles import load_profile
 from .recommend import sixteen_bit, unsupported
@@ -90,9 +90,7 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
                   f"fitted: {method.priced_by}'s default options" if method.costs_note else
                   "fitted")
         pred = predict(profile, network, method, bucketing, contention, base)
-        times = pred.bucket_times
-        codec = sum(e - s for s, e in zip(times["encode_start_s"], times["encode_end_s"]))
-        codec += sum(e - s for s, e in zip(times["decode_start_s"], times["decode_end_s"]))
+        codec = codec_seconds(pred)
         rows.append({"method": method.name, "aggregation": method.aggregation,
                      "t_iter_s": pred.t_iter_s, "sf": pred.sf, "speedup": pred.speedup,
                      "compression": pred.compression, "exposed_comm_s": pred.exposed_comm_s,

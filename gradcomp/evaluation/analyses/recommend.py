@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..model.cluster import Cluster
 from ..model.cost_tables import CostTable, hardware_note
+from ..model.methods import resolve
 from ..profiles.profiles import load_profile
 
 SAFE = ("none", "bf16", "fp16")
@@ -65,8 +66,8 @@ def not_ranked(methods, ranking: pd.DataFrame, table: CostTable, device: str) ->
     ranked = set(ranking["method"])
     why = {}
     for method in dict.fromkeys(methods):
-        if method in ranked:
-            continue
+        if method in ranked or (":" in method and resolve(method).name in ranked):
+            continue  # ranked under its label: name:key=value as name(key=value)
         why[method] = (unsupported(method, device) or (
             f"codec fit excluded by table `{table.name}`: {table.excluded[method]}"
             if method in table.excluded else

@@ -20,6 +20,7 @@ import math
 
 import pandas as pd
 
+from ... import diloco
 from ...compressors import compressor
 from ..benches.converge import compressor_options
 from ..common.units import format_rate
@@ -68,6 +69,8 @@ def select(summary: pd.DataFrame, task=None, target=None) -> pd.DataFrame:
 def variant_label(method: str, options: str, error_feedback: bool) -> str:
     """method(non-default options), with " +EF" when error feedback was on."""
     given = json.loads(options) if isinstance(options, str) else dict(options)
+    if method == diloco.NAME:
+        return diloco.Variant.from_options(given).label() + (" +EF" if error_feedback else "")
     default = compressor(method).options()
     shown = {k: v for k, v in given.items() if k != "seed" and default.get(k) != v}
     text = method + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
@@ -105,11 +108,12 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
     """Rank the variants of a convergence summary (one target, see `select`; only `methods`
     when given) by predicted time to target on `profile` with `workers` at `bandwidth`
     (`costs`: a compress-bench table or fitted costs, `tiers` the cluster's two-tier fields,
-    as for `advise`). Variants that did not
-    reach the target come last, with NaN time."""
+    as for `advise`; `methods` by name: ``diloco:H=10`` selects every DiLoCo variant). Variants
+    that did not reach the target come last, with NaN time. A DiLoCo variant's iterations are
+    inner steps, its t_iter an inner step's."""
     rows = select(summary, task, target)
     if methods is not None:
-        rows = rows[rows["method"].isin(list(methods))]
+        rows = rows[rows["method"].isin([str(m).split(":")[0] for m in methods])]
         if rows.empty:
             raise ValueError(f"methods={list(methods)!r}: none of them is in the convergence "
                              "table")

@@ -30,16 +30,24 @@ Tables (appended by rank 0 as measured):
   world_size, backend, device_name), reached, iterations_to_target (NaN when not reached),
   iterations_run, diverged, final_train_loss, final_test_loss, final_accuracy,
   best_accuracy, params, bytes_original_per_iter, bytes_sent_per_iter (mean over the
-  compressed iterations, summed over buckets), bytes_sent_total, ratio, train_wall_s, and
-  the environment columns;
+  compressed iterations, summed over buckets), bytes_sent_total, ratio, tokens (this rank's:
+  the token ids it trained on, or its samples where the inputs are not token ids),
+  bytes_sent_per_token, train_wall_s, and the environment columns;
 * curve (``<stem>_curve<suffix>`` beside it), one row per evaluation: the key, iteration,
-  train_loss, test_loss, test_accuracy.
+  train_loss, test_loss, test_accuracy, tokens, wall_s (seconds since the run started).
+
+DiLoCo variants (`gradcomp.diloco.Variant`, method ``diloco`` with options such as
+``{"H": 50, "method": "int8"}``) run beside the per-step methods: no DDP, rank 0's initial
+weights broadcast, the same SGD as the inner optimizer, the variant's outer SGD, and the
+evaluation on the global weights (each fragment's as of its last sync); their bytes come
+from the outer exchanges' telemetry, so per iteration they are the sync's bytes over H.
 
 A run is finished when its summary row is on disk: a rerun skips it. Curve rows of a run that
 was cut off are appended again when it reruns; `load_curves` keeps the last copy.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -54,7 +62,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ... import comm
+from ... import comm, diloco
 from ...checks import check_int
 from ...compressors import compressor, names, option_names
 from ..common.env import check_backend, environment, launch, local_device, under_torchrun, workers
@@ -95,7 +103,13 @@ def variants(methods=None, error_feedback=(False, True)) -> list[tuple[str, dict
     if not settings:
         raise ValueError("error_feedback=() is not allowed: give False, True or both")
     return [(name, options, ef) for name, options in cases for ef in settings
-            if not (name in ("none", "auto") and ef)]
+            if not (ef and _without_error_feedback(name, options))]
+
+
+def _without_error_feedback(name: str, options: dict) -> bool:
+    """`none` and `auto` (and DiLoCo with method none) run without error feedback only."""
+    return name in ("none", "auto") or (name == diloco.NAME
+                                         and options.get("method", "none") == "none")
 
 
 def _check_ef(value) -> bool:
@@ -111,6 +125,10 @@ def options_text(name: str, options: dict, error_feedback: bool) -> str:
     candidate's error feedback among its options)."""
     if name == "auto":
         return json.dumps(comm.auto.settings_of(options), sort_keys=True)
+    if name == diloco.NAME:
+        shown = diloco.Variant.from_options(options, error_feedback).options()
+        return json.dumps({k: v for k, v in shown.items() if k != "error_feedback"},
+                          sort_keys=True)
     hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
     rest = {k: v for k, v in options.items() if k not in HOOK_OPTIONS}
     try:
@@ -122,8 +140,11 @@ def options_text(name: str, options: dict, error_feedback: bool) -> str:
 
 
 def compressor_options(name: str, options: str | dict) -> dict:
-    """The options (JSON text or a dict) that `gradcomp.compressor(name)` accepts."""
+    """The options (JSON text or a dict) that `gradcomp.compressor(name)` accepts (a DiLoCo
+    variant: `Variant.from_options`)."""
     options = json.loads(options) if isinstance(options, str) else dict(options)
+    if name == diloco.NAME:  # the variant's options, its method's among them
+        return options
     return {k: v for k, v in options.items() if k in option_names(name)}
 
 
@@ -219,49 +240,73 @@ def _bytes(state, iterations: int) -> dict:
             "ratio": original / sent if sent else math.nan}
 
 
+def _trainer(name: str, options: dict, ef: bool, model, spec: dict, device):
+    """(the module to train, its SGD, the hook or DiLoCo state, the DiLoCo or None): DDP with
+    gradcomp's hook, or a DiLoCo variant (the SGD inside, the variant's outer optimizer; rank
+    0's initial weights on every rank, as DDP gives them)."""
+    if name == diloco.NAME:
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, 0)
+        opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
+        trainer = diloco.Variant.from_options(options, ef).build(model, opt)
+        return model, opt, trainer.state, trainer
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None)
+    state = comm.register(ddp, name, **({} if name == "auto" else {"error_feedback": ef}),
+                          **options)
+    return ddp, torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"]), \
+        state, None
+
+
+def tokens_in(inputs: torch.Tensor) -> int:
+    """Tokens in a batch of token ids (integer inputs), else its samples."""
+    return inputs.numel() if not inputs.is_floating_point() else len(inputs)
+
+
 def _train(case, spec: dict, key: dict, curve: ResultTable, device) -> dict:
     """One run on every rank; rank 0 appends its curve rows. Returns the summary fields."""
     name, options, ef, seed = case
     rank = dist.get_rank()
     workload = load_workload(spec["task"], "task", batch_size=spec["batch_size"], seed=seed)
     model = workload.model.to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                  else None)
-    state = comm.register(ddp, name, **({} if name == "auto" else {"error_feedback": ef}),
-                          **options)
-    opt = torch.optim.SGD(ddp.parameters(), lr=spec["lr"], momentum=spec["momentum"])
-    at_target, diverged, window, count = math.nan, False, 0.0, 0
+    module, opt, state, trainer = _trainer(name, options, ef, model, spec, device)
+    at_target, diverged, window, count, tokens = math.nan, False, 0.0, 0, 0
     last = (math.nan, math.nan, math.nan, False)
     best, start, iteration = math.nan, time.perf_counter(), 0
-    for iteration in range(1, spec["max_iters"] + 1):
-        inputs, targets = workload.batch(rank, iteration - 1, device)
-        opt.zero_grad(set_to_none=True)
-        loss = workload.loss(ddp(inputs), targets)
-        loss.backward()
-        opt.step()
-        window, count = window + loss.item(), count + 1
-        if iteration % spec["eval_every"] and iteration != spec["max_iters"]:
-            continue
-        last = _evaluate(model, workload, window / count, device)
-        window, count = 0.0, 0
-        if rank == 0:
-            curve.append({**key, "iteration": iteration, "train_loss": last[0],
-                          "test_loss": last[1], "test_accuracy": last[2]})
-        best = last[2] if math.isnan(best) else max(best, last[2])
-        if math.isnan(at_target) and reached(spec["metric"], _value(spec, last),
-                                             spec["target"]):
-            at_target = iteration
-            if spec["stop_at_target"]:
+    with trainer if trainer is not None else contextlib.nullcontext():
+        for iteration in range(1, spec["max_iters"] + 1):
+            inputs, targets = workload.batch(rank, iteration - 1, device)
+            opt.zero_grad(set_to_none=True)
+            loss = workload.loss(module(inputs), targets)
+            loss.backward()
+            opt.step()
+            window, count, tokens = window + loss.item(), count + 1, tokens + tokens_in(inputs)
+            if iteration % spec["eval_every"] and iteration != spec["max_iters"]:
+                continue
+            with trainer.global_weights() if trainer else contextlib.nullcontext():
+                last = _evaluate(model, workload, window / count, device)
+            window, count = 0.0, 0
+            if rank == 0:
+                curve.append({**key, "iteration": iteration, "train_loss": last[0],
+                              "test_loss": last[1], "test_accuracy": last[2],
+                              "tokens": tokens, "wall_s": time.perf_counter() - start})
+            best = last[2] if math.isnan(best) else max(best, last[2])
+            if math.isnan(at_target) and reached(spec["metric"], _value(spec, last),
+                                                 spec["target"]):
+                at_target = iteration
+                if spec["stop_at_target"]:
+                    break
+            if not math.isfinite(last[0]) or (last[3] and not math.isfinite(last[1])):
+                diverged = True
                 break
-        if not math.isfinite(last[0]) or (last[3] and not math.isfinite(last[1])):
-            diverged = True
-            break
     wall = time.perf_counter() - start
+    sent = _bytes(state, iteration)
     return {"reached": not math.isnan(at_target), "iterations_to_target": at_target,
             "iterations_run": iteration, "diverged": diverged, "final_train_loss": last[0],
             "final_test_loss": last[1], "final_accuracy": last[2], "best_accuracy": best,
             "params": sum(p.numel() for p in model.parameters()),
-            **_bytes(state, iteration), "train_wall_s": wall,
+            **sent, "tokens": tokens, "bytes_sent_per_token": sent["bytes_sent_total"] / tokens,
+            "train_wall_s": wall,
             **({"auto_choices": state.choices_text()} if name == "auto" else {})}
 
 

@@ -347,12 +347,12 @@ def quarter_sizes(largest: int) -> list[int]:
 def hook_methods(methods) -> list[tuple[str, dict]]:
     """The (method, options) whose hook path prices training runs of `methods` (names or
     (name, options) pairs): "ddp" (DDP's own all-reduce, which divides its buckets by the
-    world size as the hook's uncompressed path does) by "none"; "auto" by none (it is not
-    predicted)."""
+    world size as the hook's uncompressed path does) by "none"; "auto" and DiLoCo variants
+    are left out (neither is predicted from the hook path)."""
     cases = []
     for name, options in method_cases(list(methods)):
         case = ("none", {}) if name == "ddp" else (name, options)
-        if name != "auto" and case not in cases:
+        if name not in ("auto", "diloco") and case not in cases:
             cases.append(case)
     return cases
 

@@ -37,6 +37,7 @@ torchrun's group and rank 0 writes the table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -51,7 +52,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ... import comm
+from ... import comm, diloco
 from ...checks import check_choice, check_int
 from ...compressors import compressor
 from ..common.env import (barrier, check_backend, environment, launch, local_device,
@@ -96,28 +97,58 @@ def _options_text(name: str, options: dict) -> str:
         return "{}"
     if name == "auto":  # auto's choices: the row's auto_choices column
         return json.dumps(comm.auto.settings_of(options), sort_keys=True)
+    if name == diloco.NAME:
+        return diloco.Variant.from_options(_variant_options(options),
+                                           options.get("error_feedback")).options_text()
     hook = {k: v for k, v in options.items() if k in HOOK_OPTIONS}
     built = compressor(name, **{k: v for k, v in options.items() if k not in HOOK_OPTIONS})
     return json.dumps({**built.options(), **hook}, sort_keys=True)
 
 
-def _time_iterations(model, workload, batch, spec: dict, device) -> list[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    clock, times = Clock(device), []
-    warmup, iterations = spec["warmup"], spec["iterations"]
-    for i in range(warmup + iterations):
-        clock.sync()
-        start = clock.mark()
+def _variant_options(options: dict) -> dict:
+    return {k: v for k, v in options.items() if k != "error_feedback"}
+
+
+def timed_steps(name: str, options: dict, iterations: int) -> int:
+    """Iterations to time: a DiLoCo variant's whole syncs (a multiple of H, at least one)."""
+    if name != diloco.NAME:
+        return iterations
+    every = options["H"]
+    return -(-iterations // every) * every
+
+
+def sgd(model) -> torch.optim.SGD:
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def _time_iterations(model, workload, batch, spec: dict, device, opt=None,
+                     around=None) -> list[float]:
+    """Seconds of each timed iteration of `opt` (None: `sgd`). With `around` (a `DiLoCo` over
+    `opt`) inside it, the timed iterations as one window (the device synchronised at its ends
+    only, so that exchanges overlap the next steps as they do in training): [its mean]."""
+    opt = sgd(model) if opt is None else opt
+    clock = Clock(device)
+    if around is None:
+        return [_timed(model, opt, workload, batch, spec, clock, 1)
+                for _ in range(spec["warmup"] + spec["iterations"])][spec["warmup"]:]
+    with around:
+        _timed(model, opt, workload, batch, spec, clock, spec["warmup"])
+        return [_timed(model, opt, workload, batch, spec, clock, spec["iterations"])]
+
+
+def _timed(model, opt, workload, batch, spec: dict, clock: Clock, iterations: int) -> float:
+    """Mean seconds of `iterations` iterations, the device synchronised before and after."""
+    clock.sync()
+    start = clock.mark()
+    for _ in range(iterations):
         opt.zero_grad(set_to_none=True)
-        with autocast(device, spec["autocast"]):
+        with autocast(clock.device, spec["autocast"]):
             loss = workload.loss(model(batch[0]), batch[1])
         loss.backward()
         opt.step()
-        end = clock.mark()
-        clock.sync()
-        if i >= warmup:
-            times.append(clock.seconds(start, end))
-    return times
+    end = clock.mark()
+    clock.sync()
+    return clock.seconds(start, end) / iterations
 
 
 def _telemetry(state, warmup: int, iterations: int, grad_bytes: int, device) -> dict:
@@ -145,14 +176,26 @@ def _run_method(name, options, spec: dict, device) -> dict:
     workload, batch = _build(spec, rank, device)
     model = workload.model
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                  else None, bucket_cap_mb=spec["bucket_cap_mb"])
-    state = None if name == "ddp" else comm.register(ddp, name, **options)
-    times = torch.tensor(_time_iterations(ddp, workload, batch, spec, device),
-                         dtype=torch.float64, device=device)
+    spec = {**spec, "iterations": timed_steps(name, options, spec["iterations"])}
+    if name == diloco.NAME:  # no DDP: DiLoCo around the SGD; one sync per H iterations
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, 0)
+        variant = diloco.Variant.from_options(_variant_options(options),
+                                              options.get("error_feedback"))
+        opt = sgd(model)
+        trainer = variant.build(model, opt)
+        seconds = _time_iterations(model, workload, batch, spec, device, opt, trainer)
+        state = trainer.state
+    else:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                      else None, bucket_cap_mb=spec["bucket_cap_mb"])
+        state = None if name == "ddp" else comm.register(ddp, name, **options)
+        seconds = _time_iterations(ddp, workload, batch, spec, device)
+    times = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     tele = _telemetry(state, spec["warmup"], spec["iterations"], grad_bytes, device)
-    t_iter = times.median().item()
+    # DiLoCo: the mean over whole syncs (the median would leave the sync steps out)
+    t_iter = (times.mean() if name == diloco.NAME else times.median()).item()
     return {"method": name, "options": _options_text(name, options), "model": spec["model"],
             "params": sum(p.numel() for p in model.parameters()),
             "batch_size": spec["batch_size"], "bucket_cap_mb": spec["bucket_cap_mb"],

@@ -34,6 +34,7 @@ import pandas as pd
 from ..common.store import read_table
 from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
 from ...compressors import compressor
+from ...diloco import outer_method
 from .methods import PerBucket, variant_label
 
 DATA = Path(__file__).parent / "codec_data"
@@ -115,7 +116,8 @@ class CostTable:
         """Whether `method` (a base name, a variant ``name(...)`` or ``name:key=value``) is
         priced from this table: fitted and usable (a variant by its own row or its
         method's), or every method for the assumed floors; `none` always (it costs
-        nothing)."""
+        nothing); a DiLoCo variant by its outer method."""
+        method = outer_method(method) or method
         method = method.split(":")[0].split("(")[0].split("+")[0]
         return method == "none" or (not self.fits and self.name == ASSUMED) or \
             method in self.costs

@@ -29,10 +29,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from ... import diloco
 from ...comm import BLOCK_SPARSE_METHODS, blocksparse
 from ...compressors import compressor
 from ..profiles.architectures import Shape
@@ -122,6 +123,9 @@ class MethodCost:
     batches: Callable[[Sequence[Shape]], tuple[int, int, int]] | None = None
     plain: tuple[float, float] = (0.0, 0.0)
     priced_by: str = ""  # the cost-table key whose costs these are ("": not from a table)
+    #: A DiLoCo variant (`gradcomp.diloco.Variant`): this method carries its outer gradients,
+    #: once per H inner steps (`timeline.predict` prices it so); None: every step.
+    diloco: Any = None
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
@@ -332,14 +336,15 @@ def assumed_costs(method: MethodCost, error_feedback: bool = False,
     return replace(priced, plain=(8 / memory_bps,) * 2) if method.batches else priced
 
 
-def resolve(method, costs: dict | None = None, **options) -> MethodCost:
+def resolve(method, costs: dict | None = None, /, **options) -> MethodCost:
     """A MethodCost from a MethodCost (as is), a number (`fixed_ratio`), or a gradcomp method
     name with its `options` (or one ``name:key=value,...`` of `parse_methods`); names get
     their fitted costs from `costs` ({name: (encode, decode)} or (encode, decode, middle),
     see `fit.codec_costs` and `fit.hook_costs`; a `PerBucket` entry prices a bucket once):
     a variant's own row (keyed ``name(key=value, ...)``) when there, else its method's
     (`MethodCost.costs_note` says so), else `assumed_costs`. An option the method does not
-    take is a ValueError naming it."""
+    take is a ValueError naming it. `method` and `costs` are positional, so that a DiLoCo
+    variant's options may hold its own `method`."""
     if isinstance(method, MethodCost):
         return method
     if isinstance(method, (int, float)) and not isinstance(method, bool):
@@ -353,6 +358,8 @@ def resolve(method, costs: dict | None = None, **options) -> MethodCost:
             raise ValueError(f"method={method!r} is not allowed: it names "
                              f"{len(specs)} methods; give one (several: --methods)")
         method, options = specs[0][0], {**specs[0][1], **options}
+    if method == diloco.NAME:
+        return _diloco_method(options, costs)
     try:
         if method.endswith(BLOCK_SPARSE_SUFFIX):
             return _block_sparse_method(method, costs, **options)
@@ -388,3 +395,16 @@ def _block_sparse_method(method: str, costs: dict | None,
     encode = (inner.encode[0] + inner.decode[0], inner.encode[1] + inner.decode[1])
     return MethodCost.block_sparse(blocks, encode, inner.decode,
                                    name=variant_label(method, options))
+
+
+def _diloco_method(options: dict, costs: dict | None) -> MethodCost:
+    """A DiLoCo variant (``diloco:H=50,method=int8``, `gradcomp.diloco.Variant`): its outer
+    method, resolved as a per-step one, carrying the variant."""
+    options = dict(options)
+    ef = options.pop("error_feedback", None)
+    variant = diloco.Variant.from_options(options, ef)
+    outer = resolve(variant.method, costs, **({} if ef is None else {"error_feedback": ef}),
+                    **variant.method_options)
+    own = outer.priced_by and not outer.costs_note  # priced by its own row: so is the variant
+    return replace(outer, name=variant.label(), diloco=variant,
+                   priced_by=variant.label() if own else outer.priced_by)

@@ -24,6 +24,10 @@ Compute slowdown: a distributed worker's forward, backward (so the gradient read
 optimizer take the profile's times `Network.compute_slowdown` (>= 1), for every method,
 `none` included; the single worker's t_iter_single is not slowed.
 
+DiLoCo variants (`MethodCost.diloco`): an inner step is the single worker's iteration, plus
+each fragment's outer exchange once per H steps, exposed except for the `delay` inner steps it
+overlaps (`_diloco`); `bucket_times` then holds one row per fragment.
+
 Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
 finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
 exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
@@ -39,6 +43,7 @@ import pandas as pd
 
 from ...compressors.powersgd import square_view
 from ..profiles.profiles import Profile, load_profile
+from ...diloco import bounds
 from .bucketing import bucketing_policy
 from .methods import MethodCost, resolve
 from .network import Network
@@ -90,7 +95,8 @@ def predict(profile, network: Network, method="none", bucketing="ddp",
     profile = load_profile(profile)
     method = resolve(method)
     policy = bucketing_policy(bucketing)
-    pred = _simulate(profile, network, method, policy, contention)
+    pred = _diloco(profile, network, method) if method.diloco is not None else \
+        _simulate(profile, network, method, policy, contention)
     if baseline_s is None:
         baseline_s = pred.t_iter_s if method.name == "none" else _simulate(
             profile, network, resolve("none"), policy, contention).t_iter_s
@@ -162,6 +168,42 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
                       type(policy).__name__.lower(), t_iter, profile.t_iter_single, bwd_end,
                       max(0.0, last - bwd_end), profile.t_iter_single / t_iter, math.nan,
                       sum(wire), profile.nbytes, times)
+
+
+def _diloco(profile: Profile, network: Network, method: MethodCost) -> Prediction:
+    """One inner step of the DiLoCo variant `method.diloco`, averaged over its H steps: the
+    single worker's iteration (no DDP, no compute slowdown), plus, per fragment synced once
+    per H steps, what its outer exchange leaves exposed: the encode (on the training stream),
+    the collective(s) and decode less the `delay` inner steps they overlap, and an outer
+    optimizer step (priced as the profile's optimizer step)."""
+    variant = method.diloco
+    shapes = _matrix_shapes(profile)
+    compute = profile.t_iter_single
+    rows = {"fragment": [], "numel": [], "wire_bytes": [], "encode_s": [], "exchange_s": [],
+            "exposed_s": [], "codec_per_step_s": []}
+    for i, (a, b) in enumerate(bounds(list(profile.sizes), variant.fragments)):
+        chain, nbytes = _stages(method, network, profile, list(shapes[a:b]))
+        rest = sum(seconds for _, seconds in chain[1:])  # collectives and decode
+        exposed = chain[0][1] + max(0.0, rest - variant.delay * compute) + profile.optimizer_s
+        codec = (chain[0][1] + chain[-1][1]) / variant.H
+        for key, value in zip(rows, (i, sum(profile.sizes[a:b]), nbytes, chain[0][1], rest,
+                                     exposed, codec)):
+            rows[key].append(value)
+    exposed = sum(rows["exposed_s"]) / variant.H
+    t_iter = compute + exposed
+    return Prediction(method.name, network.workers, network.bandwidth_bps, "diloco", t_iter,
+                      compute, profile.forward_s + profile.backward_s, exposed,
+                      compute / t_iter, math.nan, sum(rows["wire_bytes"]) / variant.H,
+                      profile.nbytes, rows)
+
+
+def codec_seconds(pred: Prediction) -> float:
+    """Encode and decode seconds per iteration (a DiLoCo variant's: per inner step)."""
+    times = pred.bucket_times
+    if "codec_per_step_s" in times:
+        return sum(times["codec_per_step_s"])
+    return sum(e - s for s, e in zip(times["encode_start_s"], times["encode_end_s"])) + \
+        sum(e - s for s, e in zip(times["decode_start_s"], times["decode_end_s"]))
 
 
 def _run(ready, chains, backward_s, k):
