@@ -392,6 +392,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
+
     def predict_at(rate: float, slowdown: float, keys=planned) -> pd.DataFrame:
         return predict_rate(out, rate, keys, model, spec["batch_size"], contention, slowdown)
 
