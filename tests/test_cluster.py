@@ -100,6 +100,10 @@ def test_a_cluster_of_a100s_has_the_bf16_baseline_and_their_codec_table():
     data = json.loads(out.stdout)
     assert data["costs"] == "a100-40gb" and "**bf16 all-reduce**" in data["verdict"]
     assert "`gpt2` (compute as measured on NVIDIA V100) on 4 x p4d.24xlarge" in data["verdict"]
+    assert data["verdict"].startswith("- **Recommendation** (NVIDIA V100 compute as measured "
+                                      "(the profile's), codecs and the 16-bit baseline on the "
+                                      "cluster's NVIDIA A100 40GB, with NVIDIA A100 40GB codec "
+                                      "costs scaled from")
     assert "bf16" in {r["method"] for r in data["ranking"]}
 
 

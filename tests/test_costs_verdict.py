@@ -171,6 +171,33 @@ def test_the_question_is_priced_on_its_own_device(tmp_path):
         "bf16" and sixteen_bit("cpu") == "bf16"
 
 
+def test_on_a_cluster_of_another_gpu_the_note_says_whose_compute_and_whose_codecs():
+    # A V100 profile on A100 nodes: the compute is the V100's as measured, the codecs (and
+    # the 16-bit baseline) the cluster's A100s', their table scaled, never "A100 compute".
+    a100 = cost_table("a100-40gb")
+    note = hardware_note("NVIDIA V100", a100, gpu="NVIDIA A100 40GB")
+    assert note == ("NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit "
+                    "baseline on the cluster's NVIDIA A100 40GB, with NVIDIA A100 40GB codec "
+                    "costs scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not measured")
+    # the cluster's GPU measured (another spelling of the H100 is the same kind)
+    assert hardware_note("NVIDIA V100", cost_table("h100"), gpu="NVIDIA H100") == (
+        "NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit baseline on "
+        "the cluster's NVIDIA H100, with NVIDIA H100 80GB HBM3 codec costs as measured")
+    assert hardware_note("NVIDIA H100 80GB HBM3", cost_table("h100"), gpu="NVIDIA H100") is None
+    # a table of a third GPU: mixed, and the codecs' speed against the cluster's GPU
+    assert hardware_note("NVIDIA V100", cost_table("v100"), gpu="NVIDIA H100").endswith(
+        "with NVIDIA V100 codec costs (scaled from NVIDIA H100 80GB HBM3, not measured), two "
+        "different GPUs: the codecs would run faster on the cluster's GPU")
+    assert hardware_note("NVIDIA V100", cost_table("assumed"), gpu="NVIDIA A100 40GB") == (
+        "NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit baseline on "
+        "the cluster's NVIDIA A100 40GB, with assumed codec costs (memory-bound floors, not "
+        "measured)")
+    # the same GPU named by the cluster: the note as without a cluster
+    v100 = cost_table("v100")
+    assert hardware_note("NVIDIA V100", v100, gpu="NVIDIA V100") == \
+        hardware_note("NVIDIA V100", v100)
+
+
 def test_a_gpu_without_a_measurement_gets_the_nearest_table_scaled_by_memory_bandwidth():
     h200 = cost_table("h200")
     bandwidths = {"v100": 900e9, "a100-40gb": 1555e9, "a100-80gb": 2039e9, "h100": 3.35e12}

@@ -16,6 +16,7 @@ from gradcomp.evaluation.benches import compress as bench_compress
 from gradcomp.evaluation.benches import train as bench_train
 from gradcomp.evaluation.common.env import cpu_threads, environment
 from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.cluster import resolve_cluster
 from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
@@ -222,6 +223,33 @@ def test_report_without_codec_measurements_uses_a_named_table(tmp_path):
     assert "NVIDIA V100 compute with assumed codec costs" in assumed
     with pytest.raises(ValueError, match="costs='measured' is not allowed here: nothing was"):
         write_report(tmp_path, "resnet50", 8, "100gbit", costs="measured")
+
+
+def test_a_cluster_report_prices_codecs_and_the_16_bit_baseline_on_the_clusters_gpu(tmp_path):
+    # resnet50's profile is a V100's; on p4d.24xlarge (A100s) the codec table and the 16-bit
+    # baseline (bf16: the V100 has none) are the A100's, the compute the V100's as measured.
+    net, env = Network(2, BANDWIDTH, ALPHA_S), environment("gloo", 2)
+    for nbytes in (1024, 2**20):
+        ResultTable(tmp_path / COLLECTIVE).append({"collective": "allreduce", "nbytes": nbytes,
+                                                   "time_s": net.cost("allreduce", nbytes),
+                                                   **env})
+    report = write_report(tmp_path, "resnet50", cluster=resolve_cluster("p4d.24xlarge", nodes=4))
+    verdict, text = report.verdicts[0], report.path.read_text()
+    assert verdict.startswith(
+        "- **Recommendation** (NVIDIA V100 compute as measured (the profile's), codecs and the "
+        "16-bit baseline on the cluster's NVIDIA A100 40GB, with NVIDIA A100 40GB codec costs "
+        "scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not measured) for `resnet50` "
+        "(compute as measured on NVIDIA V100) on 4 x p4d.24xlarge")
+    assert "codec costs from table `a100-40gb`" in verdict and "bf16 all-reduce" in verdict
+    assert "bf16 is not an option" not in verdict
+    assert ("(device: NVIDIA V100; codecs and the 16-bit baseline on the cluster's NVIDIA A100 "
+            "40GB)") in text
+    ranking = pd.read_csv(tmp_path / "advise.csv")
+    assert "bf16" in set(ranking["method"]) and set(ranking["cost_table"]) == {"a100-40gb"}
+    assert "bf16" in set(pd.read_csv(tmp_path / "speedup_sweep.csv")["method"])
+    # without a cluster GPU: the profile's V100, fp16 its baseline
+    flat = write_report(tmp_path, "resnet50", 32, "100gbit").verdicts[0]
+    assert "codec costs from table `v100`" in flat and "bf16 is not an option" in flat
 
 
 def test_report_prices_the_question_with_its_latency_and_bucketing(tmp_path):

@@ -174,3 +174,78 @@ def test_a_compute_slowdown_slows_every_predicted_iteration_by_its_compute():
     assert (grew <= 0.5 * (fixed + profile.backward_s) + 1e-12).all()
     with pytest.raises(ValueError, match="compute_slowdown"):
         predict_rate(out, 1e9, every, "mlp", 64, compute_slowdown=0.5)
+
+
+def test_each_rates_lambda_is_fitted_on_the_other_rates_uncompressed_runs_only():
+    from gradcomp.evaluation.testbed.slowdown import ASSUMED, fit_slowdowns
+
+    def predictor(true_lambda):
+        def predict_at(rate, slowdown):  # 10 ms of compute and the rate's communication
+            compute, comm = 0.01, 8e6 / rate
+            return pd.DataFrame({"method": ["ddp", "none", "topk"],
+                                 "measured": [compute * true_lambda[rate] + comm] * 2 + [9.0],
+                                 "predicted": [compute * slowdown + comm] * 3})
+        return predict_at
+
+    rates = [1e8, 1e9, 2.5e9]
+    fitted = fit_slowdowns(rates, predictor({1e8: 2.0, 1e9: 1.25, 2.5e9: 1.25}))
+    # 100 Mbit/s from the other two (both 1.25; top-k's far-off time fits nothing)
+    assert fitted[1e8][0] == pytest.approx(1.25, abs=2e-3)
+    assert fitted[1e8][1] == "fitted to the ddp and none runs at 1 Gbit/s, 2.5 Gbit/s"
+    assert 1.25 < fitted[1e9][0] < 2.0 and 1.25 < fitted[2.5e9][0] < 2.0
+    # a rate's own runs never move its lambda; they move the others'
+    again = fit_slowdowns(rates, predictor({1e8: 1.0, 1e9: 1.25, 2.5e9: 1.25}))
+    assert again[1e8] == fitted[1e8] and again[1e9][0] < fitted[1e9][0]
+    assert fit_slowdowns([1e9], predictor({1e9: 1.5})) == {1e9: (1.0, ASSUMED)}
+
+    def compressed_only(rate, slowdown):
+        return predictor({r: 1.5 for r in rates})(rate, slowdown).iloc[2:]
+
+    assert fit_slowdowns(rates, compressed_only)[1e9] == (1.0, ASSUMED)
+
+
+def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path):
+    # The committed testbed run of 2026-11-27, predicted again (every table measured, so
+    # nothing is run): each rate's lambda is the one fitted to the other three rates' ddp and
+    # none runs (as benchmarks/results/slowdown-validation found: 1.162, 1.168, 1.140,
+    # 1.187), applied to every method, and reported.
+    import shutil
+    from pathlib import Path
+
+    from gradcomp.evaluation.benches import collective, hookpath, train
+    from gradcomp.evaluation.benches.train import make_spec
+    from gradcomp.evaluation.common.store import ResultTable
+    from gradcomp.evaluation.testbed.validate import (model_collective_sizes, planned_keys,
+                                                      predict_rate)
+
+    source = Path(__file__).parent.parent / "benchmarks/results/testbed-2026-11-27"
+    for name in source.glob("*-*bit*"):
+        shutil.copy(name, tmp_path)
+    shutil.copy(source / "conditions.csv", tmp_path)
+    methods = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd,auto"
+    planned = planned_keys(methods.split(","), make_spec("mlp", None, 5, 20, 25.0, None), 2,
+                           model_collective_sizes("mlp"))
+    key_columns = {"collective": collective.KEY_COLUMNS, "train": train.KEY_COLUMNS,
+                   "hook": hookpath.KEY_COLUMNS}
+    for table, keys in planned.items():  # all measured: validate only predicts
+        for tag in ("100mbit", "500mbit", "1gbit", "2.5gbit"):
+            assert keys <= ResultTable(tmp_path / f"{table}-{tag}.csv",
+                                       key_columns[table]).done_keys()
+    out = cli("--methods", methods, "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rows = pd.read_csv(tmp_path / "validation.csv")
+    lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
+    assert list(lambdas) == pytest.approx([1.162, 1.168, 1.140, 1.187], abs=2e-3)
+    every = {"train": None, "hook": None, "collective": None}
+    for rate in (100e6, 500e6, 1e9, 2.5e9):
+        expected = predict_rate(tmp_path, rate, every, "mlp", 64,
+                                compute_slowdown=lambdas[rate])
+        here = rows[rows["rate_bps"] == rate].reset_index(drop=True)
+        assert list(here["predicted"].dropna()) == pytest.approx(
+            list(expected["predicted"].dropna()), rel=1e-12)
+    assert set(rows.loc[rows["rate_bps"] == 1e9, "slowdown_source"]) == {
+        "fitted to the ddp and none runs at 100 Mbit/s, 500 Mbit/s, 2.5 Gbit/s"}
+    line = ("Compute slowdown lambda, applied to every method: 100 Mbit/s "
+            f"{lambdas[100e6]:.3f} (fitted to the ddp and none runs at 500 Mbit/s, 1 Gbit/s, "
+            "2.5 Gbit/s);")
+    assert line in (tmp_path / "validation.md").read_text() and line in out.stdout

@@ -6,8 +6,9 @@ from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method
                                           fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
 from ..evaluation.analyses.recommend import (best_safe, not_ranked, priced_ranking,
-                                             question_text, recommend_by_accuracy,
-                                             recommend_by_iteration, sixteen_bit)
+                                             question_gpu, question_text,
+                                             recommend_by_accuracy, recommend_by_iteration,
+                                             sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
@@ -83,7 +84,7 @@ def question_device(args) -> str:
     """The GPU the question runs on: the cluster's when it names one (its codecs and 16-bit
     all-reduce run there), else the profile's device."""
     cluster = None if args.topology else cluster_of(args)[0]
-    return cluster.device if cluster and cluster.device else load_profile(args.profile).device
+    return question_gpu(cluster, load_profile(args.profile).device)
 
 
 def chosen_costs(args):
@@ -244,7 +245,7 @@ def _advise(args) -> None:
     convergence = None if args.convergence is None else read_measurements(
         args.convergence, "convergence", "a `gradcomp bench converge` CSV")
     net, question, network = _asked(args)
-    device = question_device(args)
+    device, compute = question_device(args), load_profile(args.profile).device
     runs = (_measured(args, costs, net["bandwidth"], net["latency_s"])
             if args.measured or args.collectives else None)
     asked = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
@@ -259,9 +260,9 @@ def _advise(args) -> None:
     if args.topology:
         answer = _topology_recommendation(ranking, costs, device, args)
     elif convergence is not None:
-        answer = recommend_by_accuracy(ranking, costs, device, question)
+        answer = recommend_by_accuracy(ranking, costs, device, question, compute)
     else:
-        answer = recommend_by_iteration(ranking, costs, device, question)
+        answer = recommend_by_iteration(ranking, costs, device, question, compute)
     if convergence is None:
         answer += _left_out(asked, runs, ranking, costs, device)
     columns = TTA_COLUMNS if convergence is not None else [

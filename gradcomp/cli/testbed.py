@@ -4,6 +4,7 @@ import argparse
 
 from ..evaluation.testbed import testbed
 from ..evaluation.testbed import validate_fsdp
+from ..evaluation.testbed.slowdown import slowdown_line
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                            validate_sweep)
 from .analyses import PARALLELISM
@@ -99,4 +100,6 @@ def _validate(args) -> None:
     emit(args, {"results": out, "rows": rows.to_dict("records"),
                 "summary": summary.to_dict("records")},
          table(rows, ["rate", "method", "measured", "predicted", "rel_error"]) + "\n\n"
-         + table(summary, summary.columns) + f"\n\nresults in {out}")
+         + table(summary, summary.columns)
+         + ("\n\n" + slowdown_line(rows) if "compute_slowdown" in rows else "")
+         + f"\n\nresults in {out}")

@@ -35,6 +35,13 @@ def sixteen_bit(device: str) -> str:
     return "fp16" if any(tag in (device or "") for tag in NO_BF16) else "bf16"
 
 
+def question_gpu(cluster: Cluster | None, profile_device: str) -> str:
+    """The GPU a question runs on: the cluster's when it names one (its codecs and 16-bit
+    all-reduce run there; the compute stays the profile's as measured), else the profile's
+    device."""
+    return cluster.device if cluster is not None and cluster.device else profile_device
+
+
 def question_text(profile, cluster: Cluster, nodes: int, bucketing: str) -> str:
     """The question in words: the profile (and its device where the cluster's GPU is
     another), the cluster with where its network efficiency and compute slowdown come from
@@ -82,8 +89,8 @@ def _name(method: str) -> str:
             "fp16": "fp16 all-reduce"}.get(method, method)
 
 
-def _head(profile_device: str, table: CostTable, question: str) -> str:
-    mix = hardware_note(profile_device, table)
+def _head(device: str, table: CostTable, question: str, compute_device: str | None) -> str:
+    mix = hardware_note(device if compute_device is None else compute_device, table, device)
     return ("- **Recommendation**" + (f" ({mix})" if mix else "") + f" for {question}, "
             f"codec costs from table `{table.name}`: ")
 
@@ -92,12 +99,14 @@ def _ratio(ref, best, column: str) -> float:
     return ref[column] / best[column] if ref is not None else math.nan
 
 
-def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: str,
-                          question: str) -> str:
-    """The recommendation line from a `time_to_accuracy` table priced with `table`."""
+def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, device: str, question: str,
+                          compute_device: str | None = None) -> str:
+    """The recommendation line from a `time_to_accuracy` table priced with `table` for a
+    question on `device` (the GPU its codecs and 16-bit baseline run on); `compute_device`:
+    the profile's device where it is another (its compute as measured), None: `device`."""
     priced = tta["method"].map(table.priced)
     reached = tta["time_to_target_s"].notna()
-    runs_here = ~tta["method"].map(lambda m: bool(unsupported(m, profile_device)))
+    runs_here = ~tta["method"].map(lambda m: bool(unsupported(m, device)))
     candidates = tta[priced & reached & runs_here]
     unpriced = list(tta[~priced]["variant"])
     failed = list(tta[~reached]["variant"])
@@ -106,14 +115,14 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, profile_device: s
             f"{', '.join(failed)}.") + ("" if not unpriced else
                                         f" Not priced (codec fit excluded or not in the "
                                         f"table): {', '.join(unpriced)}.") + (
-        "" if not missing else f" Never recommended, {unsupported('bf16', profile_device)}: "
+        "" if not missing else f" Never recommended, {unsupported('bf16', device)}: "
         f"{', '.join(missing)}.")
-    head = _head(profile_device, table, question)
+    head = _head(device, table, question, compute_device)
     if candidates.empty:
         return head + f"none: no priced variant reached the target.{tail}"
     best = candidates.iloc[0]
     plain = tta[~tta["error_feedback"]].set_index("method")
-    half = sixteen_bit(profile_device)
+    half = sixteen_bit(device)
     parts = []
     for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce")):
         if best["variant"] == base:
@@ -158,14 +167,15 @@ def best_safe(ranking: pd.DataFrame, table: CostTable, device: str = "") -> pd.S
     return ranking[ranking["method"].isin(safe) & ranking["method"].map(table.priced)].iloc[0]
 
 
-def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_device: str,
-                           question: str) -> str:
-    """The recommendation line from an `advise` ranking when no convergence runs exist."""
-    head = _head(profile_device, table, question)
+def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, device: str,
+                           question: str, compute_device: str | None = None) -> str:
+    """The recommendation line from an `advise` ranking when no convergence runs exist
+    (`device`, `compute_device` as for `recommend_by_accuracy`)."""
+    head = _head(device, table, question, compute_device)
     rows = ranking[ranking["method"].map(table.priced)]
-    best = best_safe(ranking, table, profile_device)
+    best = best_safe(ranking, table, device)
     by = rows.set_index("method")
-    half = sixteen_bit(profile_device)
+    half = sixteen_bit(device)
     parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
               f"than {label}") if base in by.index else
              (f"no comparison with {label}: {base} is not priced by table `{table.name}` "
@@ -173,8 +183,8 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
              f"no comparison with {label}: {base} was not ranked"
              for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce"))
              if base != best["method"]]
-    if unsupported("bf16", profile_device):
-        parts.append(f"bf16 is not an option: {unsupported('bf16', profile_device)}")
+    if unsupported("bf16", device):
+        parts.append(f"bf16 is not an option: {unsupported('bf16', device)}")
     other = rows[~rows["method"].isin(SAFE)]
     unverified = "" if other.empty or other.iloc[0]["t_iter_s"] >= best["t_iter_s"] else (
         f" Faster per iteration but unverified: {other.iloc[0]['method']} "
@@ -182,5 +192,5 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, profile_devi
         "same accuracy is unknown: run `gradcomp bench converge` and pass --convergence.")
     return (head + f"**{_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
             f"iteration{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
-            f"only {', '.join(m for m in SAFE if not unsupported(m, profile_device))} are "
+            f"only {', '.join(m for m in SAFE if not unsupported(m, device))} are "
             f"recommended without them.{unverified}")

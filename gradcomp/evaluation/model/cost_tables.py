@@ -256,24 +256,39 @@ def default_costs(device: str, measured: bool) -> str:
                      f"{', '.join(map(repr, BUILTIN_TABLES))} or 'assumed')")
 
 
-def hardware_note(profile_device: str, table: CostTable) -> str | None:
+def same_gpu(a: str, b: str) -> bool:
+    """Whether two device names name one device: the same name, or the same `GPUS` kind
+    ("NVIDIA H100" and "NVIDIA H100 80GB HBM3")."""
+    kind = gpu_kind(a or "")
+    return (a or "").lower() == (b or "").lower() or (kind is not None and kind == gpu_kind(b))
+
+
+def hardware_note(profile_device: str, table: CostTable, gpu: str = "") -> str | None:
     """None when the profile's compute and the codec costs come from the same device; else
     the sentence saying which two devices are mixed, or that the costs were scaled from
-    another GPU."""
+    another GPU. `gpu`: the cluster's GPU when it names another than the profile's device (its
+    codecs and 16-bit all-reduce run there, the compute is the profile's as measured)."""
     compute = profile_device or "an unrecorded device"
+    other = bool(gpu) and not same_gpu(gpu, profile_device)
+    device = gpu if other else profile_device
+    if other:
+        compute = (f"{compute} compute as measured (the profile's), codecs and the 16-bit "
+                   f"baseline on the cluster's {gpu},")
+    else:
+        compute += " compute"
     if table.name == ASSUMED:
-        return f"{compute} compute with assumed codec costs (memory-bound floors, not measured)"
-    kind = gpu_kind(profile_device)
+        return f"{compute} with assumed codec costs (memory-bound floors, not measured)"
+    kind = gpu_kind(device)
     if table.scaled_from and kind is not None and kind.name == table.name:
-        return (f"{compute} compute with {table.device} codec costs scaled from "
+        return (f"{compute} with {table.device} codec costs scaled from "
                 f"{table.scaled_from} by memory bandwidth, not measured")
-    if profile_device and profile_device.lower() == table.device.lower():
-        return None
-    both_gpu = is_gpu(profile_device) and is_gpu(table.device)
+    if device and same_gpu(device, table.device):
+        return f"{compute} with {table.device} codec costs as measured" if other else None
+    both_gpu = is_gpu(device) and is_gpu(table.device)
     ours, theirs = kind, gpu_kind(table.device)
     speed = ("at another speed" if ours is None or theirs is None else
              "slower" if ours.memory_bps < theirs.memory_bps else "faster")
-    return (f"mixed hardware: {compute} compute with {table.device} codec costs"
+    return (f"mixed hardware: {compute} with {table.device} codec costs"
             + (f" (scaled from {table.scaled_from}, not measured)" if table.scaled_from else "")
-            + (f", two different GPUs: the codecs would run {speed} on the profile's GPU"
-               if both_gpu else ""))
+            + (f", two different GPUs: the codecs would run {speed} on the "
+               f"{'cluster' if other else 'profile'}'s GPU" if both_gpu else ""))

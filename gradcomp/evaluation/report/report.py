@@ -20,15 +20,16 @@ import pandas as pd
 from ... import names
 from ..analyses.advise import advise
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import (SAFE, priced_ranking, question_text, recommend_by_accuracy,
-                                  recommend_by_iteration, sixteen_bit, unsupported)
+from ..analyses.recommend import (SAFE, priced_ranking, question_gpu, question_text,
+                                  recommend_by_accuracy, recommend_by_iteration, sixteen_bit,
+                                  unsupported)
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE, curve_path
 from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
 from ..model.cluster import Cluster, resolve_cluster
-from ..model.cost_tables import CostTable, cost_table, default_costs, measured_table
+from ..model.cost_tables import CostTable, cost_table, default_costs, measured_table, same_gpu
 from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
 from . import plots
@@ -108,18 +109,22 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
 
-def _ranking(out: Path, profile, net: dict, bucketing, methods,
-             table: CostTable) -> tuple[list[str], pd.DataFrame]:
+def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
+             device: str) -> tuple[list[str], pd.DataFrame]:
     """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
-    table prices on the network `net` (`Cluster.question`), and its section."""
+    table prices on the network `net` (`Cluster.question`), and its section; `device`: the
+    GPU the codecs and the 16-bit baseline run on (`question_gpu`)."""
     ranking = priced_ranking(advise(profile, methods=[m for m in methods if table.priced(m)],
-                                    costs=table.costs, bucketing=bucketing, **net), table)
+                                    costs=table.costs, bucketing=bucketing, device=device,
+                                    **net), table)
     _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
     p = load_profile(profile)
-    half = sixteen_bit(p.device)
+    half = sixteen_bit(device)
     excluded = table.excluded
+    gpu = ("" if same_gpu(device, p.device) else
+           f"; codecs and the 16-bit baseline on the cluster's {device}")
     lines = [f"Profile source: {p.source or 'not recorded'} (device: "
-             f"{p.device or 'not recorded'}). Codec costs: {table.provenance}.", ""]
+             f"{p.device or 'not recorded'}{gpu}). Codec costs: {table.provenance}.", ""]
     if table.changed:
         measured = (f"the {table.scaled_from} measurement that table `{table.name}` was "
                     "scaled from" if table.scaled_from else
@@ -149,8 +154,7 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods,
 
 
 def _whatif(out: Path, profile, net: dict, bucketing, methods,
-            table: CostTable, best: str | None) -> list[str]:
-    device = load_profile(profile).device
+            table: CostTable, best: str | None, device: str) -> list[str]:
     methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
                if table.priced(m) and not unsupported(m, device)]
     common = dict(bucketing=bucketing, latency_s=net["latency_s"],
@@ -318,7 +322,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     for `profile` on `workers` at `bandwidth` (`bucketing`, `latency_s` per hop), or on
     `cluster` (a `Cluster` and its node count, `cluster.resolve_cluster`), priced with
     the codec-cost table `costs` (a `cost_tables` name or CSV; None: the table of the
-    profile's device, `cost_tables.default_costs`; for a profile measured on this machine
+    question's GPU, `question_gpu`: the cluster's when it names one, else the profile's
+    device; the 16-bit baseline is that GPU's too; for a profile measured on this machine
     the cluster takes the efficiency and compute slowdown fitted here, `cluster_report`),
     the supporting ranking, what-if curves, the fits, the training validation, the
     cluster fitted here, convergence, the figures and the environment.
@@ -330,33 +335,34 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     tables = load_tables(out)
     compress, collective, train = tables[COMPRESS], tables[COLLECTIVE], tables[TRAIN]
     prof = load_profile(profile)
+    nodes_of, nodes = cluster or resolve_cluster(None, workers, bandwidth_bps=bandwidth,
+                                                 latency_s=latency_s)
+    device = question_gpu(nodes_of, prof.device)
     table = cost_table(costs if costs is not None else
-                       default_costs(prof.device, not compress.empty), compress)
+                       default_costs(device, not compress.empty), compress)
     codec_fits = fit_codec(compress) if not compress.empty else {}
     collective_fits = fit_collectives(collective) if not collective.empty else {}
     if methods is None:
         methods = list(dict.fromkeys(compress["method"])) if not compress.empty else names()
-    nodes_of, nodes = cluster or resolve_cluster(None, workers, bandwidth_bps=bandwidth,
-                                                 latency_s=latency_s)
     nodes_of, fitted_lines = cluster_section(out, collective, train, collective_fits,
                                              out / TRAIN_PROFILE, nodes_of, prof)
     net = nodes_of.question(nodes)
     question = question_text(profile, nodes_of, nodes, bucketing)
-    ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table)
+    ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table, device)
     convergence, tta = convergence_section(out, profile, net, bucketing, table.costs,
                                            table.label)
     if tta is not None:
-        verdict = recommend_by_accuracy(tta, table, prof.device, question)
+        verdict = recommend_by_accuracy(tta, table, device, question, prof.device)
         best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
     else:
-        verdict = recommend_by_iteration(ranking, table, prof.device, question)
+        verdict = recommend_by_iteration(ranking, table, device, question, prof.device)
         best = ranking[ranking["method"].map(lambda m: m in SAFE and table.priced(m)
-                                             and not unsupported(m, prof.device))]
+                                             and not unsupported(m, device))]
     best_method = best["method"].iloc[0] if len(best) else None
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
              "## Verdict", "", verdict, "", *ranking_lines]
-    lines += _whatif(out, profile, net, bucketing, methods, table, best_method)
+    lines += _whatif(out, profile, net, bucketing, methods, table, best_method, device)
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])

@@ -17,15 +17,16 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    rank), over bucket sizes, on the workload's own gradients (`workload_gradient`);
 4. the model predicts each iteration from that profile, that network (alpha and the fitted
    bandwidth per collective) and those per-bucket costs (`fit.hook_costs`), with DDP's
-   buckets as torch forms them.
+   buckets as torch forms them, every method's compute slowed by the rate's lambda
+   (`slowdown.fit_slowdowns`: fitted to the other rates' ddp and none runs).
 
 The output folder holds every table, appended as measured (an interrupted sweep resumes):
 ``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<model>-b<batch size>-<rate>.json``,
 ``hook-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
 rate's measurements: other work disturbs the timings), and the result: ``validation.csv``
 (rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
-summary) and ``validation.png``. Predictions use no value fitted to the training runs they are
-held against; nothing is tuned per method.
+summary, lambda per rate) and ``validation.png``. Predictions use no value fitted to the
+training runs they are held against; nothing is tuned per method.
 
 ``auto`` (`gradcomp.comm.auto`, its default candidates) may be among the methods: it has no
 prediction of its own (it chooses among methods at run time); the Markdown compares its
@@ -47,6 +48,7 @@ import pandas as pd
 import torch
 
 from ...comm.auto import DEFAULT_CANDIDATES
+from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
@@ -64,6 +66,7 @@ from ..model.methods import resolve
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
 from ..workloads.load import describe
+from .slowdown import fit_slowdowns, slowdown_line
 from .testbed import Testbed
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
@@ -356,6 +359,8 @@ def markdown(table: pd.DataFrame) -> str:
             + grid.reset_index().to_markdown(index=False) + "\n\nOver all "
             f"{int(overall['runs'])} runs: median |error| {overall['median_abs_rel_error']:.1%},"
             f" max {overall['max_abs_rel_error']:.1%}.\n")
+    if "compute_slowdown" in table:
+        text += "\n" + slowdown_line(table) + "\n"
     auto = auto_comparison(table)
     if len(auto):
         text += ("\n`auto` (its default candidates) against the fastest fixed run of a "
@@ -387,8 +392,16 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
-    tables = [predict_rate(out, rate, planned, model, spec["batch_size"], contention)
-              for rate in rates]
+
+    def predict_at(rate: float, slowdown: float, keys=planned) -> pd.DataFrame:
+        return predict_rate(out, rate, keys, model, spec["batch_size"], contention, slowdown)
+
+    plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
+                         collective_sizes)  # the runs lambda is fitted to, priced alone
+    slowdowns = fit_slowdowns(rates, lambda rate, slowdown: predict_at(rate, slowdown, plain))
+    tables = [predict_at(rate, slowdowns[rate][0]).assign(
+        compute_slowdown=slowdowns[rate][0], slowdown_source=slowdowns[rate][1])
+        for rate in rates]
     table = pd.concat(tables, ignore_index=True)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_atomic(out / "validation.md", markdown(table))
