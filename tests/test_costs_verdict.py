@@ -178,15 +178,15 @@ def test_on_a_cluster_of_another_gpu_the_note_says_whose_compute_and_whose_codec
     note = hardware_note("NVIDIA V100", a100, gpu="NVIDIA A100 40GB")
     assert note == ("NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit "
                     "baseline on the cluster's NVIDIA A100 40GB, with NVIDIA A100 40GB codec "
-                    "costs scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not measured")
-    # the cluster's GPU measured (another spelling of the H100 is the same kind)
-    assert hardware_note("NVIDIA V100", cost_table("h100"), gpu="NVIDIA H100") == (
+                    "costs scaled from NVIDIA H200 by memory bandwidth, not measured")
+    # the cluster's GPU measured (another spelling of the H200 is the same kind)
+    assert hardware_note("NVIDIA V100", cost_table("h200"), gpu="NVIDIA H200 141GB") == (
         "NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit baseline on "
-        "the cluster's NVIDIA H100, with NVIDIA H100 80GB HBM3 codec costs as measured")
-    assert hardware_note("NVIDIA H100 80GB HBM3", cost_table("h100"), gpu="NVIDIA H100") is None
+        "the cluster's NVIDIA H200 141GB, with NVIDIA H200 codec costs as measured")
+    assert hardware_note("NVIDIA H200", cost_table("h200"), gpu="NVIDIA H200 141GB") is None
     # a table of a third GPU: mixed, and the codecs' speed against the cluster's GPU
     assert hardware_note("NVIDIA V100", cost_table("v100"), gpu="NVIDIA H100").endswith(
-        "with NVIDIA V100 codec costs (scaled from NVIDIA H100 80GB HBM3, not measured), two "
+        "with NVIDIA V100 codec costs (scaled from NVIDIA H200, not measured), two "
         "different GPUs: the codecs would run faster on the cluster's GPU")
     assert hardware_note("NVIDIA V100", cost_table("assumed"), gpu="NVIDIA A100 40GB") == (
         "NVIDIA V100 compute as measured (the profile's), codecs and the 16-bit baseline on "
