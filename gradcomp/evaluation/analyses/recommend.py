@@ -32,9 +32,10 @@ MARGIN = 0.05
 interval to be recommended (1.05x). The interval holds only what was measured (codec fits,
 seeds, the network fit); what it leaves out moves a prediction by about this much: the
 model's median error on the testbed's compressed runs is 4-5% with the fitted slowdown, 7-8%
-without (README, "Your cluster": fitted, not assumed), the proxy task stands in for the real model's convergence, and contention is
-one fitted factor. A lossy method also brings tuning and state that a 16-bit all-reduce does
-not, so a gain inside that error is not worth acting on."""
+without (README, "Your cluster": fitted, not assumed), the proxy task stands in for the real
+model's convergence, and contention is one fitted factor. A lossy method also brings tuning
+and state that a 16-bit all-reduce does not, so a gain inside that error is not worth acting
+on."""
 NO_BF16 = ("V100", "P100", "P40", "P4", "T4", "K80", "M40")  # GPUs without bf16 arithmetic
 
 
@@ -158,8 +159,7 @@ def _would_change(held, over_row, over_label: str, low: str, evidence: Evidence,
     need, point = 1 + margin, held[low.removesuffix("_low")]
     if point < need:
         return (f"its point estimate ({point:.2f}x) is itself below {need:.2f}x, so more "
-                "evidence would not change the answer; another setting might (where it "
-                "flips, below)")
+                "evidence would not change the answer; only another setting could")
     wanted = []
     if held["iterations_min"] < held["iterations_max"] or \
             over_row["iterations_min"] < over_row["iterations_max"]:
