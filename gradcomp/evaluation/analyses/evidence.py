@@ -176,7 +176,7 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str) -> pd.Data
     index = pd.MultiIndex.from_frame(table[key])
     lows, highs = [], []
     for factor in _factors(evidence):
-        at = {**net, "bandwidth": bandwidth_bps(net) * factor}
+        at = net if factor == 1 else {**net, "bandwidth": bandwidth_bps(net) * factor}
         for sign, out in ((-1, lows), (1, highs)):
             other = ask(_scaled(costs, evidence, sign), at)
             times = other.set_index(pd.MultiIndex.from_frame(other[key]))["t_iter_s"]
