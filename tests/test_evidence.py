@@ -14,6 +14,7 @@ from gradcomp.compressors import compressor
 from gradcomp.evaluation.analyses import weighed
 from gradcomp.evaluation.analyses.evidence import evidence_of, network_spread
 from gradcomp.evaluation.analyses.recommend import MARGIN, choose, recommend_by_accuracy
+from gradcomp.evaluation.analyses.time_to_accuracy import tta_verdict
 from gradcomp.evaluation.model.cost_tables import cost_table, measured_table
 from gradcomp.evaluation.common.units import parse_rate
 from test_cli import run_here
@@ -83,6 +84,8 @@ def test_a_lossy_method_that_clears_the_margin_across_its_interval_is_recommende
            f"{row['speedup_to_target_high']:.2f}x) sooner than fp32 DDP" in line
     fp16 = tta.set_index("variant").loc["fp16"]
     assert fp16["vs_16bit"] == fp16["vs_16bit_low"] == fp16["vs_16bit_high"] == 1.0
+    assert f"{row['speedup_to_target']:.2f}x (interval {row['speedup_to_target_low']:.2f}-" \
+           f"{row['speedup_to_target_high']:.2f}x) sooner than uncompressed" in tta_verdict(tta)
 
 
 def test_without_spread_the_interval_is_the_point_and_codec_residuals_widen_it():
