@@ -13,12 +13,14 @@ import gradcomp
 from gradcomp import cli
 from gradcomp.compressors import option_names
 from gradcomp.evaluation.analyses.advise import advise, verdict
+from gradcomp.evaluation.analyses.evidence import evidence_of
 from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy, tta_verdict, unreached
 from gradcomp.evaluation.benches import converge
 from gradcomp.evaluation.benches.converge import (AGGRESSIVE, CONVERGE, KEY_COLUMNS, QUICK,
                                                   bench_converge, curve_path, load_curves)
 from gradcomp.evaluation.workloads.load import load_workload
 from gradcomp.evaluation.common.store import ResultTable
+from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.model.methods import resolve
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.model.timeline import predict
@@ -224,7 +226,9 @@ def test_tasks_are_fixed_by_their_seed_and_digits_needs_scikit_learn(monkeypatch
 
 def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep):
     out, frame = sweep
-    lines, table = convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"))
+    assumed = cost_table("assumed")
+    lines, table = convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"),
+                                       assumed, evidence_of(assumed))
     text = "\n".join(lines)
     tta = pd.read_csv(out.parent / TTA)
     assert "## Convergence" in text and list(table["variant"]) == list(tta["variant"])
@@ -245,7 +249,9 @@ def test_notebook_draws_the_convergence_section(sweep, tmp_path, monkeypatch):
     from test_notebook import execute, images
 
     out, _ = sweep
-    convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"))
+    assumed = cost_table("assumed")
+    convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"), assumed,
+                        evidence_of(assumed))
     outputs = execute(tmp_path, monkeypatch, out.parent)
     assert images(outputs) == 3  # the model-only speedup curves and two convergence figures
     markdown = [o["data"].get("text/markdown", "") for o in outputs if "data" in o]

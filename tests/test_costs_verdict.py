@@ -10,10 +10,11 @@ import pytest
 
 from gradcomp import names
 from gradcomp.compressors import compressor
+from gradcomp.evaluation.analyses import weighed
 from gradcomp.evaluation.analyses.advise import advise
+from gradcomp.evaluation.analyses.evidence import evidence_of
 from gradcomp.evaluation.analyses.recommend import (recommend_by_accuracy,
                                                     recommend_by_iteration, sixteen_bit)
-from gradcomp.evaluation.analyses.time_to_accuracy import time_to_accuracy
 from gradcomp.evaluation.model.cost_tables import (CostTable, cost_table, default_costs,
                                                    hardware_note, measured_table)
 from gradcomp.evaluation.model.fit import codec_costs, fit_codec, fit_status, summary
@@ -22,6 +23,21 @@ from gradcomp.evaluation.report.style import halo_widths, line_styles
 
 SIZES = [2**k for k in range(10, 23, 2)]
 QUESTION = "`resnet50` on 8 workers at 10 Gbit/s, ddp bucketing"
+
+
+def weighed_ranking(table, methods, bandwidth="10gbit", device=None):
+    """`weighed.ranking` of ResNet-50 on 8 workers, and the evidence it was weighed with."""
+    evidence = evidence_of(table)
+    return weighed.ranking("resnet50", dict(workers=8, bandwidth=bandwidth), table, evidence,
+                           methods, device), evidence
+
+
+def weighed_tta(runs, table, bandwidth="10gbit", device=None):
+    """`weighed.accuracy` of convergence `runs` for ResNet-50 on 8 workers, and the
+    evidence."""
+    evidence = evidence_of(table)
+    return weighed.accuracy(runs, "resnet50", dict(workers=8, bandwidth=bandwidth), table,
+                            evidence, device), evidence
 
 
 def linear_table(method="qsgd", a=50e-6, b=2e-9, noise=0.03, seed=0) -> pd.DataFrame:
@@ -62,9 +78,8 @@ def test_a_poor_fit_is_flagged_and_excluded_from_pricing():
     costs = measured_table(table)
     assert "int8" in costs.excluded and "R^2" in costs.excluded["int8"]
     assert not costs.priced("int8") and costs.priced("topk") and costs.priced("none")
-    ranking = advise("resnet50", 8, "10gbit", [m for m in ("int8", "topk") if costs.priced(m)],
-                     costs.costs)
-    line = recommend_by_iteration(ranking, costs, "cpu", QUESTION)
+    ranking, evidence = weighed_ranking(costs, ["int8", "topk"])
+    line = recommend_by_iteration(ranking, costs, "cpu", QUESTION, evidence)
     assert "int8" not in set(ranking["method"]) and "int8" not in line
 
 
@@ -258,35 +273,35 @@ def test_one_verdict_never_recommends_a_method_that_did_not_converge():
                              ("randomk", False): None, ("randomk", True): None,
                              ("topk", False): 150, ("topk", True): 40})
     h200 = cost_table("h200")
-    tta = time_to_accuracy(runs, "resnet50", 8, "10gbit", h200.costs)
+    tta, evidence = weighed_tta(runs, h200, device="NVIDIA H200")
     per_iteration = tta.sort_values("t_iter_s").iloc[0]
     assert per_iteration["method"] == "randomk"
-    line = recommend_by_accuracy(tta, h200, "NVIDIA H200", QUESTION)
+    line = recommend_by_accuracy(tta, h200, "NVIDIA H200", QUESTION, evidence)
     reached = tta[tta["time_to_target_s"].notna()]
     best = reached.iloc[0]
     assert best["variant"] == "topk +EF" and "**topk +EF**" in line
     none = tta[(tta["method"] == "none")].iloc[0]
     bf16 = tta[(tta["method"] == "bf16")].iloc[0]
-    assert f"{none['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner than fp32 DDP" \
-        in line
-    assert f"{bf16['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner than the bf16 " \
-           "all-reduce" in line
+    assert f"{none['time_to_target_s'] / best['time_to_target_s']:.2f}x (" in line
+    assert f"{bf16['time_to_target_s'] / best['time_to_target_s']:.2f}x (" in line
+    assert "x) sooner than fp32 DDP" in line and "x) sooner than the bf16 all-reduce" in line
     assert "did not reach the target: randomk, randomk +EF" in line
     # the table measured topk without error feedback: the verdict says so
     assert "its codec cost is topk's with default options and without error feedback" in line
     assert "codec cost is" not in recommend_by_accuracy(
-        tta[tta["variant"] != "topk +EF"], h200, "NVIDIA H200", QUESTION)
+        tta[tta["variant"] != "topk +EF"], h200, "NVIDIA H200", QUESTION, evidence)
     assert line.startswith("- **Recommendation** for") and "mixed" not in line  # same device
     # On a V100 the 16-bit baseline is fp16.
-    assert "than the fp16 all-reduce" in recommend_by_accuracy(tta, h200, "NVIDIA V100",
-                                                               QUESTION)
+    v100, _ = weighed_tta(runs, h200, device="NVIDIA V100")
+    assert "than the fp16 all-reduce" in recommend_by_accuracy(v100, h200, "NVIDIA V100",
+                                                               QUESTION, evidence)
 
 
 def test_a_baseline_the_table_does_not_price_is_said_not_compared():
     runs = convergence_runs({("none", False): 70, ("bf16", False): 70, ("qsgd", False): 70})
     costs = measured_table(linear_table("qsgd"))  # no bf16 row: bf16 is not priced
-    tta = time_to_accuracy(runs, "resnet50", 8, "1gbit", costs.costs)
-    line = recommend_by_accuracy(tta, costs, "cpu", QUESTION)
+    tta, evidence = weighed_tta(runs, costs, "1gbit", "cpu")
+    line = recommend_by_accuracy(tta, costs, "cpu", QUESTION, evidence)
     assert "**qsgd**" in line and "sooner than fp32 DDP" in line
     assert "no comparison with the bf16 all-reduce: bf16 is not priced by table `measured`" \
         in line and "sooner than the bf16" not in line
@@ -294,9 +309,9 @@ def test_a_baseline_the_table_does_not_price_is_said_not_compared():
 
 def test_without_convergence_runs_only_lossless_casts_are_recommended():
     h100 = cost_table("h100")
-    ranking = advise("resnet50", 8, "1gbit", ["fp16", "topk", "randomk"], h100.costs)
+    ranking, evidence = weighed_ranking(h100, ["fp16", "topk", "randomk"], "1gbit")
     assert ranking.iloc[0]["method"] in ("topk", "randomk")  # faster per iteration
-    line = recommend_by_iteration(ranking, h100, "NVIDIA H100 80GB HBM3", QUESTION)
+    line = recommend_by_iteration(ranking, h100, "NVIDIA H100 80GB HBM3", QUESTION, evidence)
     by = ranking.set_index("method")
     safe = by.loc[["none", "fp16"], "t_iter_s"].idxmin()  # the V100 profile: no bf16 row
     assert f"**{'bf16 all-reduce' if safe == 'bf16' else 'fp16 all-reduce'}**" in line

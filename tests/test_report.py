@@ -8,12 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.analyses.advise import advise
+from gradcomp.evaluation.analyses import weighed
+from gradcomp.evaluation.analyses.evidence import evidence_of
 from gradcomp.evaluation.analyses.recommend import recommend_by_iteration
 from gradcomp.evaluation.analyses.whatif import sweep
 from gradcomp.evaluation.benches import collective as bench_collective
 from gradcomp.evaluation.benches import compress as bench_compress
 from gradcomp.evaluation.benches import train as bench_train
+from gradcomp.evaluation.benches.converge import CONVERGE
 from gradcomp.evaluation.common.env import cpu_threads, environment
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.cluster import resolve_cluster
@@ -155,17 +157,22 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     # One recommendation: no convergence runs, so among fp32/fp16/bf16 only, priced with
     # the table of the (V100) profile's GPU, scaled from the H100's, which is said first.
     v100 = cost_table("v100")
-    ranking = advise("resnet50", 8, "10gbit", list(METHODS), v100.costs)
+    net, evidence = dict(workers=8, bandwidth="10gbit"), evidence_of(v100)
+    ranking = weighed.ranking("resnet50", net, v100, evidence, list(METHODS))
     expected = recommend_by_iteration(ranking, v100, "NVIDIA V100",
                                       "`resnet50` on 8 workers at 10 Gbit/s (one GPU per node, "
                                       "one NIC each); network efficiency 1.00 (assumed), "
-                                      "compute slowdown 1.00 (assumed); ddp bucketing")
+                                      "compute slowdown 1.00 (assumed); ddp bucketing",
+                                      evidence, weighed.ranking_flips("resnet50", net, v100))
     assert report.verdicts == (expected,)
     assert expected.startswith("- **Recommendation** (NVIDIA V100 compute with NVIDIA V100 "
                                "codec costs scaled from NVIDIA H100 80GB HBM3 by memory "
                                "bandwidth, not measured)")
     assert "**fp16 all-reduce**" in expected and "No convergence runs" in expected
     assert expected in text.splitlines()
+    # the ranking states each speedup's interval and the evidence behind it
+    assert re.search(r"speedup vs fp32 \(interval\)\s*\|\s*vs fp16 \(interval\)", text)
+    assert "Intervals from: codec costs of table `v100`" in text
     measured = write_report(folder, "resnet50", 8, "10gbit", costs="measured").verdicts
     assert len(measured) == 1 and "NVIDIA V100 compute with cpu codec costs" in measured[0]
     ranked = pd.read_csv(folder / "advise.csv")
@@ -309,6 +316,7 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     pd.testing.assert_frame_equal(after.iloc[:4], before)
     assert len(ResultTable(out / COLLECTIVE).frame()) == 3 * 2
     assert list(ResultTable(out / TRAIN).frame()["method"]) == ["ddp", "none", "fp16", "bf16"]
+    assert set(ResultTable(out / CONVERGE).frame()["seed"]) == {0, 1, 2}  # a seed spread
     text = (out / "report.md").read_text()
     assert report.path == out / "report.md"
     assert len(report.verdicts) == 1 and report.verdicts[0] in text.splitlines()

@@ -1,12 +1,14 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
 from ..compressors import names
-from ..evaluation.analyses.advise import advise
 from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
                                           fsdp_verdict, whatif_fsdp)
 from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
-from ..evaluation.analyses.recommend import (best_safe, not_ranked, priced_ranking,
-                                             question_gpu, question_text,
+from ..evaluation.analyses import weighed
+from ..evaluation.analyses.evidence import (evidence_of, evidence_record, network_spread,
+                                            with_intervals)
+from ..evaluation.analyses.recommend import (MARGIN, best_safe, not_ranked, question_gpu,
+                                             question_text,
                                              recommend_by_accuracy, recommend_by_iteration,
                                              sixteen_bit)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
@@ -251,26 +253,39 @@ def _advise(args) -> None:
     asked = [m for m in dict.fromkeys([*(method_list(args.methods) or names()),
                                        sixteen_bit(device)])
              if resolve(m)]  # unknown names, options: an error naming them
-    ranking = advise(args.profile, methods=[m for m in asked if costs.priced(m)],
-                     costs=costs.costs, bucketing=args.bucketing, convergence=convergence,
-                     task=args.task, target=args.target, topology=args.topology,
-                     algorithms=split(args.algorithms), device=device, **net)
-    if convergence is None:
-        ranking = priced_ranking(ranking, costs)
-    if args.topology:
-        answer = _topology_recommendation(ranking, costs, device, args)
-    elif convergence is not None:
-        answer = recommend_by_accuracy(ranking, costs, device, question, compute)
+    spread = network_spread(read_measurements(args.collectives, "collectives", "a `gradcomp "
+                                              "bench collective` CSV")) \
+        if args.collectives else 0.0
+    evidence = evidence_of(costs, spread, "fitted from the collective bench (two standard "
+                           "errors of the all-reduce's slope)")
+    common = dict(device=device, bucketing=args.bucketing, task=args.task, target=args.target,
+                  topology=args.topology)
+    priced = [m for m in asked if costs.priced(m)]
+    if convergence is not None:
+        ranking = weighed.accuracy(convergence, args.profile, net, costs, evidence,
+                                   methods=priced, **common)
+        answer = recommend_by_accuracy(ranking, costs, device, question, evidence,
+                                       weighed.accuracy_flips(convergence, ranking,
+                                                              args.profile, net, costs,
+                                                              evidence, device, args.bucketing,
+                                                              args.task, args.target),
+                                       compute_device=compute)
     else:
-        answer = recommend_by_iteration(ranking, costs, device, question, compute)
-    if convergence is None:
+        ranking = weighed.ranking(args.profile, net, costs, evidence, priced,
+                                  algorithms=split(args.algorithms), **common)
+        answer = _topology_recommendation(ranking, costs, evidence, device, args) \
+            if args.topology else recommend_by_iteration(
+                ranking, costs, device, question, evidence,
+                weighed.ranking_flips(args.profile, net, costs, device, args.bucketing),
+                compute_device=compute)
         answer += _left_out(asked, runs, ranking, costs, device)
-    columns = TTA_COLUMNS if convergence is not None else [
+    columns = [*TTA_COLUMNS, "vs_16bit"] if convergence is not None else [
         "rank", "method", *(["algorithm"] if args.topology else []), "t_iter_s", "sf",
-        "speedup", "compression", "codec_s", "costs"]
+        "speedup", "vs_16bit", "compression", "codec_s", "costs"]
     payload = {"verdict": answer, "costs": costs.name, "network": network,
+               "margin": MARGIN, "evidence": evidence_record(evidence),
                "ranking": ranking.to_dict("records")}
-    text = table(ranking, columns) + "\n\n" + answer
+    text = table(with_intervals(ranking), columns) + "\n\n" + answer
     if runs is not None:
         payload["measured"] = runs.to_dict("records")
         text += ("\n\nYour runs, measured beside the model's prediction for the same setting "
@@ -286,13 +301,13 @@ def _left_out(asked, runs, ranking, costs, device: str) -> str:
         f"{m} ({reason})" for m, reason in why.items()) + "."
 
 
-def _topology_recommendation(ranking, costs, device: str, args) -> str:
+def _topology_recommendation(ranking, costs, evidence, device: str, args) -> str:
     """The one recommendation on a topology: each method on its fastest all-reduce algorithm
     (the ranking is fastest first), and the recommended method's algorithm named."""
     fastest = ranking.drop_duplicates("method")
     question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
                 f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
-    answer = recommend_by_iteration(fastest, costs, device, question)
+    answer = recommend_by_iteration(fastest, costs, device, question, evidence)
     return answer + (f" On this topology: the {best_safe(fastest, costs, device)['algorithm']} "
                      "all-reduce.")
 

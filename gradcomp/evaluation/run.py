@@ -37,6 +37,14 @@ LOCAL_WORKERS = 2
 # any other model.
 PROXY_TASKS = {"cnn": "cnn", "transformer": "gpt", "mlp": "teacher"}
 TRANSFORMER_NAMES = ("gpt", "bert", "llama", "transformer", "vit", "t5")
+# Seeds of the convergence runs, the quick run's too: the verdict weighs the seeds' spread of
+# iterations to target (`analyses.evidence`), which one seed cannot show.
+SEEDS = 3
+# The quick run's budget of a proxy that needs far fewer iterations than `bench converge
+# --quick`'s 200: uncompressed training reaches the cnn proxy's target in 20-30 iterations
+# (3 seeds, 2026-11-27), and the variants that never reach it run the whole budget; evaluated
+# every 5 iterations, not 10, so that the seeds' spread is theirs, not the evaluation grid's.
+QUICK_BUDGET = {"cnn": dict(max_iters=100, eval_every=5)}
 # Per mode: compress sizes (elements), collective payloads (bytes), repeats and warm-ups,
 # training iterations; None: the benchmark's own default.
 SETTINGS = {
@@ -98,8 +106,8 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
     parse_methods`; default every registered method), the built-in training
     `model` ("mlp", "tiny"), compress `sizes` (elements), `collective_sizes` (bytes per
     worker), training `iterations` and the convergence runs' iteration budget
-    `converge_iters`. `costs`: the codec-cost table the question is priced with (a
-    `cost_tables` name or CSV; None: the table of the profile's device). `cluster`: a
+    `converge_iters` (always `SEEDS` seeds or more). `costs`: the codec-cost table the
+    question is priced with (a `cost_tables` name or CSV; None: the table of the profile's device). `cluster`: a
     (`Cluster`, nodes) to ask about instead of `workers` at `bandwidth`. The baselines
     (none, bf16, and fp16 for a GPU without bf16) are always measured."""
     prof = load_profile(profile)
@@ -139,9 +147,12 @@ def run(out_dir=None, quick: bool = True, profile=PROFILE, workers: int = WORKER
                 profile_out=out / TRAIN_PROFILE, hook_out=out / HOOK,
                 hook_repeats=plan["hook_repeats"], progress=progress)
     converge = {**(QUICK if quick else FULL)}
+    converge["seeds"] = max(converge["seeds"], SEEDS)
+    task = proxy_task(prof) if task is None else task
+    if quick:
+        converge.update(QUICK_BUDGET.get(task, {}))
     if converge_iters is not None:
         converge["max_iters"] = converge_iters
-    task = proxy_task(prof) if task is None else task
     _say(progress, f"4/5 convergence to the target on task '{task}' (the convergence proxy "
                    f"of {prof.name}), with and without "
                    f"error feedback ({converge['seeds']} seed(s), <= {converge['max_iters']} "

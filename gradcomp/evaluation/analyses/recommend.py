@@ -17,6 +17,7 @@ On a GPU without bf16 (`NO_BF16`) bf16 is never recommended nor compared with: f
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -24,8 +25,18 @@ from ..model.cluster import Cluster
 from ..model.cost_tables import CostTable, hardware_note
 from ..model.methods import resolve
 from ..profiles.profiles import load_profile
+from .evidence import Evidence
 
 SAFE = ("none", "bf16", "fp16")
+MARGIN = 0.05
+"""How much sooner than the 16-bit baseline a lossy method must be at the low end of its
+interval to be recommended (1.05x). The interval holds only what was measured (codec fits,
+seeds, the network fit); what it leaves out moves a prediction by about this much: the
+model's median error on the testbed's compressed runs is 4-5% with the fitted slowdown, 7-8%
+without (README, "Your cluster": fitted, not assumed), the proxy task stands in for the real
+model's convergence, and contention is one fitted factor. A lossy method also brings tuning
+and state that a 16-bit all-reduce does not, so a gain inside that error is not worth acting
+on."""
 NO_BF16 = ("V100", "P100", "P40", "P4", "T4", "K80", "M40")  # GPUs without bf16 arithmetic
 
 
@@ -84,7 +95,8 @@ def not_ranked(methods, ranking: pd.DataFrame, table: CostTable, device: str) ->
     return why
 
 
-def _name(method: str) -> str:
+def method_name(method: str) -> str:
+    """How a verdict names a method or variant (the baselines in words)."""
     return {"none": "fp32 DDP (no compression)", "bf16": "bf16 all-reduce",
             "fp16": "fp16 all-reduce"}.get(method, method)
 
@@ -95,20 +107,126 @@ def _head(device: str, table: CostTable, question: str, compute_device: str | No
             f"codec costs from table `{table.name}`: ")
 
 
-def _ratio(ref, best, column: str) -> float:
-    return ref[column] / best[column] if ref is not None else math.nan
+def _times(row, column: str) -> str:
+    """"1.57x (1.49-1.66x)": a speedup column of `row` with its interval (`evidence.weigh`)."""
+    low, high = row.get(f"{column}_low", math.nan), row.get(f"{column}_high", math.nan)
+    interval = "" if math.isnan(low) else f" ({low:.2f}-{high:.2f}x)"
+    return f"{row[column]:.2f}x{interval}"
+
+
+def _check_weighed(table: pd.DataFrame) -> None:
+    if "vs_16bit_low" not in table:
+        raise ValueError("the table carries no intervals: weigh it first (`evidence.weigh`)")
+
+
+def candidates(tta: pd.DataFrame, table: CostTable, device: str) -> pd.DataFrame:
+    """The variants of a `time_to_accuracy` table that may be recommended: priced by
+    `table`, reached the target on every seed, runnable on `device`; fastest first."""
+    return tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()
+               & ~tta["method"].map(lambda m: bool(unsupported(m, device)))]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `choose` recommends (`row`; None: no candidate), the faster lossy variant
+    `held` back (its interval does not clear the margin; None: none), and the baseline the
+    margin was taken over (`over`: a variant name, "" when no lossless variant reached the
+    target, so that nothing could be weighed)."""
+
+    row: pd.Series | None
+    held: pd.Series | None
+    over: str
+
+
+def choose(tta: pd.DataFrame, table: CostTable, device: str, margin: float = MARGIN) -> Choice:
+    """The recommendation of a weighed `time_to_accuracy` table (`evidence.weigh`): the
+    fastest `candidates` variant, where a lossy one (not `SAFE`) must be at least 1 + `margin`
+    times sooner than the 16-bit baseline (fp32 DDP where that did not reach the target)
+    at the low end of its interval; else the fastest lossless variant."""
+    _check_weighed(tta)
+    rows = candidates(tta, table, device)
+    if rows.empty:
+        return Choice(None, None, "")
+    lossless = rows[rows["method"].isin(SAFE)]
+    half = sixteen_bit(device)
+    over = next((b for b in (half, "none") if (lossless["variant"] == b).any()), "")
+    if not over:
+        return Choice(rows.iloc[0], None, "")
+    low = "vs_16bit_low" if over == half else "speedup_to_target_low"
+    clear = rows[~rows["method"].isin(SAFE) & (rows[low] >= 1 + margin)]
+    pick = lossless.iloc[0]
+    if len(clear) and clear.iloc[0]["time_to_target_s"] < pick["time_to_target_s"]:
+        pick = clear.iloc[0]
+    first = rows.iloc[0]
+    return Choice(pick, None if first["variant"] == pick["variant"] else first, over)
+
+
+def _would_change(held, over_row, over_label: str, low: str, evidence: Evidence,
+                  margin: float) -> str:
+    """What evidence would let the `held` variant clear the margin over `over_row`."""
+    need, point = 1 + margin, held[low.removesuffix("_low")]
+    if point < need:
+        return (f"its point estimate ({point:.2f}x) is itself below {need:.2f}x, so more "
+                "evidence would not change the answer; only another setting could")
+    wanted = []
+    if held["iterations_min"] < held["iterations_max"] or \
+            over_row["iterations_min"] < over_row["iterations_max"]:
+        wanted.append(
+            f"more seeds (iterations to target {held['iterations_min']:.0f}-"
+            f"{held['iterations_max']:.0f} for it, {over_row['iterations_min']:.0f}-"
+            f"{over_row['iterations_max']:.0f} for {over_label}, over {held['seeds']} "
+            "seed(s): `gradcomp bench converge --seeds 10`, then --convergence)")
+    if not evidence.measured or evidence.spread(held["variant"]) or \
+            evidence.spread(over_row["variant"]):
+        wanted.append(f"codec costs measured on your GPU ({held['variant']} "
+                      + (f"+-{evidence.spread(held['variant']):.0%} in table "
+                         if evidence.measured else "from ") + f"{evidence.label}: "
+                      "`gradcomp bench compress`, then --costs FILE)")
+    if evidence.network:
+        wanted.append(f"a tighter network fit (+-{evidence.network:.0%}: `gradcomp bench "
+                      "collective` with more sizes and repeats)")
+    return (f"{held['variant']} would need a lower bound above {need:.2f}x: "
+            + ("; ".join(wanted) if wanted else "a narrower interval"))
+
+
+def _margin_text(choice: Choice, tta: pd.DataFrame, evidence: Evidence,
+                 margin: float, device: str) -> str:
+    """The sentence on the margin: cleared (with the lower bound), or who was held back and
+    what would change it."""
+    half = sixteen_bit(device)
+    label = f"the {half} all-reduce" if choice.over == half else "fp32 DDP"
+    low = "vs_16bit_low" if choice.over == half else "speedup_to_target_low"
+    rule = (f"a lossy method is recommended only when it is at least {1 + margin:.2f}x "
+            f"sooner than the 16-bit baseline (else fp32 DDP) across its interval (margin "
+            f"{margin:.0%})")
+    best = choice.row
+    if not choice.over:
+        return (" No lossless variant reached the target, so its margin could not be "
+                f"weighed ({rule}).") if best["method"] not in SAFE else ""
+    if best["method"] not in SAFE:
+        return (f" It clears the margin: at least {best[low]:.2f}x sooner than {label} "
+                f"across its interval ({rule}).")
+    if choice.held is None:
+        return ""
+    over_row = tta[tta["variant"] == choice.over].iloc[0]
+    change = _would_change(choice.held, over_row, label, low, evidence, margin)
+    return (f" Faster by the point estimate but not recommended: {choice.held['variant']}, "
+            f"{_times(choice.held, low.removesuffix('_low'))} sooner than {label}: {rule}. "
+            f"What would change it: {change}.")
 
 
 def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, device: str, question: str,
+                          evidence: Evidence, flips: str = "", margin: float = MARGIN,
                           compute_device: str | None = None) -> str:
-    """The recommendation line from a `time_to_accuracy` table priced with `table` for a
-    question on `device` (the GPU its codecs and 16-bit baseline run on); `compute_device`:
-    the profile's device where it is another (its compute as measured), None: `device`."""
-    priced = tta["method"].map(table.priced)
+    """The recommendation line from a weighed `time_to_accuracy` table (`evidence.weigh`)
+    priced with `table` (`choose`) for a question on `device` (the GPU its codecs and 16-bit
+    baseline run on), its intervals, the margin, the `evidence` and where the answer flips
+    (`flips`: `evidence.flips`'s sentence); `compute_device`: the profile's device where it
+    is another (its compute as measured), None: `device`."""
+    choice = choose(tta, table, device, margin)
     reached = tta["time_to_target_s"].notna()
     runs_here = ~tta["method"].map(lambda m: bool(unsupported(m, device)))
-    candidates = tta[priced & reached & runs_here]
-    unpriced = list(tta[~priced]["variant"])
+    unpriced = list(tta[~tta["method"].map(table.priced)]["variant"])
     failed = list(tta[~reached]["variant"])
     missing = list(tta[~runs_here]["variant"])
     tail = ("" if not failed else f" Never recommended, did not reach the target: "
@@ -118,13 +236,14 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, device: str, ques
         "" if not missing else f" Never recommended, {unsupported('bf16', device)}: "
         f"{', '.join(missing)}.")
     head = _head(device, table, question, compute_device)
-    if candidates.empty:
+    if choice.row is None:
         return head + f"none: no priced variant reached the target.{tail}"
-    best = candidates.iloc[0]
+    best = choice.row
     plain = tta[~tta["error_feedback"]].set_index("method")
     half = sixteen_bit(device)
     parts = []
-    for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce")):
+    for base, label, column in (("none", "fp32 DDP", "speedup_to_target"),
+                                (half, f"the {half} all-reduce", "vs_16bit")):
         if best["variant"] == base:
             continue
         ref = plain.loc[base] if base in plain.index else None
@@ -132,20 +251,14 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, device: str, ques
             parts.append(f"no comparison with {label}: {base} is not priced by table "
                          f"`{table.name}` ({table.excluded.get(base, 'not in it')})")
         elif ref is not None and not math.isnan(ref["time_to_target_s"]):
-            parts.append(f"{_ratio(ref, best, 'time_to_target_s'):.2f}x sooner than {label} "
+            parts.append(f"{_times(best, column)} sooner than {label} "
                          f"({ref['iterations_to_target']:.0f} iterations x "
                          f"{ref['t_iter_s'] * 1e3:.1f} ms)")
         elif ref is not None:
-            parts.append(f"{_ratio(ref, best, 't_iter_s'):.2f}x faster per iteration than "
-                         f"{label}, which did not reach the target")
+            parts.append(f"{ref['t_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
+                         f"than {label}, which did not reach the target")
         else:
             parts.append(f"no {label} run to compare with")
-    ref = plain.loc["none"] if "none" in plain.index else None
-    if ref is not None and best["variant"] != "none" and \
-            ref["iterations_min"] <= best["iterations_to_target"] <= ref["iterations_max"]:
-        parts.append(f"its iteration count lies within fp32 DDP's seed spread "
-                     f"({ref['iterations_min']:.0f}-{ref['iterations_max']:.0f}), so the gain "
-                     "is the iteration time")
     if best["variant"] != best["method"]:  # options or error feedback the table lacks
         parts.append(f"its codec cost is {best['method']}'s with default options and without "
                      f"error feedback, as table `{table.name}` measured it: the variant's own "
@@ -153,10 +266,18 @@ def recommend_by_accuracy(tta: pd.DataFrame, table: CostTable, device: str, ques
     goal = (f"test {best['metric']} {'>=' if best['metric'] == 'accuracy' else '<='} "
             f"{best['target']:g} on task '{best['task']}' (the convergence proxy: iterations "
             "measured on this task, not on the profiled model)")
-    return (head + f"**{_name(best['variant'])}**: reaches {goal} in "
-            f"{best['iterations_to_target']:.0f} iterations x {best['t_iter_s'] * 1e3:.1f} ms "
-            f"= {best['time_to_target_s']:.3g} s (iterations measured, iteration time "
-            f"predicted){'; ' + '; '.join(parts) if parts else ''}.{tail}")
+    spread = ("" if best["iterations_min"] == best["iterations_max"] else
+              f" ({best['iterations_min']:.0f}-{best['iterations_max']:.0f} over the seeds)")
+    shown = [best["variant"], half, *(() if choice.held is None else [choice.held["variant"]])]
+    return (head + f"**{method_name(best['variant'])}**: reaches {goal} in "
+            f"{best['iterations_to_target']:.0f} iterations{spread} x "
+            f"{best['t_iter_s'] * 1e3:.1f} ms = {best['time_to_target_s']:.3g} s "
+            f"({best['time_to_target_low_s']:.3g}-{best['time_to_target_high_s']:.3g} s; "
+            f"iterations measured, iteration time predicted)"
+            f"{'; ' + '; '.join(parts) if parts else ''}."
+            f"{_margin_text(choice, tta, evidence, margin, device)} Intervals from: "
+            f"{evidence.describe(shown, int(tta['seeds'].max()))}."
+            + (f" {flips}" if flips else "") + tail)
 
 
 def best_safe(ranking: pd.DataFrame, table: CostTable, device: str = "") -> pd.Series:
@@ -168,16 +289,20 @@ def best_safe(ranking: pd.DataFrame, table: CostTable, device: str = "") -> pd.S
 
 
 def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, device: str,
-                           question: str, compute_device: str | None = None) -> str:
-    """The recommendation line from an `advise` ranking when no convergence runs exist
-    (`device`, `compute_device` as for `recommend_by_accuracy`)."""
+                           question: str, evidence: Evidence, flips: str = "",
+                           compute_device: str | None = None) -> str:
+    """The recommendation line from a weighed `advise` ranking (`evidence.weigh`) when no
+    convergence runs exist, with its intervals, the `evidence` and where the answer flips
+    (`flips`); `device`, `compute_device` as for `recommend_by_accuracy`."""
+    _check_weighed(ranking)
     head = _head(device, table, question, compute_device)
     rows = ranking[ranking["method"].map(table.priced)]
     best = best_safe(ranking, table, device)
     by = rows.set_index("method")
     half = sixteen_bit(device)
-    parts = [(f"{by.loc[base, 't_iter_s'] / best['t_iter_s']:.2f}x faster per iteration "
-              f"than {label}") if base in by.index else
+    own = {"none": "speedup", half: "vs_16bit"}  # the columns of speedups over each baseline
+    parts = [(f"{_times(best, own[base])} faster per iteration than {label}")
+             if base in by.index else
              (f"no comparison with {label}: {base} is not priced by table `{table.name}` "
               f"({table.excluded.get(base, 'not in it')})") if not table.priced(base) else
              f"no comparison with {label}: {base} was not ranked"
@@ -186,11 +311,17 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, device: str,
     if unsupported("bf16", device):
         parts.append(f"bf16 is not an option: {unsupported('bf16', device)}")
     other = rows[~rows["method"].isin(SAFE)]
-    unverified = "" if other.empty or other.iloc[0]["t_iter_s"] >= best["t_iter_s"] else (
-        f" Faster per iteration but unverified: {other.iloc[0]['method']} "
-        f"({best['t_iter_s'] / other.iloc[0]['t_iter_s']:.2f}x); whether it reaches the "
-        "same accuracy is unknown: run `gradcomp bench converge` and pass --convergence.")
-    return (head + f"**{_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
-            f"iteration{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
+    faster = not other.empty and other.iloc[0]["t_iter_s"] < best["t_iter_s"]
+    ratio = "" if not faster else _times(other.iloc[0], own[best["method"]]) \
+        if best["method"] in own else f"{best['t_iter_s'] / other.iloc[0]['t_iter_s']:.2f}x"
+    unverified = "" if not faster else (
+        f" Faster per iteration but unverified: {other.iloc[0]['method']}, {ratio} faster; "
+        "whether it reaches the same accuracy is unknown: run `gradcomp bench converge` and "
+        "pass --convergence.")
+    shown = [best["method"], half, *([other.iloc[0]["method"]] if faster else [])]
+    return (head + f"**{method_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
+            f"iteration, {best['t_iter_low_s'] * 1e3:.1f}-{best['t_iter_high_s'] * 1e3:.1f} ms"
+            f"{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
             f"only {', '.join(m for m in SAFE if not unsupported(m, device))} are "
-            f"recommended without them.{unverified}")
+            f"recommended without them.{unverified} Intervals from: "
+            f"{evidence.describe(shown)}." + (f" {flips}" if flips else ""))

@@ -186,6 +186,9 @@ def tta_verdict(table: pd.DataFrame) -> str:
                  f"({ref['iterations_min']:.0f}-{ref['iterations_max']:.0f}), so that part is "
                  f"noise: on iteration time alone it is "
                  f"{ref['t_iter_s'] / first['t_iter_s']:.2f}x faster.")
-    return (f"Yes: {best}, {first['speedup_to_target']:.2f}x sooner than uncompressed "
+    interval = "" if "speedup_to_target_low" not in table else (
+        f" (interval {first['speedup_to_target_low']:.2f}-"
+        f"{first['speedup_to_target_high']:.2f}x)")  # a table weighed by `evidence.weigh`
+    return (f"Yes: {best}, {first['speedup_to_target']:.2f}x{interval} sooner than uncompressed "
             f"({ref['iterations_to_target']:.0f} iterations x {ref['t_iter_s'] * 1e3:.2f} ms"
             f" = {ref['time_to_target_s']:.3g} s) to {goal}.{noise}{tail}")

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyses.time_to_accuracy import select, time_to_accuracy, unreached
+from ..analyses import weighed
+from ..analyses.evidence import Evidence, with_intervals
+from ..analyses.time_to_accuracy import select, unreached
 from ..benches.converge import CONVERGE, load_curves
 from ..common.store import ResultTable, write_atomic
+from ..model.cost_tables import CostTable
 from . import converge_plots
 
 TTA = "time_to_accuracy.csv"
@@ -61,20 +64,22 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
     return "-" if value is None or math.isnan(value) else format(value * scale, spec)
 
 
-def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=None,
-                        costs_label: str | None = None
+def convergence_section(out, profile, net: dict, table: CostTable, evidence: Evidence,
+                        bucketing: str = "ddp", device: str | None = None
                         ) -> tuple[list[str], pd.DataFrame | None]:
     """The section's markdown lines for results folder `out`, and its `time_to_accuracy`
-    table (None when the folder gives none), for the report's recommendation on the network
-    `net` (workers, bandwidth, latency_s, efficiency, tiers: `time_to_accuracy`'s keywords);
-    `costs_label` names the codec costs in the text (default: fitted / assumed)."""
+    table priced by codec-cost `table` and weighed with `evidence` (`weighed.accuracy`;
+    None when the folder gives none), for the report's recommendation on the network `net`
+    (workers, bandwidth, latency_s, efficiency, tiers: `time_to_accuracy`'s keywords) and the
+    question's GPU `device` (None: the profile's)."""
     out = Path(out)
     lines = ["## Convergence", ""]
     if not (out / CONVERGE).exists():
         return lines + ["Not measured in this run (no `converge.csv`).", ""], None
     summary = ResultTable(out / CONVERGE).frame()
     try:
-        tta = time_to_accuracy(summary, profile, costs=costs, bucketing=bucketing, **net)
+        tta = weighed.accuracy(summary, profile, net, table, evidence, device=device,
+                               bucketing=bucketing)
     except ValueError as e:
         return lines + [f"Not available: {e}.", ""], None
     write_atomic(out / TTA, tta.to_csv(index=False))
@@ -84,7 +89,7 @@ def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=N
                                                                       "target"])
     converge_plots.convergence_curves(curve, out / "convergence_iterations.png")
     converge_plots.iterations_to_target(tta, out / "iterations_to_target.png")
-    first, row = tta.iloc[0], chosen.iloc[0]
+    first, row, shown = tta.iloc[0], chosen.iloc[0], with_intervals(tta)
     seeds = sorted(chosen["seed"].unique())
     missed = unreached(tta)
     lines += [
@@ -95,9 +100,11 @@ def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=N
         f"or {int(row['max_iters'])} iterations (`{CONVERGE}`, curves in "
         f"`converge_curve.csv`). Iterations are measured; the iteration time is predicted "
         f"for `{first['profile']}` on {net['workers']} workers (codec costs "
-        f"{costs_label or first['costs']}), so the "
+        f"{table.label}), so the "
         f"time to target is iterations x predicted iteration time (`{TTA}`); the "
-        "recommendation above is its fastest variant that reached the target and is priced.",
+        "recommendation above is its fastest variant that reached the target and is priced, "
+        "a lossy one only when it clears the margin over the 16-bit baseline. Intervals "
+        f"from: {evidence.describe(tta['variant'], len(seeds))}.",
         "",
         f"Reached the target on every seed: {len(tta) - len(missed)} of {len(tta)} variants"
         + (f"; not: {', '.join(missed)}." if missed else "."), "",
@@ -114,7 +121,8 @@ def convergence_section(out, profile, net: dict, bucketing: str = "ddp", costs=N
             "bytes/iteration": [f"{b:,.0f}" for b in tta["bytes_sent_per_iter"]],
             "iteration (ms, predicted)": [_fmt(v, ".2f", 1e3) for v in tta["t_iter_s"]],
             "time to target (s)": [_fmt(v, ".3g") for v in tta["time_to_target_s"]],
-            "speedup to target": [_fmt(v, ".2f") for v in tta["speedup_to_target"]]})), "",
+            "speedup to target (interval)": shown["speedup_to_target"],
+            "vs 16-bit (interval)": shown["vs_16bit"]})), "",
         "Error feedback (iterations to target without and with it; PowerSGD's is its own "
         "residual memory, on by default; `none` has nothing to feed back):", "",
         _table(ef_effect(tta)), "",

@@ -18,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from ... import names
-from ..analyses.advise import advise
+from ..analyses import weighed
+from ..analyses.evidence import Evidence, evidence_of, network_spread, with_intervals
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import (SAFE, priced_ranking, question_gpu, question_text,
+from ..analyses.recommend import (best_safe, choose, question_gpu, question_text,
                                   recommend_by_accuracy, recommend_by_iteration, sixteen_bit,
                                   unsupported)
 from ..analyses.whatif import sweep
@@ -110,13 +111,13 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
-             device: str) -> tuple[list[str], pd.DataFrame]:
+             evidence: Evidence, device: str) -> tuple[list[str], pd.DataFrame]:
     """The supporting ranking by predicted iteration time (`advise.csv`) of the methods the
-    table prices on the network `net` (`Cluster.question`), and its section; `device`: the
-    GPU the codecs and the 16-bit baseline run on (`question_gpu`)."""
-    ranking = priced_ranking(advise(profile, methods=[m for m in methods if table.priced(m)],
-                                    costs=table.costs, bucketing=bucketing, device=device,
-                                    **net), table)
+    table prices on the network `net` (`Cluster.question`), weighed (`weighed.ranking`),
+    and its section; `device`: the GPU the codecs and the 16-bit baseline run on
+    (`question_gpu`)."""
+    ranking = weighed.ranking(profile, net, table, evidence, methods, device=device,
+                              bucketing=bucketing)
     _save_csv(ranking.assign(cost_table=table.name), out / "advise.csv")
     p = load_profile(profile)
     half = sixteen_bit(device)
@@ -136,12 +137,14 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable
                   + "; ".join(f"{m} ({why})" for m, why in excluded.items()) + ".", ""]
     lines += [f"### Supporting ranking: predicted time per iteration, costs {table.label}", "",
               "Iteration time only (convergence not included); `none` is fp32 DDP and "
-              f"`{half}` a {half} all-reduce, the two baselines (`advise.csv`).", "",
-              _md(ranking, {
+              f"`{half}` a {half} all-reduce, the two baselines (`advise.csv`). Intervals "
+              f"from: {evidence.describe(ranking['method'])}.", "",
+              _md(with_intervals(ranking), {
                   "rank": ("rank", _num("d")), "method": ("method", _text),
                   "aggregation": ("aggregation", _text),
                   "t_iter_s": ("iteration (ms)", _num(".2f", 1e3)), "sf": ("SF", _num(".3f")),
-                  "speedup": ("speedup vs fp32", _num(".2f")),
+                  "speedup": ("speedup vs fp32 (interval)", _text),
+                  "vs_16bit": (f"vs {half} (interval)", _text),
                   "compression": ("compression", _num(".3g")),
                   "exposed_comm_s": ("exposed comm (ms)", _num(".2f", 1e3)),
                   "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)),
@@ -348,17 +351,27 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
                                              out / TRAIN_PROFILE, nodes_of, prof)
     net = nodes_of.question(nodes)
     question = question_text(profile, nodes_of, nodes, bucketing)
-    ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table, device)
-    convergence, tta = convergence_section(out, profile, net, bucketing, table.costs,
-                                           table.label)
+    fitted = "efficiency" in nodes_of.measured and not collective.empty
+    evidence = evidence_of(table, network_spread(collective) if fitted else 0.0,
+                           f"fitted from `{COLLECTIVE}` (two standard errors of the "
+                           "all-reduce's slope)")
+    ranking_lines, ranking = _ranking(out, profile, net, bucketing, methods, table, evidence,
+                                      device)
+    convergence, tta = convergence_section(out, profile, net, table, evidence, bucketing,
+                                           device)
     if tta is not None:
-        verdict = recommend_by_accuracy(tta, table, device, question, prof.device)
-        best = tta[tta["method"].map(table.priced) & tta["time_to_target_s"].notna()]
+        flips = weighed.accuracy_flips(ResultTable(out / CONVERGE).frame(), tta, profile, net,
+                                       table, evidence, device=device, bucketing=bucketing)
+        verdict = recommend_by_accuracy(tta, table, device, question, evidence, flips,
+                                        compute_device=prof.device)
+        best = choose(tta, table, device).row
+        best_method = None if best is None else best["method"]
     else:
-        verdict = recommend_by_iteration(ranking, table, device, question, prof.device)
-        best = ranking[ranking["method"].map(lambda m: m in SAFE and table.priced(m)
-                                             and not unsupported(m, device))]
-    best_method = best["method"].iloc[0] if len(best) else None
+        verdict = recommend_by_iteration(ranking, table, device, question, evidence,
+                                         weighed.ranking_flips(profile, net, table, device,
+                                                               bucketing=bucketing),
+                                         compute_device=prof.device)
+        best_method = best_safe(ranking, table, device)["method"]
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
              "## Verdict", "", verdict, "", *ranking_lines]
