@@ -84,16 +84,17 @@ def test_advise_ranks_methods_and_gives_a_verdict():
                    "--methods", "fp16,topk")
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
-    # One recommendation, priced with the V100 profile's GPU table, scaled from the H100's.
+    # One recommendation, priced with the V100 profile's GPU table, scaled from the H200's.
     assert last.startswith("- **Recommendation** (NVIDIA V100 compute with NVIDIA V100 codec "
-                           "costs scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not "
-                           "measured)")
+                           "costs scaled from NVIDIA H200 by memory bandwidth, not measured)")
     assert "codec costs from table `v100`" in last and "No convergence runs" in last
     data = json.loads(run_here("advise", "--bandwidth", "1gbit", "--json").stdout)
     assert data["costs"] == "v100" and "**fp16 all-reduce**" in data["verdict"]  # V100: no bf16
-    # every method but bf16, which a V100 lacks: the verdict says so
-    assert {r["method"] for r in data["ranking"]} == set(gradcomp.names()) - {"bf16"}
+    # every method but bf16, which a V100 lacks, and threshold, whose decode fit the table
+    # excludes: the verdict says so for both
+    assert {r["method"] for r in data["ranking"]} == set(gradcomp.names()) - {"bf16", "threshold"}
     assert "Not ranked: bf16 (the NVIDIA V100 has no bf16 arithmetic" in data["verdict"]
+    assert "threshold (codec fit excluded by table `v100`: decode:" in data["verdict"]
 
 
 def test_bad_bandwidth_names_the_option_and_the_forms():

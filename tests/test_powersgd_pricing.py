@@ -87,7 +87,7 @@ def test_resnet50_codec_time_differs_between_tables_only_by_their_costs():
     plain = sum(k for _, _, k in applications)
     assert len(shapes) == 161 and sum(len(s) == 1 for s in shapes) == 107
     assert calls == 26 and plain == sum(math.prod(s) for s in shapes if len(s) == 1)
-    for table in ("h100", "assumed"):
+    for table in ("h200", "h100", "assumed"):
         method = resolve("powersgd", cost_table(table).costs)
         assert method.middle is None
         (ae, be), (ad, bd) = method.encode, method.decode

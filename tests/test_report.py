@@ -155,7 +155,7 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
     assert report.folder == folder and path == folder / "report.md"
     text = path.read_text()
     # One recommendation: no convergence runs, so among fp32/fp16/bf16 only, priced with
-    # the table of the (V100) profile's GPU, scaled from the H100's, which is said first.
+    # the table of the (V100) profile's GPU, scaled from the H200's, which is said first.
     v100 = cost_table("v100")
     net, evidence = dict(workers=8, bandwidth="10gbit"), evidence_of(v100)
     ranking = weighed.ranking("resnet50", net, v100, evidence, list(METHODS))
@@ -166,8 +166,8 @@ def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
                                       evidence, weighed.ranking_flips("resnet50", net, v100))
     assert report.verdicts == (expected,)
     assert expected.startswith("- **Recommendation** (NVIDIA V100 compute with NVIDIA V100 "
-                               "codec costs scaled from NVIDIA H100 80GB HBM3 by memory "
-                               "bandwidth, not measured)")
+                               "codec costs scaled from NVIDIA H200 by memory bandwidth, not "
+                               "measured)")
     assert "**fp16 all-reduce**" in expected and "No convergence runs" in expected
     assert expected in text.splitlines()
     # the ranking states each speedup's interval and the evidence behind it
@@ -224,7 +224,7 @@ def test_report_without_codec_measurements_uses_a_named_table(tmp_path):
     report = write_report(tmp_path, "resnet50", 8, "100gbit")
     text = report.path.read_text()
     assert len(report.verdicts) == 1 and "codec costs from table `v100`" in report.verdicts[0]
-    assert "scaled from NVIDIA H100 80GB HBM3" in report.verdicts[0]
+    assert "scaled from NVIDIA H200" in report.verdicts[0]
     assert "Not measured on this machine" in text and "Not available" in text
     assumed = write_report(tmp_path, "resnet50", 8, "100gbit", costs="assumed").verdicts[0]
     assert "NVIDIA V100 compute with assumed codec costs" in assumed
