@@ -245,7 +245,7 @@ def test_a_cluster_report_prices_codecs_and_the_16_bit_baseline_on_the_clusters_
     assert verdict.startswith(
         "- **Recommendation** (NVIDIA V100 compute as measured (the profile's), codecs and the "
         "16-bit baseline on the cluster's NVIDIA A100 40GB, with NVIDIA A100 40GB codec costs "
-        "scaled from NVIDIA H100 80GB HBM3 by memory bandwidth, not measured) for `resnet50` "
+        "scaled from NVIDIA H200 by memory bandwidth, not measured) for `resnet50` "
         "(compute as measured on NVIDIA V100) on 4 x p4d.24xlarge")
     assert "codec costs from table `a100-40gb`" in verdict and "bf16 all-reduce" in verdict
     assert "bf16 is not an option" not in verdict
