@@ -140,6 +140,21 @@ class Network:
         """Several GPUs or NICs (rails) per node."""
         return self.gpus_per_node > 1 or self.rails > 1
 
+    def node_tiers(self) -> tuple["Network", "Network"]:
+        """The tiers apart, as a hierarchical hook uses them: (inside a node: its G GPUs at
+        the intra bandwidth, latency and efficiency; across nodes: the N ranks of one local
+        rank, each local rank's ring with a 1/G share of its node's rails, as the G rings
+        cross the NICs at once). Both ring networks, at this network's slowdown."""
+        g, share = self.gpus_per_node, self.rails / self.gpus_per_node
+        inside = Network(g, self.intra_bandwidth_bps or self.bandwidth_bps, self.intra_latency_s,
+                         self.intra_efficiency, self.reduce_bytes_per_s, algorithm="ring",
+                         compute_slowdown=self.compute_slowdown)
+        across = Network(self.nodes, self.bandwidth_bps, self.latency_s,
+                         {c: self.efficiency_of(c) * share for c in COLLECTIVES},
+                         self.reduce_bytes_per_s, algorithm="ring",
+                         compute_slowdown=self.compute_slowdown)
+        return inside, across
+
     def tiers(self, collective: str) -> costs.Tiers:
         """The cluster at `collective`'s latency and efficiency, for `collectives.costs`."""
         intra = (math.inf if self.intra_bandwidth_bps is None
