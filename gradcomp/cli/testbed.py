@@ -4,8 +4,11 @@ import argparse
 
 from ..evaluation.testbed import nodes, ratecheck, testbed
 from ..evaluation.testbed import validate_fsdp
+from ..evaluation.model.timeline import LAYOUTS
+from ..evaluation.testbed.regret import advice_regret, auto_regret
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                            validate_sweep)
+from ..evaluation.testbed.validate_tiers import validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
@@ -67,6 +70,14 @@ def add_validate(sub) -> None:
                     help="timed iterations per method and rate (default "
                     f"{default_of(validate_sweep, 'iterations')}, with --parallelism fsdp "
                     f"{default_of(validate_fsdp.validate_fsdp_sweep, 'iterations')})")
+    va.add_argument("--nodes", type=positive_int, help="two tiers: this many nodes of "
+                    "--gpus-per-node ranks in the testbed, each method measured in both "
+                    "layouts (flat, hierarchical) and predicted by the two-tier model")
+    va.add_argument("--gpus-per-node", type=positive_int, help="ranks per node (with --nodes; "
+                    f"default {default_of(validate_two_tier, 'gpus_per_node')})")
+    va.add_argument("--layouts", default=",".join(LAYOUTS), help="with --nodes: comma-"
+                    "separated layouts of " + ", ".join(LAYOUTS) + " (hierarchical: the hook "
+                    "that compresses only between nodes)")
     va.add_argument("--out", help="results folder (default: results/validate-<timestamp>); "
                     "an existing one is resumed")
     va.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -129,11 +140,25 @@ def _validate(args) -> None:
     methods = (args.methods.split(",") if args.methods is not None else
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
+    options = {} if args.iterations is None else {"iterations": args.iterations}
+    if args.nodes is not None:
+        if fsdp:
+            raise ValueError("--nodes is not allowed with --parallelism fsdp: two-tier "
+                             "validation runs DDP")
+        sweep = validate_two_tier
+        options.update(nodes=args.nodes, layouts=split(args.layouts),
+                       gpus_per_node=args.gpus_per_node
+                       or default_of(validate_two_tier, "gpus_per_node"))
+    elif args.gpus_per_node is not None:
+        raise ValueError("--gpus-per-node is not allowed without --nodes: give --nodes N")
     with exits_on("validate", *FAILURES):
         rows = sweep(out, args.rates.split(","), methods, args.model, progress=not args.json,
-                     **({} if args.iterations is None else {"iterations": args.iterations}))
+                     **options)
     summary = summarize(rows)
+    regret = {k: v.to_dict("records") for k, v in
+              (("regret", advice_regret(rows)), ("auto_regret", auto_regret(rows)))}
+    columns = ["rate", "layout", "method", "measured", "predicted", "rel_error"]
     emit(args, {"results": out, "rows": rows.to_dict("records"),
-                "summary": summary.to_dict("records")},
-         table(rows, ["rate", "method", "measured", "predicted", "rel_error"]) + "\n\n"
+                "summary": summary.to_dict("records"), **regret},
+         table(rows, [c for c in columns if c in rows]) + "\n\n"
          + table(summary, summary.columns) + f"\n\nresults in {out}")

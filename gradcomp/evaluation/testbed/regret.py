@@ -18,20 +18,45 @@ Both are pure functions of the table; `validate` writes them beside the errors.
 """
 from __future__ import annotations
 
+import inspect
 import math
+from pathlib import Path
 
 import pandas as pd
 
-from ...comm.auto import DEFAULT_CANDIDATES
+from ...comm.auto import DEFAULT_CANDIDATES, AutoState
+from ...comm.hooks import build_state
+from ..common.store import write_atomic
 from ..common.units import format_rate
 
 CONFIG = ("rate_bps", "layout", "nodes", "gpus_per_node")
 AUTO_CANDIDATES = tuple(c if isinstance(c, str) else c[0] for c in DEFAULT_CANDIDATES)
+#: Iterations after auto's exploration before its decisions act: the step at iteration i
+#: reads the samples reduced at i - 1 (`comm.auto.choice`, "Agreement").
+DECISION_LAG = 2
+
+
+def auto_warmup(warmup: int) -> int:
+    """Untimed iterations for an `auto` run with its defaults so that its timed iterations
+    are its steady state: `warmup`, plus its start iteration, its exploration of every
+    default candidate (`explore_iters` each) and `DECISION_LAG`."""
+    params = inspect.signature(AutoState).parameters
+    start = inspect.signature(build_state).parameters["start_iter"].default
+    return (warmup + start + len(DEFAULT_CANDIDATES) * params["explore_iters"].default
+            + DECISION_LAG)
 
 
 def config_columns(table: pd.DataFrame) -> list[str]:
     """The columns of `CONFIG` that `table` has."""
     return [c for c in CONFIG if c in table.columns]
+
+
+def steady_state_jobs(methods, warmup: int) -> list[tuple[list[str], int]]:
+    """The training jobs of `methods` (names): the fixed methods after `warmup` untimed
+    iterations, then `auto` alone after `auto_warmup(warmup)`."""
+    fixed = [m for m in methods if m != "auto"]
+    return ([(fixed, warmup)] if fixed else []) + (
+        [(["auto"], auto_warmup(warmup))] if "auto" in methods else [])
 
 
 def advice_regret(table: pd.DataFrame) -> pd.DataFrame:
@@ -108,3 +133,13 @@ def regret_markdown(table: pd.DataFrame) -> str:
                  "over the fastest measured run of its candidate methods, minus 1 (ms):\n\n"
                  + shown.to_markdown(index=False, floatfmt=".3g") + "\n")
     return text
+
+
+def write_regret(out, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``regret.csv`` (`advice_regret`) and ``auto-regret.csv`` (`auto_regret`, when auto
+    ran) in the folder `out`; both tables."""
+    tables = {"regret": advice_regret(table), "auto_regret": auto_regret(table)}
+    for name, rows in tables.items():
+        if len(rows):
+            write_atomic(Path(out) / f"{name.replace('_', '-')}.csv", rows.to_csv(index=False))
+    return tables
