@@ -178,7 +178,7 @@ def check_entry(entry, state: HookState, rank: int, module, allow_nonfinite: boo
                 raise bad(where, f"is {obj.dtype}, not floating point")
             params = layout.get(path[-1])
             if sizes is not None and params is not None and all(i < len(sizes) for i in params):
-                want = sum(sizes[i] for i in params)
+                want = state.shard_numel(sum(sizes[i] for i in params))
                 if obj.numel() != want:
                     raise bad(where, f"has {obj.numel()} values; the bucket it belongs to "
                               f"holds {want} (shape {tuple(obj.shape)})")

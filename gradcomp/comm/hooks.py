@@ -15,6 +15,8 @@ a process, and the first after a resume, first checks that every rank runs the s
 (`agreement`).
 """
 # No `from __future__ import annotations`: DDP checks the hook's annotations at runtime.
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -23,7 +25,7 @@ from ..compressors import Compressor, compressor as build_compressor, option_nam
 from .agreement import RankMismatch, check_agreement, explained, settings
 from .auto import AUTO_OPTIONS, AutoState
 from .blocksparse import DEFAULT_BLOCK_SIZE
-from .communicators import Bucket
+from .communicators import Bucket, Communicator
 from .state import HookState
 from .telemetry import BucketRecord, mark
 
@@ -41,7 +43,10 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
 
 def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     if not state.agreed:
-        check_agreement(settings(state, bucket), state.ranks, bucket.buffer().device)
+        if state.tiers is None:
+            check_agreement(settings(state, bucket), state.ranks, bucket.buffer().device)
+        else:
+            state.tiers.check_agreement(settings(state, bucket), bucket.buffer().device)
         state.agreed = True
     iteration = state.iteration
     if bucket.is_last():
@@ -79,13 +84,26 @@ PYTHON_REDUCER = (
 
 def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.Future:
     """Average `bucket.buffer` across ranks; the future's value is the buffer, holding the
-    result: encode, exchange, decode through the bucket's communicator."""
+    result: `exchange`, or (hierarchical) through the two tiers, `exchange` on a shard."""
+    if state.tiers is not None:
+        return state.tiers.average(state, bucket, iteration, exchange)
+    return exchange(state, bucket, iteration)
+
+
+def exchange(state: HookState, bucket: Bucket, iteration: int,
+             bind: Callable[[Communicator], Communicator] | None = None,
+             describe: Callable[[str], BucketRecord] | None = None) -> torch.futures.Future:
+    """Encode, exchange and decode `bucket` through the communicator the state picks for it;
+    the future's value is the buffer, holding the average. `bind(communicator)`: the one that
+    moves it instead (the same on other groups); `describe(name)`: its telemetry record."""
     communicator = state.communicator_for(bucket, iteration)
+    moving = communicator if bind is None else bind(communicator)
     buf = bucket.buffer
-    rec = state.start_record(BucketRecord(iteration, bucket.index, communicator.name,
-                                          buf.numel(), buf.numel() * buf.element_size(), 0),
-                             buf.device)
-    sent = communicator.encode(bucket)
+    record = (describe(communicator.name) if describe is not None else
+              BucketRecord(iteration, bucket.index, communicator.name, buf.numel(),
+                           buf.numel() * buf.element_size(), 0))
+    rec = state.start_record(record, buf.device)
+    sent = moving.encode(bucket)
     _mark(rec, buf.device)
     reason = state.uncompressed_reason(communicator, sent, iteration)
     if rec is not None:
@@ -97,14 +115,14 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
         except RuntimeError as exc:
             _raise_explained(exc, state)
         _mark(rec, buf.device)
-        out = communicator.decode(sent, received)
+        out = moving.decode(sent, received)
         _mark(rec, buf.device)
         if rec is not None:
             rec.bytes_sent = sent.nbytes
             state.finished(rec, communicator, sent)
         return out
 
-    return communicator.exchange(sent).then(decode)
+    return moving.exchange(sent).then(decode)
 
 
 def _mark(rec: BucketRecord | None, device) -> None:
@@ -115,12 +133,14 @@ def _mark(rec: BucketRecord | None, device) -> None:
 def build_state(method: str | Compressor = "none", *, process_group=None, start_iter: int = 1,
                 min_compression_rate: float | None = None, error_feedback: bool | None = None,
                 telemetry_limit: int = 100_000, communicator: str = "default",
-                block_size: int = DEFAULT_BLOCK_SIZE, **options) -> HookState:
+                block_size: int = DEFAULT_BLOCK_SIZE, hierarchical: bool = False,
+                gpus_per_node: int | None = None, intra: str = "none", **options) -> HookState:
     """The `HookState` that `register` registers, from the same arguments (every option is
     checked here; needs no DDP model). "auto" gives an `AutoState` (options `AUTO_OPTIONS`)."""
     hook_options = dict(process_group=process_group, start_iter=start_iter,
                         min_compression_rate=1.0 if min_compression_rate is None
-                        else min_compression_rate, telemetry_limit=telemetry_limit)
+                        else min_compression_rate, telemetry_limit=telemetry_limit,
+                        hierarchical=hierarchical, gpus_per_node=gpus_per_node, intra=intra)
     if method == "auto":
         return _auto_state(options, error_feedback, communicator, hook_options)
     if isinstance(method, Compressor):
@@ -140,8 +160,10 @@ def register(ddp_model, method: str | Compressor = "none", **options) -> HookSta
     fastest of several methods per bucket, see `gradcomp.comm.auto`).
 
     Hook options: `process_group`, `start_iter`, `min_compression_rate`, `error_feedback`,
-    `telemetry_limit`, `communicator` and `block_size` go to `HookState` ("blocksparse": the
-    block-sparse all-reduce, for topk, threshold and randomk); the other `options` go to the
+    `telemetry_limit`, `communicator`, `block_size`, `hierarchical`, `gpus_per_node` and
+    `intra` go to `HookState` ("blocksparse": the block-sparse all-reduce, for topk, threshold
+    and randomk; `hierarchical=True`: the method only between nodes, with every method,
+    "auto" included, see `gradcomp.comm.hierarchical`); the other `options` go to the
     compressor (`gradcomp.compressor(method, **options)`); `min_compression_rate` goes to the
     compressor when it has that option (PowerSGD), else to the hook. Returns the `HookState`
     (checkpoint it with `gradcomp.comm.save_state(ddp_model)` or `state.state_dict()`).

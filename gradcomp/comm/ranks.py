@@ -6,15 +6,16 @@ import atexit
 
 import torch.distributed as dist
 
-#: (default group, bucket index) -> (default group, that bucket's own gloo group), shared by
-#: every hook in this process and kept until it exits. A gloo group freed by one of its own
-#: worker threads aborts the process ("Resource deadlock avoided": its destructor joins the
-#: thread it runs on), and a group owned by a hook could be freed that way when the last
-#: reference to the hook sat in a future callback at teardown; here no callback holds one.
+#: (default group, bucket index) -> (default group, that bucket's own gloo group), and the
+#: hierarchical hook's groups (`kept_groups`), shared by every hook in this process and kept
+#: until it exits. A gloo group freed by one of its own worker threads aborts the process
+#: ("Resource deadlock avoided": its destructor joins the thread it runs on), and a group
+#: owned by a hook could be freed that way when the last reference to the hook sat in a
+#: future callback at teardown; here no callback holds one.
 #: They are freed at exit, on the main thread, before the interpreter's own teardown: left to
 #: it, a spawned worker that had chained rounds aborted at exit in 2 of 12 runs ("terminate
 #: called without an active exception"; 0 of 28 with this).
-_ROUND_GROUPS: dict[tuple[int, int], tuple] = {}
+_ROUND_GROUPS: dict[tuple, tuple] = {}
 atexit.register(_ROUND_GROUPS.clear)
 
 
@@ -72,8 +73,14 @@ class Ranks:
         instead (see `can_chain`)."""
         if not self.can_chain(device):
             return None
-        world = dist.group.WORLD
-        key = (id(world), bucket_index)
-        if key not in _ROUND_GROUPS:
-            _ROUND_GROUPS[key] = (world, dist.new_group(backend="gloo"))
-        return _ROUND_GROUPS[key][1]
+        return kept_groups(bucket_index, lambda: dist.new_group(backend="gloo"))
+
+
+def kept_groups(key, create):
+    """What `create()` returns (process groups, made collectively: every rank calls it in the
+    same order), kept under `key` for the default group in `_ROUND_GROUPS` until exit."""
+    world = dist.group.WORLD
+    full = (id(world), key)
+    if full not in _ROUND_GROUPS:
+        _ROUND_GROUPS[full] = (world, create())
+    return _ROUND_GROUPS[full][1]

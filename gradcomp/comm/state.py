@@ -9,6 +9,7 @@ from ..checks import check_int, check_number
 from ..compressors import Compressor
 from .blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator, DenseAllReduce, Sent, build
+from .hierarchical import TwoTiers, hierarchy_options
 from .ranks import Ranks
 from .resume import BucketLayout
 from .telemetry import Telemetry
@@ -35,11 +36,18 @@ class HookState:
         each rank decodes its own payload to a dense, mostly zero bucket and
         `block_sparse_all_reduce`s it).
     block_size: elements per block of the block-sparse all-reduce.
+    hierarchical: average in two tiers (`gradcomp.comm.hierarchical`): inside each node of
+        `gpus_per_node` ranks (None: torchrun's LOCAL_WORLD_SIZE) a reduce-scatter,
+        uncompressed or in bfloat16 (`intra="bf16"`); between nodes the method on this rank's
+        shard, among the ranks of its local rank; an all-gather inside the node. Every rank
+        checks the node size with the others here (a collective: build it on every rank).
     """
 
     def __init__(self, compressor: Compressor, process_group=None, start_iter: int = 1,
                  min_compression_rate: float = 1.0, telemetry_limit: int = 100_000,
-                 communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE):
+                 communicator: str = "default", block_size: int = DEFAULT_BLOCK_SIZE,
+                 hierarchical: bool = False, gpus_per_node: int | None = None,
+                 intra: str = "none"):
         if not isinstance(compressor, Compressor):
             raise TypeError("compressor must be a gradcomp Compressor, e.g. "
                             "gradcomp.compressor('topk', ratio=0.01)")
@@ -52,20 +60,39 @@ class HookState:
         self.start_iter = start_iter
         self.min_compression_rate = float(min_compression_rate)
         self.telemetry_limit = telemetry_limit
+        self.hierarchy = hierarchy_options(hierarchical, gpus_per_node, intra)
         self.iteration = 0
         self.agreed = False  # across ranks, in this process since the last resume
         self.buckets = BucketLayout()
-        self._iteration_reasons: set[tuple[str, str]] = set()
+        self._iteration_reasons: dict[int, set[tuple[str, str]]] = {}  # iteration -> reasons
         self._warned_uncompressed = False
         self._connect(process_group)
         compressor.set_rank(self.ranks.rank)
 
     def _connect(self, process_group) -> None:
-        """Build what lives in this process only: the ranks, communicators and telemetry."""
-        self.ranks = Ranks(process_group)
-        self.compressed = build(self.compressor, self.ranks, self.communicator, self.block_size)
-        self.dense = DenseAllReduce(self.ranks)
+        """Build what lives in this process only: the ranks, tiers, communicators and
+        telemetry."""
+        self.connect_tiers(process_group)
+        self.compressed = build(self.compressor, self.exchange_ranks, self.communicator,
+                                self.block_size)
+        self.dense = DenseAllReduce(self.exchange_ranks)
         self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
+
+    def connect_tiers(self, process_group) -> None:
+        """The ranks of `process_group`, and (hierarchical) their nodes' `TwoTiers`."""
+        self.ranks = Ranks(process_group)
+        self.tiers = TwoTiers(self.ranks, **self.hierarchy) if self.hierarchy else None
+
+    @property
+    def exchange_ranks(self) -> Ranks:
+        """The ranks a bucket's payload is exchanged among: every rank, or (hierarchical)
+        this rank's peers of the same local rank on the other nodes."""
+        return self.ranks if self.tiers is None else self.tiers.across
+
+    def shard_numel(self, numel: int) -> int:
+        """How many elements of a bucket of `numel` this rank's method compresses: all, or
+        (hierarchical) its shard, padded."""
+        return numel if not self.hierarchy else -(-numel // self.hierarchy["gpus_per_node"])
 
     @property
     def process_group(self):
@@ -88,9 +115,16 @@ class HookState:
         return self.compressed
 
     def hook_options(self) -> dict[str, Any]:
-        """The options that decide when the hook communicates (ranks must agree on them)."""
+        """The options that decide when and how the hook communicates (ranks must agree on
+        them)."""
         return {"start_iter": self.start_iter,
-                "min_compression_rate": self.min_compression_rate}
+                "min_compression_rate": self.min_compression_rate,
+                **({"hierarchical": True, **self.hierarchy} if self.hierarchy else {})}
+
+    def prepare(self, iteration: int, device) -> None:
+        """Collectives the state runs at an iteration's first bucket, before the bucket's own
+        (none here; `AutoState`'s choice): the hierarchical hook calls it before its
+        reduce-scatter, so that they run in the hook's call."""
 
     def start_record(self, record, device):
         """Start timing one bucket: its telemetry record, or None when telemetry is off."""
@@ -110,13 +144,18 @@ class HookState:
             reason = "min_compression_rate"
         else:
             reason = ""
-        self._iteration_reasons.add((reason, str(buf.dtype).replace("torch.", "")))
+        self._iteration_reasons.setdefault(iteration, set()).add(
+            (reason, str(buf.dtype).replace("torch.", "")))
         return reason
 
     def end_iteration(self, iteration: int) -> None:
         """After an iteration's last bucket: warn, once, if no bucket of an iteration from
-        `start_iter` on was compressed."""
-        seen, self._iteration_reasons = self._iteration_reasons, set()
+        `start_iter` on was compressed (hierarchical: of the iteration before, the last whose
+        buckets are all encoded by now: they are encoded after their reduce-scatter)."""
+        if self.tiers is not None:
+            iteration -= 1
+        done = [i for i in list(self._iteration_reasons) if i <= iteration]  # (list: atomic)
+        seen = {i: self._iteration_reasons.pop(i) for i in done}.get(iteration, set())
         if (iteration < self.start_iter or not seen or any(r == "" for r, _ in seen)
                 or self.compressor.name == "none"):  # the identity: uncompressed by design
             return
@@ -140,7 +179,8 @@ class HookState:
                 "iteration": self.iteration, "start_iter": self.start_iter,
                 "min_compression_rate": self.min_compression_rate,
                 "layout": dict(self.buckets.layout), "compressor": self.compressor.state_dict(),
-                "rank": self.ranks.rank, "world_size": self.world_size}
+                "rank": self.ranks.rank, "world_size": self.world_size,
+                "hierarchy": self.hierarchy}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         missing = [k for k in _REQUIRED if k not in state] if isinstance(state, dict) else _REQUIRED
@@ -153,6 +193,11 @@ class HookState:
             raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
                              f"{saved[1]}; this hook runs {mine[0]!r} with {mine[1]}: build "
                              "the hook with the same method and options before loading")
+        if state.get("hierarchy") != self.hierarchy:  # residuals are per shard or per bucket
+            raise ValueError(f"this checkpoint was saved by a hook with hierarchy "
+                             f"{state.get('hierarchy')}; this hook runs {self.hierarchy} "
+                             "(None: flat): build the hook with the same hierarchical, "
+                             "gpus_per_node and intra before loading")
         saved_comm = state.get("communicator", "default")
         if saved_comm != self.communicator:
             raise ValueError(f"this checkpoint was saved with communicator={saved_comm!r}; this "
@@ -181,7 +226,7 @@ class HookState:
         """Picklable like torch's hook states: the process group, communicators and telemetry
         stay behind (a pickled state runs on the default group)."""
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("ranks", "compressed", "dense", "telemetry")}
+                if k not in ("ranks", "tiers", "compressed", "dense", "telemetry")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)

@@ -12,7 +12,6 @@ from ...compressors import Compressor, TwoRoundCompressor, compressor as build_c
 from .choice import Chooser, Sample, Transfer
 from .guard import Guard, guard_settings
 from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
-from ..ranks import Ranks
 from ..state import HookState
 from ..telemetry import BucketRecord, Telemetry, mark, seconds_between
 
@@ -140,9 +139,9 @@ class AutoState(HookState):
         return {**super().hook_options(), **self._explore, "guard": self._guard}
 
     def _connect(self, process_group) -> None:
-        self.ranks = Ranks(process_group)
-        self.communicators = [build(m, self.ranks) for m in self.compressor.members]
-        self.dense = DenseAllReduce(self.ranks)
+        self.connect_tiers(process_group)
+        self.communicators = [build(m, self.exchange_ranks) for m in self.compressor.members]
+        self.dense = DenseAllReduce(self.exchange_ranks)
         self.compressed = None
         self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
@@ -155,7 +154,8 @@ class AutoState(HookState):
             transfers = [Transfer("allreduce" if m.aggregation == "allreduce" else "allgather",
                                   2 if isinstance(m, TwoRoundCompressor) else 1)
                          for m in self.compressor.members]
-            self.chooser = Chooser(transfers, self.ranks.world_size, self.start_iter,
+            # priced on the ranks that exchange: hierarchical, the slow tier's (one per node)
+            self.chooser = Chooser(transfers, self.exchange_ranks.world_size, self.start_iter,
                                    **self._explore, order=self.exploration_order())
         return self.chooser
 
@@ -167,17 +167,23 @@ class AutoState(HookState):
         return sorted(range(len(members)), key=lambda c: members[c].wire_nbytes(2 ** 20))
 
     # -- the hook's questions ---------------------------------------------------------------
+    def prepare(self, iteration: int, device) -> None:
+        """At an iteration's first bucket: collect the finished samples and step the choice
+        and the guard (collectives over every rank)."""
+        if iteration < self.start_iter or self._stepped == iteration:
+            return
+        self._stepped = iteration
+        chooser = self._chooser()
+        self._collect(iteration)
+        chooser.step(iteration, self._reduce(device), self._launch(device))
+        if self.guard is not None:
+            self.guard.step(iteration, self._reduce(device))
+
     def communicator_for(self, bucket: Bucket, iteration: int) -> Communicator:
         if iteration < self.start_iter:
             return self.dense
+        self.prepare(iteration, bucket.buffer.device)
         chooser = self._chooser()
-        if self._stepped != iteration:
-            self._stepped = iteration
-            self._collect(iteration)
-            device = bucket.buffer.device
-            chooser.step(iteration, self._reduce(device), self._launch(device))
-            if self.guard is not None:
-                self.guard.step(iteration, self._reduce(device))
         candidate = chooser.choice(bucket.index, iteration)
         if self.guard is not None:
             self.guard.add(bucket.index, bucket.buffer)

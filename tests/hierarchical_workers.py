@@ -1,0 +1,132 @@
+"""Workers for the hierarchical hook's tests: 4 gloo ranks as 2 nodes x 2, every case in one
+spawn (`cases`); each rank saves what the parent test compares."""
+import copy
+import os
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradcomp.comm
+from ddp_workers import HOOKS, LR, LR_DEFAULT, OPTIONS, data, flat_params, make_model
+
+WORLD = 4
+NODE = 2  # gpus_per_node: 2 nodes of 2
+STEPS = 20
+RESUME_AT = 11  # after auto's exploration (decided at 9 at the latest)
+TIERS = dict(hierarchical=True, gpus_per_node=NODE)
+
+
+def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None,
+          save_at=None, all_ranks=False):
+    """Train the small model (buckets of 1008 and 2401 elements: 2401 does not split in two)
+    with DDP and `method`'s hook; with `save_at`, also return the checkpoint taken before that
+    step (the hook's through `save_state` where `all_ranks`); `checkpoint`: resume from one."""
+    model = make_model()
+    ddp = DDP(model, bucket_cap_mb=0.004)
+    state = None if method is None else gradcomp.comm.register(ddp, method, **(options or {}))
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR.get(method, LR_DEFAULT), momentum=0.9)
+    x, y, gen = data(rank)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        opt.load_state_dict(checkpoint["opt"])
+        gen.set_state(checkpoint["gen"])
+        if all_ranks:
+            gradcomp.comm.load_state(ddp, checkpoint["hook"])
+        else:
+            state.load_state_dict(checkpoint["hook"])
+    with torch.no_grad():
+        before = ((model(x) - y) ** 2).mean().item()
+    saved = None
+    for step in range(start, steps):
+        if step == save_at:
+            hook = gradcomp.comm.save_state(ddp) if all_ranks else state.state_dict()
+            saved = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
+                                   "gen": gen.get_state(), "hook": hook})
+        opt.zero_grad()
+        idx = torch.randint(0, 512, (32,), generator=gen)
+        ((ddp(x[idx]) - y[idx]) ** 2).mean().backward()
+        opt.step()
+    with torch.no_grad():
+        after = ((model(x) - y) ** 2).mean().item()
+    chooser = getattr(state, "chooser", None)
+    return {"params": flat_params(model), "before": before, "after": after, "saved": saved,
+            "rows": state.telemetry_rows() if state else [],
+            "decisions": dict(chooser.decisions) if chooser else None,
+            "priced_workers": chooser.workers if chooser else None}
+
+
+def cases(rank, world_size, out_dir):
+    """Every method hierarchical, saved at RESUME_AT and resumed in a fresh DDP model and hook
+    (the bucket rebuild included); plain DDP; intra="bf16"; one node of 4 and 4 nodes of 1;
+    a resume through save_state / load_state; then the options that must be refused."""
+    res = {"ddp": train(rank)}
+    for name in HOOKS:
+        options = {**OPTIONS.get(name, {}), **TIERS}
+        run = train(rank, name, options, save_at=RESUME_AT)
+        run["resumed"] = train(rank, name, options, start=RESUME_AT,
+                               checkpoint=run.pop("saved"))["params"]
+        res[name] = run
+    res["none_bf16"] = train(rank, "none", dict(TIERS, intra="bf16"))
+    res["topk_bf16"] = train(rank, "topk", dict(OPTIONS["topk"], intra="bf16", **TIERS))
+    for per_node in (1, 4):
+        res[f"topk_nodes_of_{per_node}"] = train(
+            rank, "topk", dict(OPTIONS["topk"], hierarchical=True, gpus_per_node=per_node))
+    options = {**OPTIONS["topk"], **TIERS}
+    run = train(rank, "topk", options, save_at=RESUME_AT, all_ranks=True)
+    res["topk_save_state"] = {"params": run["params"], "resumed": train(
+        rank, "topk", options, start=RESUME_AT, checkpoint=run["saved"], all_ranks=True)["params"]}
+    flat = train(rank, "topk", OPTIONS["topk"], steps=2, save_at=1)["saved"]
+    res["errors"] = refused(rank, flat)
+    return res
+
+
+def error_of(run) -> tuple[str, str] | None:
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def refused(rank, flat_checkpoint):
+    """The error each bad use raises on this rank (None: none)."""
+    topk = OPTIONS["topk"]
+    errors = {
+        "not_divisible": error_of(lambda: train(rank, "topk", dict(
+            hierarchical=True, gpus_per_node=3), steps=1)),
+        "intra": error_of(lambda: train(rank, "topk", dict(TIERS, intra="fp8"), steps=1)),
+        "flat_with_node_size": error_of(lambda: train(rank, "topk", dict(gpus_per_node=2),
+                                                       steps=1)),
+        "flat_checkpoint": error_of(lambda: train(rank, "topk", dict(topk, **TIERS), start=1,
+                                                   steps=2, checkpoint=flat_checkpoint)),
+    }
+    # torchrun's variables: nodes of 3 and 1 ranks; ranks numbered across the nodes
+    errors["no_node_size"] = with_env({"LOCAL_WORLD_SIZE": None}, lambda: error_of(
+        lambda: train(rank, "topk", dict(hierarchical=True), steps=1)))
+    errors["unequal_nodes"] = with_env({"LOCAL_WORLD_SIZE": "1" if rank == 3 else "3"}, lambda: (
+        error_of(lambda: train(rank, "topk", dict(hierarchical=True), steps=1))))
+    errors["not_node_by_node"] = with_env(
+        {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": str(rank // 2)},
+        lambda: error_of(lambda: train(rank, "topk", dict(hierarchical=True), steps=1)))
+    errors["torchrun_node_size"] = with_env(
+        {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": str(rank % 2)},
+        lambda: error_of(lambda: train(rank, "topk", dict(hierarchical=True), steps=2)))
+    return errors
+
+
+def with_env(values: dict, run):
+    """run() with environment variables set (None: unset)."""
+    before = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        return run()
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
