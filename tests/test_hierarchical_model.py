@@ -35,3 +35,13 @@ def test_a_method_compresses_only_the_shard_that_crosses_the_nodes():
         predict(PROFILE, NET, "none", layout="hierarchical").t_iter_s / hier.t_iter_s)
     with pytest.raises(ValueError, match="layout"):
         predict(PROFILE, NET, "none", layout="tree")
+
+
+def test_powersgd_compresses_the_shard_as_the_hook_cuts_it():
+    # 1024 x 1024: each of the 2 local ranks' shards is 512 whole rows, one 512 x 1024 matrix.
+    from gradcomp.evaluation.model.methods import resolve
+
+    shaped = Profile("one", [S // 4], [0.01], 0.02, 0.01, 0.005, shapes=[(1024, 1024)])
+    powersgd = resolve("powersgd")
+    hier = predict(shaped, NET, powersgd, layout="hierarchical")
+    assert hier.wire_bytes == pytest.approx(sum(powersgd.wire(((512, 1024),), 4)) + S)

@@ -23,7 +23,8 @@ k*c and delays the rest of backward by (k-1)*c; gradient ready times move with b
 Layouts: ``flat`` (the hook's collectives over all ranks, as above) or ``hierarchical`` (a
 hook that compresses only between nodes, `Network.node_tiers`): per bucket an uncompressed
 ring reduce-scatter inside the node, then the method's chain above on the rank's 1/G shard
-(priced as one matrix, the most nearly square of its elements) across the nodes among the ranks of its local rank,
+(its tensors' whole rows as matrices, the rest as vectors, as the hook cuts them; the
+slowest local rank's) across the nodes among the ranks of its local rank,
 then a ring all-gather of the shard inside the node.
 
 Compute slowdown: a distributed worker's forward, backward (so the gradient ready times) and
@@ -42,8 +43,10 @@ import math
 from dataclasses import dataclass, field
 
 import pandas as pd
+import torch
 
 from ...checks import check_choice
+from ...comm.hierarchical.inside import shard_shapes
 from ...compressors.powersgd import square_view
 from ..profiles.profiles import Profile, load_profile
 from .bucketing import bucketing_policy
@@ -145,24 +148,21 @@ def _stages(method: MethodCost, network: Network, profile: Profile, shapes) -> l
 
 def _hierarchical_stages(method: MethodCost, network: Network, profile: Profile,
                          shapes) -> tuple[list, float]:
-    """`_stages` of the hierarchical layout (module docstring); the bytes a rank sends on
-    both tiers."""
+    """`_stages` of the hierarchical layout (module docstring): the slowest local rank's
+    chain across nodes, its shard's tensors cut as the hook cuts them (`shard_shapes`); the
+    bytes a rank sends on both tiers."""
     inside, across = network.node_tiers()
     g = network.gpus_per_node
-    nbytes = sum(math.prod(s) for s in shapes) * profile.dtype_bytes
-    shard = [_matrix_of(math.ceil(nbytes / profile.dtype_bytes / g))]
-    chain, sent = _stages(method, across, profile, shard)
+    numel = sum(math.prod(s) for s in shapes)
+    nbytes, size = numel * profile.dtype_bytes, -(-numel // g)
+    tensors = [torch.Size(s) for s in shapes]
+    chain, sent = max((_stages(method, across, profile,
+                               tuple(tuple(p) for p in shard_shapes(tensors, k * size,
+                                                                    (k + 1) * size)))
+                       for k in range(g)), key=lambda c: sum(t for _, t in c[0]))
     return ([("comm", inside.cost("reducescatter", nbytes, profile.add_time)), *chain,
              ("comm", inside.cost("allgather", nbytes / g))],
             sent + 2 * (g - 1) / g * nbytes)
-
-
-def _matrix_of(numel: int) -> tuple[int, int]:
-    """The most nearly square (rows, cols) of exactly `numel` elements."""
-    rows = math.isqrt(numel)
-    while numel % rows:
-        rows -= 1
-    return rows, numel // rows
 
 
 def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
