@@ -8,25 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gradcomp.comm.hooks import build_state
 from gradcomp.evaluation.model.fit import fit_collectives
-from gradcomp.evaluation.testbed.validate_tiers import (check_hierarchical_hook, layout_cases,
-                                                        predict_rate, tier_network,
-                                                        two_tier_markdown)
+from gradcomp.evaluation.testbed.validate_tiers import (layout_cases,
+                                                        predict_rate, summarize_layouts,
+                                                        tier_network, two_tier_markdown)
 from gradcomp.evaluation.testbed.regret import auto_warmup, steady_state_jobs, write_regret
 
 MEASURED = Path(__file__).parent / "data" / "two-tier-1gbit"
 SPEC = {"model": "tiny", "batch_size": 64, "bucket_cap_mb": 25.0}
-
-
-def _has_hierarchical_hook() -> bool:
-    try:
-        build_state("none", hierarchical=True, gpus_per_node=2)
-    except TypeError:
-        return False
-    except Exception:  # noqa: BLE001 - the option exists (e.g. it wants a process group)
-        return True
-    return True
 
 
 def test_the_layouts_runs():
@@ -40,19 +29,6 @@ def test_the_layouts_runs():
     assert auto_warmup(5) == 5 + 1 + 4 * 3 + 2
     assert steady_state_jobs(["ddp", "auto", "topk"], 5) == [(["ddp", "topk"], 5),
                                                              (["auto"], 20)]
-
-
-@pytest.mark.skipif(_has_hierarchical_hook(), reason="the hierarchical hook is here")
-def test_without_the_hierarchical_hook_the_layout_is_refused_by_name(capsys, tmp_path):
-    with pytest.raises(ValueError, match="hierarchical=True.*give layouts 'flat'"):
-        check_hierarchical_hook(2)
-    from gradcomp import cli
-
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["validate", "--nodes", "2", "--layouts", "hierarchical", "--rates", "1gbit",
-                  "--methods", "none", "--model", "tiny", "--out", str(tmp_path)])
-    assert exit_.value.code == 2 and "hierarchical" in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())  # refused before anything ran
 
 
 def test_the_two_tier_network_is_fitted_per_tier():
@@ -83,6 +59,9 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     assert fixed["predicted"].notna().all() and table["predicted"].isna().sum() == 1
     assert (fixed["rel_error"] == (fixed["predicted"] - fixed["measured"])
             / fixed["measured"]).all()
+    summary = summarize_layouts(table)
+    assert list(summary["layout"]) == ["flat"] * 4
+    assert list(summary["method"]) == ["ddp", "none", "topk", "all"]
     text = two_tier_markdown(table, 2, 2)
     assert "## Layout: flat" in text and "measured on all 4 ranks at once" in text
     assert "Advice regret" in text and "`auto`'s regret" in text

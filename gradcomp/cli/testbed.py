@@ -8,7 +8,7 @@ from ..evaluation.model.timeline import LAYOUTS
 from ..evaluation.testbed.regret import advice_regret, auto_regret
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                            validate_sweep)
-from ..evaluation.testbed.validate_tiers import validate_two_tier
+from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
@@ -154,7 +154,7 @@ def _validate(args) -> None:
     with exits_on("validate", *FAILURES):
         rows = sweep(out, args.rates.split(","), methods, args.model, progress=not args.json,
                      **options)
-    summary = summarize(rows)
+    summary = summarize_layouts(rows) if args.nodes is not None else summarize(rows)
     regret = {k: v.to_dict("records") for k, v in
               (("regret", advice_regret(rows)), ("auto_regret", auto_regret(rows)))}
     columns = ["rate", "layout", "method", "measured", "predicted", "rel_error"]

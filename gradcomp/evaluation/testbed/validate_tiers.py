@@ -6,7 +6,7 @@ a node, the shaped links between nodes), in both layouts:
   once per direction), every method and DDP's own all-reduce ("ddp");
 * ``hierarchical``: ``gradcomp.comm.register(ddp, method, hierarchical=True,
   gpus_per_node=G)``, a hook that compresses only between nodes (no "ddp" row: DDP has no
-  such layout). Needs that hook; without it a clear error says so before anything runs.
+  such layout).
 
 Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce
 and all-gather inside every node at once and across the nodes for every local rank at once,
@@ -54,31 +54,17 @@ from ..model.methods import resolve
 from ..model.network import Network
 from ..model.timeline import LAYOUTS, predict
 from ..profiles.profiles import load_profile
-from ..workloads.load import describe
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
 from .regret import regret_markdown, steady_state_jobs, write_regret
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        HOOK_WARMUP, batch_args, check_methods, compared, conditions_at,
                        markdown, model_collective_sizes, profile_path, rate_tag,
-                       record_conditions, say)
+                       record_conditions, say, summarize)
+
+SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
 
 _NONE = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan, wire_bytes=math.nan)
-
-
-def check_hierarchical_hook(gpus_per_node: int) -> None:
-    """A ValueError unless `gradcomp.comm.register` takes ``hierarchical=True``."""
-    from ...comm.hooks import build_state
-
-    try:
-        build_state("none", hierarchical=True, gpus_per_node=gpus_per_node)
-    except TypeError as exc:
-        raise ValueError(
-            "layouts='hierarchical' is not allowed here: it needs the hierarchical DDP hook "
-            "(gradcomp.comm.register(ddp, method, hierarchical=True, gpus_per_node=G), issue "
-            f"#31), which this gradcomp lacks ({exc}); give layouts 'flat'") from None
-    except Exception:  # noqa: BLE001 - e.g. no process group here: the option exists
-        pass
 
 
 def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, dict]]:
@@ -237,8 +223,6 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
     if not rates or not layouts or any(lay not in LAYOUTS for lay in layouts):
         raise ValueError(f"rates={rates!r}, layouts={layouts!r} are not allowed: give at least "
                          f"one rate and layouts of {', '.join(LAYOUTS)}")
-    if "hierarchical" in layouts:
-        check_hierarchical_hook(gpus_per_node)
     methods = check_methods(methods)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     sizes = list(collective_sizes or model_collective_sizes(model))
@@ -261,6 +245,13 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
                          title=f"{model}, {layout}: {nodes} nodes x {gpus_per_node} ranks "
                                "(gloo): measured (points) and predicted (lines)")
     return table
+
+
+def summarize_layouts(table: pd.DataFrame) -> pd.DataFrame:
+    """`validate.summarize` per layout (a ``layout`` column first)."""
+    return pd.concat([summarize(rows).assign(layout=layout)[["layout", *SUMMARY]]
+                      for layout, rows in table.groupby("layout", sort=False)],
+                     ignore_index=True)
 
 
 def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
