@@ -117,12 +117,12 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
     tag, model = rate_tag(rate_bps), spec["model"]
     tiers = out / f"tiers-{tag}.csv"
     prof = profile_path(out, rate_bps, model, spec["batch_size"])
-    todo = {name: not keys <= ResultTable(path, cols).done_keys()
-            for name, keys, path, cols in
-            [("tiers", planned["tiers"], tiers, TIER_KEYS)]
-            + [(f"{kind}-{lay}", planned[f"{kind}-{lay}"], _files(out, rate_bps, lay)[i], cols)
-               for lay in layouts for i, (kind, cols) in
-               enumerate((("train", TRAIN_KEYS), ("hook", CODEC_KEYS)))]}
+    tables = {"tiers": (tiers, TIER_KEYS)}
+    for lay in layouts:
+        train, hook = _files(out, rate_bps, lay)
+        tables[f"train-{lay}"], tables[f"hook-{lay}"] = (train, TRAIN_KEYS), (hook, CODEC_KEYS)
+    todo = {name: not planned[name] <= ResultTable(path, columns).done_keys()
+            for name, (path, columns) in tables.items()}
     if not (any(todo.values()) or not prof.exists()):
         return
     where = f"{format_rate(rate_bps)}, {nodes} nodes x {g}"
@@ -258,7 +258,9 @@ def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
     """Per layout `validate.markdown`'s table, then the advice regret."""
     head = (f"{nodes} nodes x {g} ranks in a two-tier testbed on {os.cpu_count()} cores. "
             "The profile and the hook-path costs were measured on all "
-            f"{nodes * g} ranks at once, under the contention the training runs see.\n")
+            f"{nodes * g} ranks at once, under the contention the training runs see. Load "
+            f"average (1 min) before and after each rate's measurements: "
+            f"{table['load_1min_before'].min():.1f}-{table['load_1min_after'].max():.1f}.\n")
     parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
              for layout, rows in table.groupby("layout", sort=False)]
     return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
