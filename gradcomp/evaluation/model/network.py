@@ -21,9 +21,9 @@ payload and B = efficiency * bandwidth / 8 bytes/s:
   (`gradcomp.comm.blocksparse`, `model.blocksparse`); on two tiers at the slowest hop of a
   ring over all GPUs (`Tiers.slowest_hop`), an approximation not checked by the simulator.
 
-The flat formulas are validated on the testbed; the two-tier ones only against the
-link-matrix simulator (`tiers.two_tier`): no two-tier cluster has been measured yet
-(issue #31). `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
+The flat formulas are validated on the testbed; the two-tier ones against the link-matrix
+simulator (`tiers.two_tier`) and, for 2 nodes x 2 ranks on gloo, on the two-tier testbed
+(`testbed.validate_tiers`; README, "Two tiers on one machine"), not on a GPU cluster. `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
 a single one: the timelines multiply forward, backward and optimizer by it.
 
 With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
