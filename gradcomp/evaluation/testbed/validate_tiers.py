@@ -256,11 +256,12 @@ def summarize_layouts(table: pd.DataFrame) -> pd.DataFrame:
 
 def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
     """Per layout `validate.markdown`'s table, then the advice regret."""
+    loads = table[["load_1min_before", "load_1min_after"]].stack()
     head = (f"{nodes} nodes x {g} ranks in a two-tier testbed on {os.cpu_count()} cores. "
             "The profile and the hook-path costs were measured on all "
             f"{nodes * g} ranks at once, under the contention the training runs see. Load "
             f"average (1 min) before and after each rate's measurements: "
-            f"{table['load_1min_before'].min():.1f}-{table['load_1min_after'].max():.1f}.\n")
+            f"{loads.min():.1f}-{loads.max():.1f}.\n")
     parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
              for layout, rows in table.groupby("layout", sort=False)]
     return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
