@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from gradcomp.evaluation.testbed import testbed
-from gradcomp.evaluation.testbed.testbed import (JobFailed, Testbed, cleanup_stale,
-                                                 expected_allreduce_s, leftovers)
+from gradcomp.evaluation.testbed.ratecheck import expected_allreduce_s
+from gradcomp.evaluation.testbed.testbed import JobFailed, Testbed, cleanup_stale, leftovers
 
 REASON = testbed.unavailable_reason()
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")

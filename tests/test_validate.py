@@ -71,16 +71,21 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     result = json.loads(out.stdout)
     rows = pd.DataFrame(result["rows"])
     assert list(rows["method"]) == ["ddp", "fp16", "auto"]
-    # auto: measured, no prediction, its choices reported (5 warm-up + 3 iterations: still
-    # exploring, on its third candidate, bf16: from 7, or from 5 when top-k's exploration
-    # ended after its warm-up), compared in the Markdown
+    # auto: measured, no prediction, its choices reported, compared in the Markdown; it
+    # trains in a job of its own whose warm-up covers its exploration (5 + 1 + 4 x 3 + 2
+    # untimed iterations), so its 3 timed ones come after its decision: its steady state.
     auto = rows[rows["method"] == "auto"].iloc[0]
     assert auto["measured"] > 0 and math.isnan(auto["predicted"])
     choices = auto["auto_choices"]
-    assert choices in ("bucket 0: bf16 since 7 (exploring, no decision yet)",
-                       "bucket 0: bf16 since 5 (exploring, no decision yet)")
+    assert choices.startswith("bucket 0: ") and "exploring" not in choices
+    assert int(choices.split(" since ")[1]) <= 5 + 1 + 4 * 3 + 2
     md = (tmp_path / "validation.md").read_text()
     assert "`auto` (its default candidates)" in md and choices in md
+    # the advice regret: the model's pick among ddp and fp16 against the faster measured
+    assert "Advice regret" in md and "`auto`'s regret" in md
+    assert result["regret"][0]["pick"] in ("ddp", "fp16")
+    assert result["regret"][0]["regret"] >= 0 and len(result["auto_regret"]) == 1
+    assert list(pd.read_csv(tmp_path / "regret.csv")["rate_bps"]) == [2.5e9]
     rows = rows[rows["method"] != "auto"]
     assert (rows["rate_bps"] == 2.5e9).all()
     assert (rows["measured"] > 0).all() and (rows["predicted"] > 0).all()

@@ -2,11 +2,15 @@
 validate` (the performance model against DDP runs in it)."""
 import argparse
 
-from ..evaluation.testbed import testbed
+from ..evaluation.testbed import nodes, ratecheck, testbed
 from ..evaluation.testbed import validate_fsdp
+from ..evaluation.model.timeline import LAYOUTS
+from ..evaluation.testbed.regret import advice_regret, auto_regret
 from ..evaluation.testbed.slowdown import slowdown_line
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
                                            validate_sweep)
+from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
+from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
 from .common import default_of, emit, exits_on, positive_int, rate, split, table
 
@@ -18,6 +22,14 @@ def add_testbed(sub) -> None:
                         "limited local testbed (one network namespace per worker; needs root)")
     tb.add_argument("--workers", type=positive_int,
                     default=default_of(testbed.run_command, "workers"), help="namespaces (ranks)")
+    tb.add_argument("--nodes", type=positive_int, help="two tiers: this many namespaces "
+                    "(nodes) joined by the shaped links, each holding --gpus-per-node ranks "
+                    "that talk over its loopback (no rate limit); instead of --workers")
+    tb.add_argument("--gpus-per-node", type=positive_int, help="ranks per node (with --nodes; "
+                    f"default {default_of(nodes.run_on_nodes, 'gpus_per_node')})")
+    tb.add_argument("--per-node", action="store_true", help="with --nodes: start the command "
+                    "once per node (a launcher: torchrun reads NODE_RANK, NNODES, the master "
+                    "from PET_* variables) instead of once per rank")
     tb.add_argument("--rate", type=rate, default=rate(default_of(testbed.run_command, "rate")),
                     help="every link's rate: 100mbit, 1gbit, 2.5gbit, ...")
     tb.add_argument("--rates", help="comma-separated rate per worker's link (heterogeneous)")
@@ -30,7 +42,8 @@ def add_testbed(sub) -> None:
     tb.add_argument("--timeout", type=float, help="seconds before the job is stopped")
     tb.add_argument("--cleanup", action="store_true", help="remove what killed runs left")
     tb.add_argument("--check", action="store_true", help="time an all-reduce of 4 MiB at "
-                    "--rate against what the rate implies")
+                    "--rate against what the rate implies (with --nodes: one inside a node "
+                    "and one across the nodes)")
     tb.add_argument("--json", action="store_true", help="print machine-readable JSON")
     tb.add_argument("command", nargs=argparse.REMAINDER,
                     help="-- COMMAND... run in each namespace with RANK, WORLD_SIZE, "
@@ -58,6 +71,14 @@ def add_validate(sub) -> None:
                     help="timed iterations per method and rate (default "
                     f"{default_of(validate_sweep, 'iterations')}, with --parallelism fsdp "
                     f"{default_of(validate_fsdp.validate_fsdp_sweep, 'iterations')})")
+    va.add_argument("--nodes", type=positive_int, help="two tiers: this many nodes of "
+                    "--gpus-per-node ranks in the testbed, each method measured in both "
+                    "layouts (flat, hierarchical) and predicted by the two-tier model")
+    va.add_argument("--gpus-per-node", type=positive_int, help="ranks per node (with --nodes; "
+                    f"default {default_of(validate_two_tier, 'gpus_per_node')})")
+    va.add_argument("--layouts", default=",".join(LAYOUTS), help="with --nodes: comma-"
+                    "separated layouts of " + ", ".join(LAYOUTS) + " (hierarchical: the hook "
+                    "that compresses only between nodes)")
     va.add_argument("--out", help="results folder (default: results/validate-<timestamp>); "
                     "an existing one is resumed")
     va.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -71,18 +92,45 @@ def _testbed(args) -> None:
             emit(args, {"removed": removed}, f"removed {len(removed)} stale testbed run(s)"
                  + "".join(f"\n  {run}" for run in removed))
             return
+        if args.nodes is None and (args.gpus_per_node is not None or args.per_node):
+            raise ValueError("--gpus-per-node and --per-node are not allowed without --nodes: "
+                             "give --nodes N for a two-tier testbed")
+        two_tier = dict(nodes=args.nodes, gpus_per_node=args.gpus_per_node or default_of(
+            nodes.run_on_nodes, "gpus_per_node"))
+        if args.check and args.nodes is not None:
+            row = ratecheck.tier_check(**two_tier, rate=args.rate)
+            emit(args, row, tier_check_text(row))
+            return
         if args.check:
-            row = testbed.rate_check(args.rate)
+            row = ratecheck.rate_check(args.rate)
             emit(args, row, f"all-reduce of {row['nbytes']:,} bytes at {args.rate:g} bit/s: "
                  f"{row['measured_s'] * 1e3:.1f} ms measured, {row['expected_s'] * 1e3:.1f} ms "
                  f"expected from the rate ({row['rel_error']:+.1%})")
             return
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        results = testbed.run_command(command, args.workers, args.rate, split(args.rates),
-                                      args.topology, args.threads, args.timeout)
+        if args.nodes is not None:
+            results = nodes.run_on_nodes(command, **two_tier, rate=args.rate,
+                                         rates=split(args.rates), topology=args.topology,
+                                         threads=args.threads, timeout=args.timeout,
+                                         per_node=args.per_node)
+        else:
+            results = testbed.run_command(command, args.workers, args.rate, split(args.rates),
+                                          args.topology, args.threads, args.timeout)
+        label = "node" if args.per_node else "rank"
         emit(args, [r.__dict__ for r in results],
-             "\n".join(f"[rank {r.rank}] {line}" for r in results
+             "\n".join(f"[{label} {r.rank}] {line}" for r in results
                        for line in (r.stdout + r.stderr).splitlines()))
+
+
+def tier_check_text(row: dict) -> str:
+    """`ratecheck.tier_check`'s result in two lines."""
+    intra, inter = row["intra"], row["inter"]
+    return (f"all-reduce of {row['nbytes']:,} bytes inside a node ({intra['workers']} ranks, "
+            f"loopback): {intra['measured_s'] * 1e3:.1f} ms; the link rate would take "
+            f"{intra['at_link_rate_s'] * 1e3:.1f} ms\n"
+            f"all-reduce across {inter['workers']} nodes at {format_rate(row['rate_bps'])}: "
+            f"{inter['measured_s'] * 1e3:.1f} ms measured, {inter['at_link_rate_s'] * 1e3:.1f}"
+            f" ms expected from the rate ({inter['rel_error']:+.1%})")
 
 
 def _validate(args) -> None:
@@ -93,13 +141,27 @@ def _validate(args) -> None:
     methods = (args.methods.split(",") if args.methods is not None else
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
+    options = {} if args.iterations is None else {"iterations": args.iterations}
+    if args.nodes is not None:
+        if fsdp:
+            raise ValueError("--nodes is not allowed with --parallelism fsdp: two-tier "
+                             "validation runs DDP")
+        sweep = validate_two_tier
+        options.update(nodes=args.nodes, layouts=split(args.layouts),
+                       gpus_per_node=args.gpus_per_node
+                       or default_of(validate_two_tier, "gpus_per_node"))
+    elif args.gpus_per_node is not None:
+        raise ValueError("--gpus-per-node is not allowed without --nodes: give --nodes N")
     with exits_on("validate", *FAILURES):
         rows = sweep(out, args.rates.split(","), methods, args.model, progress=not args.json,
-                     **({} if args.iterations is None else {"iterations": args.iterations}))
-    summary = summarize(rows)
+                     **options)
+    summary = summarize_layouts(rows) if args.nodes is not None else summarize(rows)
+    regret = {k: v.to_dict("records") for k, v in
+              (("regret", advice_regret(rows)), ("auto_regret", auto_regret(rows)))}
+    columns = ["rate", "layout", "method", "measured", "predicted", "rel_error"]
     emit(args, {"results": out, "rows": rows.to_dict("records"),
-                "summary": summary.to_dict("records")},
-         table(rows, ["rate", "method", "measured", "predicted", "rel_error"]) + "\n\n"
+                "summary": summary.to_dict("records"), **regret},
+         table(rows, [c for c in columns if c in rows]) + "\n\n"
          + table(summary, summary.columns)
          + ("\n\n" + slowdown_line(rows) if "compute_slowdown" in rows else "")
          + f"\n\nresults in {out}")

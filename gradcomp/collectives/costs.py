@@ -44,9 +44,9 @@ S/(pB))`` (`ring_factors`: the latency steps and bytes factor that `auto` and
 
 Validation: the flat formulas are validated against measurement on the testbed (README,
 "Testbed and validation"); each two-tier formula agrees with the link-matrix simulator
-(`evaluation.model.tiers`) on the same cluster (tests/test_collectives.py), but no
-two-tier cluster has been measured yet (issue #31): the two-tier terms are untested against
-hardware.
+(`evaluation.model.tiers`) on the same cluster (tests/test_collectives.py); the ring's
+two-tier step and the hierarchical hook's phases were measured on the two-tier testbed (2
+nodes x 2 ranks, gloo; README, "Two tiers on one machine"), not on GPU hardware.
 """
 from __future__ import annotations
 

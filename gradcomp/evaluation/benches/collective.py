@@ -85,34 +85,45 @@ def quick_sizes() -> list[int]:
     return [2**k for k in range(2, 23, 4)]
 
 
-def _gather(out: torch.Tensor, x: torch.Tensor) -> None:
+def _gather(out: torch.Tensor, x: torch.Tensor, group=None) -> None:
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(out, x)
+    gather(out, x, group=group)
 
 
-def _reduce_scatter(out: torch.Tensor, x: torch.Tensor) -> None:
+def _reduce_scatter(out: torch.Tensor, x: torch.Tensor, group=None) -> None:
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    scatter(out, x)
+    scatter(out, x, group=group)
+
+
+def collective_op(collective: str, nbytes: int, device: torch.device, group=None):
+    """A call of `collective` (of `COLLECTIVES`) on a fresh payload of `nbytes` per rank in
+    `group` (None: every rank; broadcast from its first rank)."""
+    p = dist.get_world_size(group)
+    count = nbytes // 4
+    x = torch.zeros(count, device=device)
+    if collective == "allgather":
+        return partial(_gather, torch.empty(count * p, device=device), x, group)
+    if collective == "reducescatter":
+        return partial(_reduce_scatter, torch.empty(count // p, device=device), x, group)
+    if collective == "alltoall":
+        return partial(dist.all_to_all_single, torch.empty_like(x), x, group=group)
+    if collective == "broadcast":
+        src = 0 if group is None else dist.get_global_rank(group, 0)
+        return partial(dist.broadcast, x, src, group=group)
+    return partial(dist.all_reduce, x, group=group)
 
 
 def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
                        device: torch.device, after_compute_s: float = 0.0) -> dict:
     """One row (without environment columns); call on every rank of the process group."""
-    p = dist.get_world_size()
-    count = nbytes // 4
-    x = torch.zeros(count, device=device)
-    out = torch.empty(count * p, device=device) if collective == "allgather" else None
+    p, count = dist.get_world_size(), nbytes // 4
     extra = {}
     if collective == "forest":
         forest = pack_forest(np.ones((p, p)))
-        op = partial(forest_all_reduce, x, forest)
+        op = partial(forest_all_reduce, torch.zeros(count, device=device), forest)
         extra["matches_allreduce"] = _forest_matches(forest, count, device)
     else:
-        op = {"allreduce": partial(dist.all_reduce, x), "allgather": partial(_gather, out, x),
-              "broadcast": partial(dist.broadcast, x, 0),
-              "reducescatter": partial(_reduce_scatter, torch.empty(count // p, device=device),
-                                       x),
-              "alltoall": partial(dist.all_to_all_single, torch.empty_like(x), x)}[collective]
+        op = collective_op(collective, nbytes, device)
     lead_in = partial(compute_for, after_compute_s, device) if after_compute_s > 0 else None
     times, _ = slowest_rank_times(op, device, repeats, warmup, lead_in=lead_in)
     time_s, spread = times.median().item(), (times.max() - times.min()).item()

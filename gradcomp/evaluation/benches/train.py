@@ -70,7 +70,7 @@ from .hookpath import (bench_hook_path, gradient_source, hook_methods, hook_path
 
 KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
                "world_size", "backend", "device_name")
-HOOK_OPTIONS = ("start_iter", "min_compression_rate")
+HOOK_OPTIONS = ("start_iter", "min_compression_rate", "hierarchical", "gpus_per_node", "intra")
 TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
 
 
@@ -345,8 +345,13 @@ def main(argv=None) -> int:
     args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
     args.add_argument("--profile-out", default=None, help="save the model's profile here")
     args.add_argument("--hook-out", default=None, help="append the hooks' per-bucket costs")
+    args.add_argument("--hook-options", default=None, help="JSON options for every hooked "
+                      "method, e.g. '{\"hierarchical\": true, \"gpus_per_node\": 2}'")
     a = args.parse_args(argv)
-    bench_train(None if a.methods is None else a.methods.split(","), None, a.backend, a.model,
+    extra = json.loads(a.hook_options) if a.hook_options else {}
+    methods = None if a.methods is None else [
+        (m, {} if m == "ddp" else extra) for m in a.methods.split(",")]
+    bench_train(methods, None, a.backend, a.model,
                 a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
                 a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out)
     return 0

@@ -21,9 +21,9 @@ payload and B = efficiency * bandwidth / 8 bytes/s:
   (`gradcomp.comm.blocksparse`, `model.blocksparse`); on two tiers at the slowest hop of a
   ring over all GPUs (`Tiers.slowest_hop`), an approximation not checked by the simulator.
 
-The flat formulas are validated on the testbed; the two-tier ones only against the
-link-matrix simulator (`tiers.two_tier`): no two-tier cluster has been measured yet
-(issue #31). `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
+The flat formulas are validated on the testbed; the two-tier ones against the link-matrix
+simulator (`tiers.two_tier`) and, for 2 nodes x 2 ranks on gloo, on the two-tier testbed
+(`testbed.validate_tiers`; README, "Two tiers on one machine"), not on a GPU cluster. `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
 a single one: the timelines multiply forward, backward and optimizer by it.
 
 With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
@@ -139,6 +139,21 @@ class Network:
     def two_tier(self) -> bool:
         """Several GPUs or NICs (rails) per node."""
         return self.gpus_per_node > 1 or self.rails > 1
+
+    def node_tiers(self) -> tuple["Network", "Network"]:
+        """The tiers apart, as a hierarchical hook uses them: (inside a node: its G GPUs at
+        the intra bandwidth, latency and efficiency; across nodes: the N ranks of one local
+        rank, each local rank's ring with a 1/G share of its node's rails, as the G rings
+        cross the NICs at once). Both ring networks, at this network's slowdown."""
+        g, share = self.gpus_per_node, self.rails / self.gpus_per_node
+        inside = Network(g, self.intra_bandwidth_bps or self.bandwidth_bps, self.intra_latency_s,
+                         self.intra_efficiency, self.reduce_bytes_per_s, algorithm="ring",
+                         compute_slowdown=self.compute_slowdown)
+        across = Network(self.nodes, self.bandwidth_bps, self.latency_s,
+                         {c: self.efficiency_of(c) * share for c in COLLECTIVES},
+                         self.reduce_bytes_per_s, algorithm="ring",
+                         compute_slowdown=self.compute_slowdown)
+        return inside, across
 
     def tiers(self, collective: str) -> costs.Tiers:
         """The cluster at `collective`'s latency and efficiency, for `collectives.costs`."""

@@ -20,6 +20,13 @@ progresses at rate 1/k (k = `contention` >= 1; k = 1: no contention, k = 2: they
 device evenly), so a codec stage of cost c that overlaps backward for its whole length takes
 k*c and delays the rest of backward by (k-1)*c; gradient ready times move with backward.
 
+Layouts: ``flat`` (the hook's collectives over all ranks, as above) or ``hierarchical`` (a
+hook that compresses only between nodes, `Network.node_tiers`): per bucket an uncompressed
+ring reduce-scatter inside the node, then the method's chain above on the rank's 1/G shard
+(its tensors' whole rows as matrices, the rest as vectors, as the hook cuts them; the
+slowest local rank's) across the nodes among the ranks of its local rank,
+then a ring all-gather of the shard inside the node.
+
 Compute slowdown: a distributed worker's forward, backward (so the gradient ready times) and
 optimizer take the profile's times `Network.compute_slowdown` (>= 1), for every method,
 `none` included; the single worker's t_iter_single is not slowed.
@@ -40,7 +47,10 @@ import math
 from dataclasses import dataclass, field
 
 import pandas as pd
+import torch
 
+from ...checks import check_choice
+from ...comm.hierarchical.inside import shard_shapes
 from ...compressors.powersgd import square_view
 from ..profiles.profiles import Profile, load_profile
 from ...diloco import bounds
@@ -87,19 +97,25 @@ class Prediction:
         return row
 
 
+LAYOUTS = ("flat", "hierarchical")
+
+
 def predict(profile, network: Network, method="none", bucketing="ddp",
-            contention: float = 1.0, baseline_s: float | None = None) -> Prediction:
+            contention: float = 1.0, baseline_s: float | None = None,
+            layout: str = "flat") -> Prediction:
     """Model one iteration of `profile` (a Profile or name) with `method` (a MethodCost or
-    anything `methods.resolve` takes). `baseline_s`: t_iter of `none` on this network, if
-    already known (otherwise computed for the speedup)."""
+    anything `methods.resolve` takes) in `layout` (`LAYOUTS`, module docstring).
+    `baseline_s`: t_iter of `none` on this network and layout, if already known (otherwise
+    computed for the speedup)."""
+    check_choice(layout, "layout", LAYOUTS)
     profile = load_profile(profile)
     method = resolve(method)
     policy = bucketing_policy(bucketing)
     pred = _diloco(profile, network, method) if method.diloco is not None else \
-        _simulate(profile, network, method, policy, contention)
+        _simulate(profile, network, method, policy, contention, layout)
     if baseline_s is None:
         baseline_s = pred.t_iter_s if method.name == "none" else _simulate(
-            profile, network, resolve("none"), policy, contention).t_iter_s
+            profile, network, resolve("none"), policy, contention, layout).t_iter_s
     pred.speedup = baseline_s / pred.t_iter_s
     return pred
 
@@ -136,8 +152,27 @@ def _stages(method: MethodCost, network: Network, profile: Profile, shapes) -> l
     return chain, sum(rounds)
 
 
+def _hierarchical_stages(method: MethodCost, network: Network, profile: Profile,
+                         shapes) -> tuple[list, float]:
+    """`_stages` of the hierarchical layout (module docstring): the slowest local rank's
+    chain across nodes, its shard's tensors cut as the hook cuts them (`shard_shapes`); the
+    bytes a rank sends on both tiers."""
+    inside, across = network.node_tiers()
+    g = network.gpus_per_node
+    numel = sum(math.prod(s) for s in shapes)
+    nbytes, size = numel * profile.dtype_bytes, -(-numel // g)
+    tensors = [torch.Size(s) for s in shapes]
+    chain, sent = max((_stages(method, across, profile,
+                               tuple(tuple(p) for p in shard_shapes(tensors, k * size,
+                                                                    (k + 1) * size)))
+                       for k in range(g)), key=lambda c: sum(t for _, t in c[0]))
+    return ([("comm", inside.cost("reducescatter", nbytes, profile.add_time)), *chain,
+             ("comm", inside.cost("allgather", nbytes / g))],
+            sent + 2 * (g - 1) / g * nbytes)
+
+
 def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
-              contention: float) -> Prediction:
+              contention: float, layout: str = "flat") -> Prediction:
     if not (isinstance(contention, (int, float)) and math.isfinite(contention)
             and contention >= 1):
         raise ValueError(f"contention={contention!r} is not allowed: it must be a number >= 1")
@@ -145,7 +180,8 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
     shapes = _matrix_shapes(profile)
     chains, wire = [], []
     for b in buckets:
-        chain, nbytes = _stages(method, network, profile, [shapes[i] for i in b.params])
+        stages = _hierarchical_stages if layout == "hierarchical" else _stages
+        chain, nbytes = stages(method, network, profile, [shapes[i] for i in b.params])
         chains.append(chain)
         wire.append(nbytes)
     slow = network.compute_slowdown

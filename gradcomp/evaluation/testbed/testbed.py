@@ -26,7 +26,8 @@ LOCAL_WORLD_SIZE=1, MASTER_ADDR = rank 0's address, MASTER_PORT, GLOO_SOCKET_IFN
 namespace's veth, OMP_NUM_THREADS = `threads`, GRADCOMP_TESTBED_RATE_BPS = its link's rate),
 waits for all, and stops the others as soon as one fails. A torchrun job is started as
 ``torchrun --nnodes N --nproc-per-node 1 --node-rank $RANK --master-addr $MASTER_ADDR
---master-port $MASTER_PORT ...`` through ``sh -c``.
+--master-port $MASTER_PORT ...`` through ``sh -c``. Several ranks per namespace (nodes of
+several GPUs): `testbed.nodes.NodeTestbed`.
 """
 from __future__ import annotations
 
@@ -157,6 +158,15 @@ class Testbed:
     def bridge(self) -> str:
         return f"{self.run_id}b"
 
+    @property
+    def processes(self) -> int:
+        """How many processes `run` starts: one per namespace."""
+        return self.workers
+
+    def link_of(self, process: int) -> Link:
+        """The link (and namespace) process `process` of `run` runs behind."""
+        return self.links[process]
+
     def _host_end(self, rank: int) -> str:
         return f"{self.run_id}h{rank}"
 
@@ -260,7 +270,7 @@ class Testbed:
     def command(self, rank: int, argv, port: int | None = None) -> list[str]:
         """`argv` wrapped to run in rank's namespace with its environment."""
         env = [f"{k}={v}" for k, v in self.environment(rank, port).items()]
-        return ["ip", "netns", "exec", self.links[rank].namespace, "env", *env, *argv]
+        return ["ip", "netns", "exec", self.link_of(rank).namespace, "env", *env, *argv]
 
     def run(self, argv, timeout: float | None = None, env: dict | None = None,
             cwd=None, check: bool = True) -> list[RankResult]:
@@ -272,7 +282,7 @@ class Testbed:
         full_env = {**os.environ, **(env or {})}
         with tempfile.TemporaryDirectory() as tmp:
             logs = [(open(os.path.join(tmp, f"{r}.out"), "w+"),
-                     open(os.path.join(tmp, f"{r}.err"), "w+")) for r in range(self.workers)]
+                     open(os.path.join(tmp, f"{r}.err"), "w+")) for r in range(self.processes)]
             try:
                 self._procs = [subprocess.Popen(self.command(r, list(argv), port),
                                                 env=full_env, cwd=cwd, stdout=out,
@@ -417,34 +427,3 @@ def run_command(argv, workers: int = 2, rate="1gbit", rates=None, topology: str 
         check_number(timeout, "timeout", 0, above=True)
     with Testbed(workers, rate, rates, topology, threads) as testbed:
         return testbed.run(list(argv), timeout=timeout)
-
-
-def allreduce_time(testbed: Testbed, nbytes: int = 4 * 2**20, repeats: int = 3) -> float:
-    """Median seconds of an all-reduce of `nbytes` per worker (gloo) across the testbed."""
-    import sys
-
-    import pandas as pd
-
-    with tempfile.TemporaryDirectory() as tmp:
-        table = os.path.join(tmp, "allreduce.csv")
-        testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.collective", "--out",
-                     table, "--backend", "gloo", "--collectives", "allreduce", "--sizes",
-                     str(nbytes), "--repeats", str(repeats), "--warmup", "1"], timeout=300)
-        return float(pd.read_csv(table)["time_s"].iloc[0])
-
-
-def expected_allreduce_s(nbytes: float, workers: int, rate_bps: float) -> float:
-    """What the link rate implies for a ring all-reduce: 2(p-1)/p * S / B (gloo's ring for
-    2 workers sends each half of the payload once each way)."""
-    return 2 * (workers - 1) / workers * nbytes * 8 / rate_bps
-
-
-def rate_check(rate="100mbit", nbytes: int = 4 * 2**20, workers: int = 2) -> dict:
-    """An all-reduce of `nbytes` at `rate` (median of 5 repeats) against the rate's time."""
-    rate_bps = parse_rate(rate, "rate")
-    with Testbed(workers, rate_bps) as testbed:
-        measured = allreduce_time(testbed, nbytes, repeats=5)
-    expected = expected_allreduce_s(nbytes, workers, rate_bps)
-    return {"rate_bps": rate_bps, "nbytes": nbytes, "workers": workers,
-            "measured_s": measured, "expected_s": expected,
-            "rel_error": (measured - expected) / expected}

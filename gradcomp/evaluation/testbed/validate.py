@@ -29,7 +29,11 @@ summary, lambda per rate) and ``validation.png``. Predictions use no value fitte
 training runs they are held against; nothing is tuned per method.
 
 ``auto`` (`gradcomp.comm.auto`, its default candidates) may be among the methods: it has no
-prediction of its own (it chooses among methods at run time); the Markdown compares its
+prediction of its own (it chooses among methods at run time) and is trained in a job of its
+own whose untimed iterations cover its exploration (`regret.auto_warmup`), so that its
+timed ones are its steady state. The advice regret (`regret`: the model's pick against the
+fastest measured method, and auto's against its fastest candidate) goes to ``regret.csv``,
+``auto-regret.csv`` and the Markdown. The Markdown compares its
 measured time at each rate with the fastest other method's and with DDP's, and gives its
 choices (`auto_choices`: the candidate carrying each bucket at the end, and since when).
 """
@@ -66,6 +70,7 @@ from ..model.methods import resolve
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
 from ..workloads.load import describe
+from .regret import regret_markdown, steady_state_jobs, write_regret
 from .slowdown import fit_slowdowns, slowdown_line
 from .testbed import Testbed
 
@@ -94,7 +99,7 @@ def model_collective_sizes(model: str) -> list[int]:
     return [n for n in COLLECTIVE_SIZES if n <= max(grad_bytes, COLLECTIVE_SIZES[1])]
 
 
-def _check_methods(methods) -> list[str]:
+def check_methods(methods) -> list[str]:
     methods = list(methods)
     if not methods:
         raise ValueError("methods=[] is not allowed: give at least one method")
@@ -167,11 +172,12 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                      "--bandwidth", repr(rate_bps)], timeout=900)
         if need_train:
             say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
-            run_job(testbed, "gradcomp.evaluation.benches.train",
-                    ["--out", str(train), "--backend", "gloo", "--methods", ",".join(methods),
-                     "--model", model, *batch_args(batch_size), "--warmup", str(warmup),
-                     "--iterations", str(iterations), "--bucket-cap-mb", str(bucket_cap_mb),
-                     "--bandwidth", repr(rate_bps)], timeout=1800)
+            for names, untimed in steady_state_jobs(methods, warmup):  # auto after exploring
+                run_job(testbed, "gradcomp.evaluation.benches.train",
+                        ["--out", str(train), "--backend", "gloo", "--methods", ",".join(names),
+                         "--model", model, *batch_args(batch_size), "--warmup", str(untimed),
+                         "--iterations", str(iterations), "--bucket-cap-mb",
+                         str(bucket_cap_mb), "--bandwidth", repr(rate_bps)], timeout=1800)
         if need_prof or need_codec:
             say(progress, f"{format_rate(rate_bps)}: "
                 + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
@@ -364,8 +370,8 @@ def markdown(table: pd.DataFrame) -> str:
     auto = auto_comparison(table)
     if len(auto):
         text += ("\n`auto` (its default candidates) against the fastest fixed run of a "
-                 "candidate method and DDP, measured (ratios: auto's time over theirs; auto's "
-                 "median includes its exploration):\n\n"
+                 "candidate method and DDP, measured (ratios: auto's time over theirs; auto "
+                 "timed after its exploration):\n\n"
                  + auto.to_markdown(index=False, floatfmt=".3g") + "\n")
     return text
 
@@ -381,7 +387,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
-    methods = _check_methods(methods)
+    methods = check_methods(methods)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
@@ -404,7 +410,8 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
         for rate in rates]
     table = pd.concat(tables, ignore_index=True)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
-    write_atomic(out / "validation.md", markdown(table))
+    write_regret(out, table)
+    write_atomic(out / "validation.md", markdown(table) + regret_markdown(table))
     from ..report.plots import validation_sweep
 
     validation_sweep(table, out / "validation.png",

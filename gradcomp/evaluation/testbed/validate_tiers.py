@@ -1,0 +1,315 @@
+"""Two-tier validation (`gradcomp validate --nodes N --gpus-per-node G`): the model's two-tier
+pricing against DDP training in a `NodeTestbed` (N namespaces of G ranks: the loopback inside
+a node, the shaped links between nodes), in both layouts:
+
+* ``flat``: the hook's collectives over all N G ranks (gloo's ring crosses each node's link
+  once per direction), every method and DDP's own all-reduce ("ddp");
+* ``hierarchical``: ``gradcomp.comm.register(ddp, method, hierarchical=True,
+  gpus_per_node=G)``, a hook that compresses only between nodes (no "ddp" row: DDP has no
+  such layout).
+
+Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce
+and all-gather inside every node at once and across the nodes for every local rank at once,
+each after compute, as in training), training of each layout (`benches.train`; `auto` in a
+job of its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed
+iterations are its steady state), then on all N G ranks at once, so under the contention
+training sees (N G processes on the machine's cores), the profile as DDP runs it and the hook
+path's per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G
+shards' over N payloads (hierarchical, `benches.hookpath`).
+
+The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
+collective's fitted latency and efficiency (G times a local-rank ring's fitted bandwidth over
+the rate: the G rings share the link), inside the fitted all-reduce latency and bandwidth of
+the loopback; `timeline.predict(..., layout=...)`. Files as `validate`'s, tagged by rate and
+layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``, ``profile-...-<rate>.json``,
+``hook-<rate>-<layout>.csv``, ``conditions.csv``; the result ``validation.csv`` (with
+``layout``, ``nodes``, ``gpus_per_node``), ``validation.md``, ``regret.csv``,
+``auto-regret.csv`` and ``validation-<layout>.png``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import torch
+
+from ...checks import check_int
+from ..benches.collective import AFTER_COMPUTE_MS
+from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
+from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
+                                quarter_sizes)
+from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
+from ..benches.train import make_spec, plan_runs
+from ..common.store import ResultTable, write_atomic
+from ..common.units import format_rate, parse_rate
+from ..model.bucketing import DDP
+from ..model.fit import fit_collectives, hook_costs
+from ..model.methods import resolve
+from ..model.network import Network
+from ..model.timeline import LAYOUTS, predict
+from ..profiles.profiles import load_profile
+from .nodes import NodeTestbed
+from .ratecheck import TIER_KEYS, run_tier_sweep
+from .regret import regret_markdown, steady_state_jobs, write_regret
+from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
+                       HOOK_WARMUP, batch_args, check_methods, compared, conditions_at,
+                       markdown, model_collective_sizes, profile_path, rate_tag,
+                       record_conditions, say, summarize)
+
+SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
+
+_NONE = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan, wire_bytes=math.nan)
+
+
+def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, dict]]:
+    """(method, options) of the training runs of `layout`."""
+    if layout == "flat":
+        return [(m, {}) for m in methods]
+    return [(m, {"hierarchical": True, "gpus_per_node": gpus_per_node})
+            for m in methods if m != "ddp"]
+
+
+def _files(out: Path, rate_bps: float, layout: str) -> tuple[Path, Path]:
+    tag = rate_tag(rate_bps)
+    return out / f"train-{tag}-{layout}.csv", out / f"hook-{tag}-{layout}.csv"
+
+
+def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes) -> dict:
+    """The stored keys each table needs: "tiers", and per layout "train-<layout>" and
+    "hook-<layout>" (flat: the bucket sizes over N G payloads; hierarchical: the shards'
+    over N)."""
+    tiers = ResultTable("tiers.csv", TIER_KEYS)
+    keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
+                                 "world_size": w})
+                      for t, w in (("intra", g), ("inter", nodes))
+                      for c in ("allreduce", "allgather") for n in sizes}}
+    codec = ResultTable("hook.csv", CODEC_KEYS)
+    source = gradient_source(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
+    for layout in layouts:
+        cases = layout_cases(methods, layout, g)
+        keys[f"train-{layout}"] = set(plan_runs(cases, spec, nodes * g, "gloo", "cpu",
+                                                ResultTable("train.csv", TRAIN_KEYS)))
+        world, numel = codec_plan(spec, nodes, g, layout)
+        keys[f"hook-{layout}"] = {
+            codec.key(k) for m, _ in hook_methods(m for m, _ in cases)
+            for k in case_keys(m, {}, numel, world, "cpu", torch.float32, "cpu", source)}
+    return keys
+
+
+def codec_plan(spec: dict, nodes: int, g: int, layout: str) -> tuple[int, list[int]]:
+    """(payloads aggregated, sizes) of `layout`'s hook-path costs."""
+    sizes = hook_sizes(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
+    if layout == "flat":
+        return nodes * g, sizes
+    return nodes, quarter_sizes(max(sizes) // g)
+
+
+def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
+                 threads: int, layouts, sizes, planned: dict, progress: bool) -> None:
+    """Tier sweep, training in every layout, profile and hook-path costs (module docstring)
+    in one testbed at `rate_bps`; what the tables already hold is skipped."""
+    tag, model = rate_tag(rate_bps), spec["model"]
+    tiers = out / f"tiers-{tag}.csv"
+    prof = profile_path(out, rate_bps, model, spec["batch_size"])
+    tables = {"tiers": (tiers, TIER_KEYS)}
+    for lay in layouts:
+        train, hook = _files(out, rate_bps, lay)
+        tables[f"train-{lay}"], tables[f"hook-{lay}"] = (train, TRAIN_KEYS), (hook, CODEC_KEYS)
+    todo = {name: not planned[name] <= ResultTable(path, columns).done_keys()
+            for name, (path, columns) in tables.items()}
+    if not (any(todo.values()) or not prof.exists()):
+        return
+    where = f"{format_rate(rate_bps)}, {nodes} nodes x {g}"
+    load, start = os.getloadavg()[0], time.monotonic()
+    with NodeTestbed(nodes, g, rate_bps, threads=threads) as testbed:
+        if todo["tiers"]:
+            say(progress, f"{where}: all-reduce and all-gather inside and across nodes")
+            run_tier_sweep(testbed, tiers, sizes, ("allreduce", "allgather"),
+                           COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
+        for layout in layouts:
+            if not todo[f"train-{layout}"]:
+                continue
+            cases = layout_cases(methods, layout, g)
+            say(progress, f"{where}: {layout} training with {', '.join(m for m, _ in cases)}")
+            extra = {} if layout == "flat" else cases[0][1]
+            for names, warmup in steady_state_jobs([m for m, _ in cases], spec["warmup"]):
+                testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
+                             "--out", str(_files(out, rate_bps, layout)[0]), "--backend",
+                             "gloo", "--methods", ",".join(names), "--model", model,
+                             *batch_args(spec["batch_size"]), "--warmup", str(warmup),
+                             "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
+                             str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
+                             "--hook-options", json.dumps(extra)], timeout=3600)
+        hooks = [lay for lay in layouts if todo[f"hook-{lay}"]]
+        if hooks or not prof.exists():
+            say(progress, f"{where}: profile and hook-path costs on all ranks at once")
+            testbed.run([sys.executable, "-m", "gradcomp.evaluation.testbed.validate_tiers",
+                         "--model", model, *batch_args(spec["batch_size"]), "--methods",
+                         ",".join(methods), "--bucket-cap-mb", str(spec["bucket_cap_mb"]),
+                         *([] if prof.exists() else ["--profile-out", str(prof)]),
+                         *[a for lay in hooks for a in (f"--{lay}-out",
+                                                        str(_files(out, rate_bps, lay)[1]))]],
+                        timeout=1800)
+    record_conditions(out / "conditions.csv", rate_bps, load, start)
+
+
+def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float) -> Network:
+    """The model's two-tier network from a tier sweep (module docstring)."""
+    rows = tiers[tiers["groups"] == "all"]
+    fits = {t: fit_collectives(rows[rows["tier"] == t]) for t in ("intra", "inter")}
+
+    def finite(bps: float) -> float:
+        return bps if math.isfinite(bps) else 1e15  # a slope of 0: no bandwidth term
+
+    across = fits["inter"]
+    inside = fits["intra"]["allreduce"].params
+    return Network(nodes * g, rate_bps,
+                   {c: max(f.params["alpha_s"], 0.0) for c, f in across.items()},
+                   {c: g * finite(f.params["bandwidth_bps"]) / rate_bps
+                    for c, f in across.items()},
+                   gpus_per_node=g, intra_bandwidth_bps=finite(inside["bandwidth_bps"]),
+                   intra_latency_s=max(inside["alpha_s"], 0.0), algorithm="ring")
+
+
+def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
+                 layouts, contention: float = 1.0) -> pd.DataFrame:
+    """Predicted against measured for every layout's training rows at `rate_bps`."""
+    tag = rate_tag(rate_bps)
+    network = tier_network(ResultTable(out / f"tiers-{tag}.csv", TIER_KEYS)
+                           .frame(planned["tiers"]), nodes, g, rate_bps)
+    profile = load_profile(profile_path(out, rate_bps, spec["model"], spec["batch_size"]))
+    load = conditions_at(out / "conditions.csv", rate_bps)
+    rows = []
+    for layout in layouts:
+        train_path, hook_path = _files(out, rate_bps, layout)
+        codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
+        costs = hook_costs(codecs) if len(codecs) else {}
+        train = ResultTable(train_path, TRAIN_KEYS).frame(planned[f"train-{layout}"])
+        for _, run in train.iterrows():
+            name = "none" if run["method"] == "ddp" else run["method"]
+            cap = float(run["bucket_cap_mb"])
+            pred = _NONE if name == "auto" else predict(
+                profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
+                contention, baseline_s=math.nan, layout=layout)
+            rows.append({**compared(rate_bps, run, pred, profile), "layout": layout,
+                         "nodes": nodes, "gpus_per_node": g,
+                         "inter_bandwidth_bps": network.bandwidth_bps
+                         * network.efficiency_of("allreduce"),
+                         "inter_alpha_s": network.alpha("allreduce"),
+                         "intra_bandwidth_bps": network.intra_bandwidth_bps,
+                         "intra_alpha_s": network.intra_latency_s,
+                         "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
+                         **load})
+    return pd.DataFrame(rows)
+
+
+def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
+                      batch_size: int | None = None, warmup: int = 5, iterations: int = 20,
+                      bucket_cap_mb: float = 25.0, nodes: int = 2, gpus_per_node: int = 2,
+                      threads: int = 1, contention: float = 1.0, layouts=LAYOUTS,
+                      collective_sizes=None, progress: bool = True) -> pd.DataFrame:
+    """Measure, predict and compare (module docstring) into the folder `out` (resumed);
+    returns the validation table."""
+    check_int(nodes, "nodes", 2)
+    check_int(gpus_per_node, "gpus_per_node", 1)
+    rates = [parse_rate(r, "rates") for r in rates]
+    layouts = list(layouts)
+    if not rates or not layouts or any(lay not in LAYOUTS for lay in layouts):
+        raise ValueError(f"rates={rates!r}, layouts={layouts!r} are not allowed: give at least "
+                         f"one rate and layouts of {', '.join(LAYOUTS)}")
+    methods = check_methods(methods)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    sizes = list(collective_sizes or model_collective_sizes(model))
+    planned = planned_keys(methods, spec, nodes, gpus_per_node, layouts, sizes)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    say(progress, f"results in {out}")
+    for rate in rates:
+        measure_rate(out, rate, methods, spec, nodes, gpus_per_node, threads, layouts, sizes,
+                     planned, progress)
+    table = pd.concat([predict_rate(out, rate, planned, spec, nodes, gpus_per_node, layouts,
+                                    contention) for rate in rates], ignore_index=True)
+    write_atomic(out / "validation.csv", table.to_csv(index=False))
+    write_regret(out, table)
+    write_atomic(out / "validation.md", two_tier_markdown(table, nodes, gpus_per_node))
+    from ..report.plots import validation_sweep
+
+    for layout in layouts:
+        validation_sweep(table[table["layout"] == layout], out / f"validation-{layout}.png",
+                         title=f"{model}, {layout}: {nodes} nodes x {gpus_per_node} ranks "
+                               "(gloo): measured (points) and predicted (lines)")
+    return table
+
+
+def summarize_layouts(table: pd.DataFrame) -> pd.DataFrame:
+    """`validate.summarize` per layout (a ``layout`` column first)."""
+    return pd.concat([summarize(rows).assign(layout=layout)[["layout", *SUMMARY]]
+                      for layout, rows in table.groupby("layout", sort=False)],
+                     ignore_index=True)
+
+
+def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
+    """Per layout `validate.markdown`'s table, then the advice regret."""
+    loads = table[["load_1min_before", "load_1min_after"]].stack()
+    head = (f"{nodes} nodes x {g} ranks in a two-tier testbed on {os.cpu_count()} cores. "
+            "The profile and the hook-path costs were measured on all "
+            f"{nodes * g} ranks at once, under the contention the training runs see. Load "
+            f"average (1 min) before and after each rate's measurements: "
+            f"{loads.min():.1f}-{loads.max():.1f}.\n")
+    parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
+             for layout, rows in table.groupby("layout", sort=False)]
+    return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
+
+
+def concurrent_job(argv=None) -> int:
+    """On every rank of a two-tier testbed: the profile under DDP (--profile-out) and the
+    hook path's per-bucket costs of each layout (--flat-out, --hierarchical-out), all ranks
+    at once; rank 0 writes."""
+    import torch.distributed as dist
+
+    from ..benches.hookpath import bench_hook_path, workload_gradient
+    from ..benches.train import model_profile
+    from ..common.env import init_from_env
+    from ..profiles.profiles import save_profile
+    from .validate import concurrent_parser
+
+    args = concurrent_parser(concurrent_job.__doc__)
+    args.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    args.add_argument("--flat-out")
+    args.add_argument("--hierarchical-out")
+    a = args.parse_args(argv)
+    init_from_env("gloo")
+    try:
+        rank, g = dist.get_rank(), int(os.environ["LOCAL_WORLD_SIZE"])
+        nodes = dist.get_world_size() // g
+        if a.profile_out:
+            dist.barrier()
+            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5,
+                                    ddp_bucket_cap_mb=a.bucket_cap_mb)
+            if rank == 0:
+                save_profile(profile, a.profile_out)
+        methods = [m for m in a.methods.split(",") if m]
+        spec = {"model": a.model, "batch_size": a.batch_size, "bucket_cap_mb": a.bucket_cap_mb}
+        gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
+        for layout, path in (("flat", a.flat_out), ("hierarchical", a.hierarchical_out)):
+            if path:
+                dist.barrier()
+                world, sizes = codec_plan(spec, nodes, g, layout)
+                names = [m for m, _ in layout_cases(methods, layout, g)]
+                bench_hook_path(hook_methods(names), sizes, world, repeats=HOOK_REPEATS,
+                                warmup=HOOK_WARMUP, out=path if rank == 0 else None,
+                                slowest_rank=True, gradient=gradient)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(concurrent_job())

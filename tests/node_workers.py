@@ -1,0 +1,26 @@
+"""A rank of a two-tier testbed job (tests/test_testbed_nodes.py): it checks that torchrun's
+variables number it as on a real cluster (node by node) and that it runs in its node's
+namespace, then all-reduces across every rank and inside its node; prints one JSON line."""
+import json
+import os
+import subprocess
+
+import torch
+import torch.distributed as dist
+
+env = {k: int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK")}
+node_rank = int(os.environ.get("NODE_RANK", env["GROUP_RANK"]))
+namespace = subprocess.run(["ip", "netns", "identify"], capture_output=True,
+                           text=True).stdout.strip()
+dist.init_process_group("gloo")
+rank, world, g = dist.get_rank(), dist.get_world_size(), env["LOCAL_WORLD_SIZE"]
+nodes = [dist.new_group(list(range(n * g, (n + 1) * g))) for n in range(world // g)]
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+inside = torch.tensor([rank + 1.0])
+dist.all_reduce(inside, group=nodes[rank // g])
+print(json.dumps({**env, "NODE_RANK": node_rank, "namespace": namespace,
+                  "dist_rank": rank, "dist_world": world, "sum": total.item(),
+                  "node_sum": inside.item()}), flush=True)
+dist.destroy_process_group()

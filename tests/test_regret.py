@@ -1,0 +1,59 @@
+"""Advice regret on a measured validation table (benchmarks/results/testbed-2026-11-27: 2
+workers on the testbed at 100 Mbit/s - 2.5 Gbit/s, 9 methods and auto)."""
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gradcomp.evaluation.testbed.regret import (advice_regret, auto_regret, regret_markdown,
+                                                regret_summary)
+
+MEASURED = Path(__file__).parents[1] / "benchmarks/results/testbed-2026-11-27/validation.csv"
+
+
+@pytest.fixture(scope="module")
+def table():
+    return pd.read_csv(MEASURED)
+
+
+def test_the_pick_is_the_least_predicted_and_regret_is_its_measured_over_the_fastest(table):
+    regret = advice_regret(table).set_index("rate")
+    assert list(regret.index) == ["100 Mbit/s", "500 Mbit/s", "1 Gbit/s", "2.5 Gbit/s"]
+    # At 100 Mbit/s - 1 Gbit/s the model ranks random-k fastest and it was: no regret.
+    assert list(regret["pick"][:3]) == ["randomk"] * 3
+    assert list(regret["fastest"][:3]) == ["randomk"] * 3
+    assert list(regret["regret"][:3]) == [0.0] * 3
+    # At 2.5 Gbit/s it predicts random-k (48.2 ms) but top-k ran fastest: 57.9 / 53.0 ms.
+    at = regret.loc["2.5 Gbit/s"]
+    assert (at["pick"], at["fastest"]) == ("randomk", "topk")
+    assert at["pick_predicted"] == pytest.approx(0.048192125055464344)
+    assert at["regret"] == pytest.approx(0.05793314999755239 / 0.05298478599797818 - 1)
+    assert at["regret"] == pytest.approx(0.0934, abs=1e-4)
+    summary = regret_summary(advice_regret(table))
+    assert (summary["configurations"], summary["within_count"]) == (4, 3)
+    assert summary["max_regret"] == pytest.approx(at["regret"])
+
+
+def test_auto_is_held_against_its_fastest_candidate(table):
+    auto = auto_regret(table).set_index("rate")
+    # auto's candidates are none, bf16, powersgd and topk (by name).
+    at = auto.loc["100 Mbit/s"]
+    assert at["fastest_candidate"] == "powersgd"
+    assert at["regret"] == pytest.approx(0.09981020600025658 / 0.08685175500067999 - 1)
+    assert auto.loc["2.5 Gbit/s", "fastest_candidate"] == "topk"
+
+
+def test_each_layout_is_its_own_configuration_and_auto_without_candidates_is_nan(table):
+    at = table[table["rate"] == "1 Gbit/s"]
+    flat = at.assign(layout="flat")
+    hier = at.assign(layout="hierarchical",
+                     measured=at["measured"].where(at["method"] != "topk", 0.01))
+    regret = advice_regret(pd.concat([flat, hier])).set_index("layout")
+    assert regret.loc["flat", "regret"] == 0.0
+    assert regret.loc["hierarchical", "fastest"] == "topk"
+    assert regret.loc["hierarchical", "regret"] == pytest.approx(0.06119635899813147 / 0.01 - 1)
+    lone = auto_regret(at[at["method"].isin(["auto", "ddp"])])
+    assert lone["fastest_candidate"].tolist() == [""] and math.isnan(lone["regret"].iloc[0])
+    text = regret_markdown(table)
+    assert "Regret at or under 5% in 3 of 4 configurations" in text and "`auto`" in text
