@@ -1,6 +1,7 @@
 """Multi-process cases for tests/test_checkpoint.py: one-file checkpoints of every rank's hook
 state (save_state / load_state), their errors, and torch.compile in both DDP optimizer modes.
-Each spawn runs many cases; the parent compares what the ranks return."""
+One spawn runs every case but the resume (`checkpoint_cases`), another the resume in fresh
+processes; the parent compares what the ranks return."""
 import os
 
 import torch
@@ -223,3 +224,12 @@ def mistakes_cases(rank, world_size, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{out_dir}/end.store", rank=rank,
                             world_size=world_size)  # for the spawn's own teardown
     return res
+
+
+def checkpoint_cases(rank, world_size, out_dir, ckpt_dir):
+    """Every case of one spawn, in an order that keeps each as it was alone: the straight runs
+    first (default threads, nothing compiled yet), then torch.compile, then the mistakes (last:
+    a rank left alone ends its process group)."""
+    return {"straight": straight_cases(rank, world_size, out_dir, ckpt_dir),
+            "compiled": compile_cases(rank, world_size, out_dir),
+            "mistakes": mistakes_cases(rank, world_size, out_dir)}

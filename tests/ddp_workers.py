@@ -247,6 +247,12 @@ def mismatch_cases(rank, world_size, out_dir):
     return res
 
 
+def shared_cases(rank, world_size, out_dir):
+    """The main cases, then the mismatches (last: they end in errors), in one spawn."""
+    return {"main": main_cases(rank, world_size, out_dir),
+            "mismatch": mismatch_cases(rank, world_size, out_dir)}
+
+
 def _error_of(run) -> tuple[str, str] | None:
     try:
         run()

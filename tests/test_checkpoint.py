@@ -6,16 +6,21 @@ import pytest
 import torch
 
 import gradcomp
-from checkpoint_workers import (RESUMED, compile_cases, mistakes_cases, resume_cases,
-                                straight_cases)
+from checkpoint_workers import RESUMED, checkpoint_cases, resume_cases
 from ddp_workers import spawn
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory):
-    return spawn(straight_cases, 2, str(tmp_path_factory.mktemp("checkpoints")))
+def ranks(tmp_path_factory):
+    """Every case but the resume, in one spawn (each spawn of 2 ranks costs seconds)."""
+    return spawn(checkpoint_cases, 2, str(tmp_path_factory.mktemp("checkpoints")))
+
+
+@pytest.fixture(scope="module")
+def straight(ranks):
+    return [r["straight"] for r in ranks]
 
 
 def test_resume_from_one_file_in_fresh_processes_is_bit_exact(straight):
@@ -58,8 +63,8 @@ def test_save_state_needs_no_process_group_for_a_hook_state_alone():
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    return spawn(compile_cases, 2)
+def compiled(ranks):
+    return [r["compiled"] for r in ranks]
 
 
 @pytest.mark.parametrize("name", gradcomp.names())
@@ -89,8 +94,8 @@ def test_python_reducer_is_refused_clearly(compiled):
 
 
 @pytest.fixture(scope="module")
-def mistakes():
-    return spawn(mistakes_cases, 2)
+def mistakes(ranks):
+    return [r["mistakes"] for r in ranks]
 
 
 def test_save_state_on_one_rank_fails_on_every_rank_with_one_message(mistakes):

@@ -1,29 +1,17 @@
 """The `gradcomp` command, run as a user runs it."""
 import io
 import json
-import os
 import subprocess
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 
 import gradcomp
 from gradcomp import cli
 
 
-TESTS = os.path.dirname(__file__)
-
-
-def run(*args):
-    # The tests folder holds the model factory of the profile test.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [TESTS, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.run([sys.executable, "-m", "gradcomp.cli", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
-
-
 def run_here(*args):
     """`gradcomp ARGS` inside this process (no interpreter start-up), as a CompletedProcess;
-    `run` keeps the real command line for the tests of the command itself."""
+    test_cli_errors and test_extras run the real command line where the process is the
+    subject (exit status, pipes, signals, missing packages)."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
@@ -51,7 +39,7 @@ def test_compressors_json_has_exact_bytes():
 
 
 def test_unknown_command_is_an_error_naming_the_choices():
-    out = run("compress")
+    out = run_here("compress")
     assert out.returncode != 0 and "compressors" in out.stderr
 
 

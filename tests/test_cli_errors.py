@@ -240,9 +240,7 @@ def test_a_full_disk_is_one_line_naming_the_table_which_stays_intact(tmp_path):
         finally:
             os.close(fd)
         before = table.read_bytes()
-        argv, env = command("bench", "compress", "--methods", "fp16", "--quick", "--out",
-                            str(table))
-        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        out = run_here("bench", "compress", "--methods", "fp16", "--quick", "--out", str(table))
         assert out.returncode == 2, out.stderr
         lines = [ln for ln in out.stderr.strip().splitlines()
                  if "compress bench:" not in ln]  # its progress bar

@@ -3,15 +3,21 @@ checkpoints resume bit for bit, mismatched seeds and dead ranks raise."""
 import pytest
 import torch
 
-from ddp_workers import (HOOKS, METHODS, MISMATCHES, RESUME_AT, dead_rank_case, main_cases,
-                         mismatch_cases, resume_cases, spawn)
+from ddp_workers import (HOOKS, METHODS, MISMATCHES, RESUME_AT, dead_rank_case, resume_cases,
+                         shared_cases, spawn)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return spawn(main_cases, 2)
+def shared():
+    """The main and the mismatch cases, in one spawn (each spawn of 2 ranks costs seconds)."""
+    return spawn(shared_cases, 2)
+
+
+@pytest.fixture(scope="module")
+def runs(shared):
+    return [r["main"] for r in shared]
 
 
 def same(a, b):
@@ -124,8 +130,8 @@ def test_world_size_one(runs, name):
     assert not torch.equal(runs[0][f"solo_{name}"]["params"], runs[1][f"solo_{name}"]["params"])
 
 
-def test_ranks_with_different_hooks_raise_the_same_error_instead_of_diverging():
-    results = spawn(mismatch_cases, 2)
+def test_ranks_with_different_hooks_raise_the_same_error_instead_of_diverging(shared):
+    results = [r["mismatch"] for r in shared]
     for case, (_, _, field) in MISMATCHES.items():
         errors = [results[r][case] for r in (0, 1)]
         assert errors[0] is not None and errors[0] == errors[1], (case, errors)
