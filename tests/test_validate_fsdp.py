@@ -162,3 +162,58 @@ def test_a_model_whose_units_the_timeline_cannot_place_is_refused_before_measuri
     with pytest.raises(ValueError, match="model='gpt' is not allowed.*not consecutive"):
         validate_fsdp_sweep(tmp_path / "out", ["1gbit"], ["fsdp"], "gpt", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_validate_fsdp_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path):
+    # The committed FSDP run of 2026-11-25, predicted again (every planned row measured, so
+    # nothing is run): each rate's compute slowdown lambda is the one that fits the other
+    # rates' runs of FSDP's own reduce-scatter (the uncompressed runs there: no "none"),
+    # applied to every method and stated.
+    import shutil
+    from pathlib import Path
+
+    from gradcomp.evaluation.benches import collective, hookpath, train_fsdp
+    from gradcomp.evaluation.common.store import ResultTable
+    from gradcomp.evaluation.common.units import format_rate
+    from gradcomp.evaluation.model.fit import fit_slowdown
+    from gradcomp.evaluation.testbed.validate_fsdp import (collective_sizes, paths,
+                                                           planned_keys, predict_rate)
+
+    source = Path(__file__).parent.parent / "benchmarks/results/testbed-fsdp-2026-11-25-weighted"
+    for name in source.iterdir():
+        if not name.name.startswith("validation"):
+            shutil.copy(name, tmp_path)
+    spec = train_fsdp.make_spec("mlp", None, 2, 10)
+    sizes = units("mlp", None)
+    planned = planned_keys(train_fsdp.DEFAULT_METHODS, spec, 2, collective_sizes(sizes, 2),
+                           codec_sizes(sizes, 2))
+    rates = (100e6, 500e6, 1e9, 2.5e9)
+    key_columns = {"collective": collective.KEY_COLUMNS, "train": train_fsdp.KEY_COLUMNS,
+                   "codec": hookpath.KEY_COLUMNS}
+    for rate in rates:  # all measured: validate only predicts
+        files = paths(tmp_path, rate, "mlp", 64)
+        assert files["profile"].exists()
+        for table, keys in planned.items():
+            assert keys <= ResultTable(files[table], key_columns[table]).done_keys()
+    rows = validate_fsdp_sweep(tmp_path, [format_rate(r) for r in rates], progress=False)
+    lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
+    every = {"collective": None, "train": None, "codec": None}
+
+    def fsdp_rows(rate, slowdown):
+        table = predict_rate(tmp_path, rate, every, spec, sizes, slowdown)
+        return table[table["method"] == "fsdp"]
+
+    for rate in rates:
+        others = [r for r in rates if r != rate]
+        fit = fit_slowdown(pd.concat([fsdp_rows(r, 1.0) for r in others])["measured"],
+                           lambda s: pd.concat([fsdp_rows(r, s) for r in others])["predicted"])
+        assert lambdas[rate] == pytest.approx(fit.params["compute_slowdown"], rel=1e-9)
+        expected = predict_rate(tmp_path, rate, every, spec, sizes, lambdas[rate])
+        here = rows[rows["rate_bps"] == rate].reset_index(drop=True)
+        assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]), rel=1e-12)
+        assert set(here["slowdown_source"]) == {
+            "fitted to the fsdp runs at " + ", ".join(map(format_rate, others))}
+    assert lambdas.max() > 1  # applied: some rate's compute is slowed
+    md = (tmp_path / "validation.md").read_text()
+    assert "Compute slowdown lambda, applied to every method: 100 Mbit/s " \
+        f"{lambdas[100e6]:.3f} (fitted to the fsdp runs at 500 Mbit/s" in md

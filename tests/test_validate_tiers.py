@@ -70,3 +70,89 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     assert list(regret["layout"]) == ["flat"] and regret["regret"].iloc[0] >= 0
     assert regret["pick"].iloc[0] == fixed.loc[fixed["predicted"].idxmin(), "method"]
     assert len(written["auto_regret"]) == 1 and (tmp_path / "auto-regret.csv").exists()
+
+
+LOADED = Path(__file__).parent.parent / "benchmarks/results/testbed-two-tier-2026-11-28"
+METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd,auto".split(",")
+
+
+def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other_rates(
+        tmp_path):
+    # The committed two-tier run of 2026-11-28 (mlp, 3 rates, both layouts) as a folder of
+    # today's sweep: the profile and hook-path costs measured once (here 2.5 Gbit/s's) and
+    # shared by every rate, but 100 Mbit/s keeping its own, as a folder measured per rate
+    # before does; then predicted again (nothing is measured), with each rate's lambda.
+    from gradcomp.evaluation.benches.train import make_spec
+    from gradcomp.evaluation.testbed.slowdown import slowdown_line
+    from gradcomp.evaluation.testbed.validate import model_collective_sizes
+    from gradcomp.evaluation.testbed.validate_tiers import (measured_once, planned_keys,
+                                                            to_measure, validate_two_tier)
+
+    for f in LOADED.glob("*-*"):
+        if f.suffix in (".csv", ".json") and not f.name.endswith("regret.csv"):
+            shutil.copy(f, tmp_path)
+    shutil.copy(LOADED / "conditions.csv", tmp_path)
+    (tmp_path / "profile-mlp-b64-2.5gbit.json").rename(tmp_path / "profile-mlp-b64.json")
+    (tmp_path / "profile-mlp-b64-1gbit.json").unlink()
+    for layout in ("flat", "hierarchical"):
+        (tmp_path / f"hook-2.5gbit-{layout}.csv").rename(tmp_path / f"hook-{layout}.csv")
+        (tmp_path / f"hook-1gbit-{layout}.csv").unlink()
+    spec = make_spec("mlp", None, 5, 20, 25.0, None)
+    layouts = ["flat", "hierarchical"]
+    planned = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"))
+    for rate in (2.5e9, 1e9, 100e6):  # nothing to measure: validate only predicts
+        assert not any(to_measure(tmp_path, rate, spec, layouts, planned).values()), rate
+    # a rate not measured yet: its network and training, not the profile nor the hook costs
+    assert to_measure(tmp_path, 5e9, spec, layouts, planned) == {
+        "tiers": True, "train-flat": True, "train-hierarchical": True, "hook-flat": False,
+        "hook-hierarchical": False, "profile": False}
+    assert measured_once(tmp_path, 5e9, spec, "flat") == tmp_path / "hook-flat.csv"
+    assert measured_once(tmp_path, 100e6, spec) == tmp_path / "profile-mlp-b64-100mbit.json"
+
+    rates = (2.5e9, 100e6)  # two: each rate's lambda fitted on the other's runs
+    rows = validate_two_tier(tmp_path, ["2.5gbit", "100mbit"], METHODS, "mlp", progress=False)
+    assert list(rows["rate_bps"].drop_duplicates()) == list(rates)  # as measured
+    by_rate = rows.set_index(["rate_bps", "layout"])
+    assert set(by_rate.loc[2.5e9, "profile_file"]) == {"profile-mlp-b64.json"}
+    assert set(by_rate.loc[(2.5e9, "flat"), "hook_file"]) == {"hook-flat.csv"}
+    assert set(by_rate.loc[(100e6, "hierarchical"), "hook_file"]) == {
+        "hook-100mbit-hierarchical.csv"}
+    lambdas = rows.drop_duplicates(["layout", "rate_bps"]).set_index(
+        ["layout", "rate_bps"])["compute_slowdown"]
+    every = {k: None for k in planned}
+    for layout in layouts:  # each layout's lambda, applied to its every method
+        for rate in rates:
+            here = rows[(rows["rate_bps"] == rate) & (rows["layout"] == layout)]
+            expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
+                                    compute_slowdown=lambdas[layout, rate])
+            assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
+                                                            rel=1e-12, nan_ok=True)
+    # fitted on the layout's own uncompressed runs at the other rate: hierarchical has no ddp
+    assert set(rows.loc[rows["layout"] == "hierarchical", "slowdown_source"]) == {
+        "fitted to the none runs of the hierarchical layout at 100 Mbit/s",
+        "fitted to the none runs of the hierarchical layout at 2.5 Gbit/s"}
+    assert lambdas["flat", 2.5e9] != lambdas["hierarchical", 2.5e9]
+    md = (tmp_path / "validation.md").read_text()
+    flat = slowdown_line(rows[rows["layout"] == "flat"].drop(columns="layout"))
+    assert flat == (f"Compute slowdown lambda, applied to every method: 100 Mbit/s "
+                    f"{lambdas['flat', 100e6]:.3f} (fitted to the ddp and none runs of the flat "
+                    f"layout at 2.5 Gbit/s); 2.5 Gbit/s {lambdas['flat', 2.5e9]:.3f} (fitted to "
+                    "the ddp and none runs of the flat layout at 100 Mbit/s).")
+    assert flat in md.split("## Layout: hierarchical")[0]  # in its layout's section
+    both = slowdown_line(rows)  # the command's line (and --json's rows): every layout's
+    assert f"; hierarchical 100 Mbit/s {lambdas['hierarchical', 100e6]:.3f} (" in both
+    assert "measured on all 4 ranks at once, under the contention the training runs see, " \
+        "at each rate (profile-mlp-b64.json, profile-mlp-b64-100mbit.json, hook-flat.csv" in md
+
+
+def test_the_report_says_when_the_profile_and_hook_costs_were_measured_once():
+    from gradcomp.evaluation.testbed.validate_tiers import measured_where
+
+    table = pd.DataFrame({"rate_bps": [1e9, 1e9, 1e8, 1e8],
+                          "layout": ["flat", "hierarchical"] * 2,
+                          "profile_file": ["profile-mlp-b64.json"] * 4,
+                          "hook_file": ["hook-flat.csv", "hook-hierarchical.csv"] * 2})
+    assert measured_where(table).startswith("once, in the testbed of the first rate measured, "
+                                            "and used at every rate")
+    table.loc[2, "hook_file"] = "hook-100mbit-flat.csv"
+    assert measured_where(table).startswith("at each rate (profile-mlp-b64.json, hook-flat.csv")

@@ -13,38 +13,59 @@ from ..analyses.cluster_fit import UNCOMPRESSED
 from ..common.units import format_rate
 from ..model.fit import fit_slowdown
 
-ASSUMED = "assumed: no other rate's ddp or none run to fit it on"
+ASSUMED = "assumed: no other rate's uncompressed run to fit it on"
 
 
-def fit_slowdowns(rates, predict_at: Callable[[float, float], pd.DataFrame]
-                  ) -> dict[float, tuple[float, str]]:
+def fit_slowdowns(rates, predict_at: Callable[[float, float], pd.DataFrame],
+                  baselines=UNCOMPRESSED, runs: str = "") -> dict[float, tuple[float, str]]:
     """Per rate of `rates`: (lambda, where it comes from). `predict_at(rate, lambda)` is the
     validation table of a rate (columns method, measured, predicted) predicted with that
     lambda (rows of other methods are ignored: it may leave them out); each rate's lambda is
-    `fit.fit_slowdown`'s on the ddp and none rows of the other rates, 1.0 (`ASSUMED`) where
-    they have none."""
+    `fit.fit_slowdown`'s on the rows of the uncompressed `baselines` (DDP's: ddp and none;
+    FSDP's: fsdp and none) of the other rates, 1.0 (`ASSUMED`) where they have none. `runs`
+    qualifies them in the source named (e.g. " of both layouts")."""
     def uncompressed(others, slowdown: float) -> pd.DataFrame:
         tables = [predict_at(r, slowdown) for r in others]
         table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-        return table[table["method"].isin(UNCOMPRESSED)] if len(table) else table
+        return table[table["method"].isin(baselines)] if len(table) else table
 
     fitted = {}
     for rate in rates:
         others = [r for r in rates if r != rate]
-        runs = uncompressed(others, 1.0)
-        if runs.empty:
+        fitted_on = uncompressed(others, 1.0)
+        if fitted_on.empty:
             fitted[rate] = (1.0, ASSUMED)
             continue
-        fit = fit_slowdown(runs["measured"], lambda s: uncompressed(others, s)["predicted"])
-        fitted[rate] = (fit.params["compute_slowdown"], "fitted to the ddp and none runs at "
+        fit = fit_slowdown(fitted_on["measured"],
+                           lambda s: uncompressed(others, s)["predicted"])
+        fitted[rate] = (fit.params["compute_slowdown"],
+                        f"fitted to the {' and '.join(dict.fromkeys(fitted_on['method']))}"
+                        f" runs{runs} at "
                         + ", ".join(format_rate(r) for r in others))
     return fitted
 
 
+def predict_with_slowdowns(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
+                           planned: dict, plain: dict, baselines=UNCOMPRESSED,
+                           runs: str = "") -> pd.DataFrame:
+    """Every rate's validation table `predict_at(rate, lambda, planned)` (`planned`: the
+    table keys of every run), predicted with the rate's lambda, which `fit_slowdowns` fits
+    on `predict_at(rate, lambda, plain)` (`plain`: the keys of the `baselines`' runs alone),
+    stated in the columns ``compute_slowdown`` and ``slowdown_source``."""
+    slowdowns = fit_slowdowns(rates, lambda rate, slowdown: predict_at(rate, slowdown, plain),
+                              baselines, runs)
+    return pd.concat([predict_at(rate, slowdowns[rate][0], planned).assign(
+        compute_slowdown=slowdowns[rate][0], slowdown_source=slowdowns[rate][1])
+        for rate in rates], ignore_index=True)
+
+
 def slowdown_line(table: pd.DataFrame) -> str:
-    """One line: the lambda each rate of a validation table (columns rate_bps, rate,
-    compute_slowdown, slowdown_source) was predicted with, and where it came from."""
-    per_rate = table.drop_duplicates("rate_bps").sort_values("rate_bps")
+    """One line: the lambda each rate (and layout, where the table has a ``layout`` column)
+    of a validation table (columns rate_bps, rate, compute_slowdown, slowdown_source) was
+    predicted with, and where it came from."""
+    config = [c for c in ("layout", "rate_bps") if c in table]
+    per_rate = table.drop_duplicates(config).sort_values(config, kind="stable")
     return "Compute slowdown lambda, applied to every method: " + "; ".join(
-        f"{r['rate']} {r['compute_slowdown']:.3f} ({r['slowdown_source']})"
+        ("" if "layout" not in r else f"{r['layout']} ") + f"{r['rate']} "
+        f"{r['compute_slowdown']:.3f} ({r['slowdown_source']})"
         for _, r in per_rate.iterrows()) + "."

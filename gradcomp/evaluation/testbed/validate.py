@@ -71,7 +71,7 @@ from ..model.timeline import predict
 from ..profiles.profiles import load_profile
 from ..workloads.load import describe
 from .regret import regret_markdown, steady_state_jobs, write_regret
-from .slowdown import fit_slowdowns, slowdown_line
+from .slowdown import predict_with_slowdowns, slowdown_line
 from .testbed import Testbed
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
@@ -126,10 +126,12 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
                                                         spec["bucket_cap_mb"]))}}
 
 
-def profile_path(out: Path, rate_bps: float, model: str, batch_size: int) -> Path:
-    """Where a rate's profile of `model` at `batch_size` is kept."""
+def profile_path(out: Path, rate_bps: float | None, model: str, batch_size: int) -> Path:
+    """Where a rate's profile of `model` at `batch_size` is kept (`rate_bps` None: the
+    profile of every rate, measured once)."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)  # a MODULE:FACTORY or a file path
-    return out / f"profile-{name}-b{batch_size}-{rate_tag(rate_bps)}.json"
+    tag = "" if rate_bps is None else f"-{rate_tag(rate_bps)}"
+    return out / f"profile-{name}-b{batch_size}{tag}.json"
 
 
 def batch_args(batch_size: int | None) -> list[str]:
@@ -399,16 +401,12 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
 
-    def predict_at(rate: float, slowdown: float, keys=planned) -> pd.DataFrame:
+    def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
         return predict_rate(out, rate, keys, model, spec["batch_size"], contention, slowdown)
 
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
                          collective_sizes)  # the runs lambda is fitted to, priced alone
-    slowdowns = fit_slowdowns(rates, lambda rate, slowdown: predict_at(rate, slowdown, plain))
-    tables = [predict_at(rate, slowdowns[rate][0]).assign(
-        compute_slowdown=slowdowns[rate][0], slowdown_source=slowdowns[rate][1])
-        for rate in rates]
-    table = pd.concat(tables, ignore_index=True)
+    table = predict_with_slowdowns(rates, predict_at, planned, plain)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_regret(out, table)
     write_atomic(out / "validation.md", markdown(table) + regret_markdown(table))

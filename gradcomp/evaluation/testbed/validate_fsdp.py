@@ -20,13 +20,16 @@ every rate of a sweep,
 4. the timeline predicts each iteration from that profile, network (`fit.network_from_fit`)
    and codec costs (`fit.fsdp_codec_costs`), with the bench's units
    (`train_fsdp.unit_sizes`) and without overlap (gloo on a CPU: FSDP2 runs every
-   collective in the compute thread).
+   collective in the compute thread), every method's compute slowed by the rate's compute
+   slowdown lambda (`slowdown.fit_slowdowns`: fitted to the other rates' runs of the
+   uncompressed `BASELINES`).
 
 Tables in the output folder, appended as measured (an interrupted sweep resumes):
 ``collective-fsdp-<rate>.csv``, ``train-fsdp-<rate>.csv``,
 ``profile-fsdp-<model>-b<batch size>-<rate>.json``, ``fsdp-codec-<rate>.csv``,
 ``conditions-fsdp.csv``; the result in ``validation.csv``, ``validation.md`` and
-``validation.png`` (as `validate`'s). Nothing is fitted to the training runs judged, nothing
+``validation.png`` (as `validate`'s, lambda per rate in ``compute_slowdown`` and
+``slowdown_source``). Nothing is fitted to the training runs judged, nothing
 tuned per method.
 """
 from __future__ import annotations
@@ -56,6 +59,7 @@ from ..model.fsdp import predict_fsdp, units_of
 from ..model.methods import resolve
 from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
+from .slowdown import predict_with_slowdowns
 from .testbed import Testbed
 from .validate import (DEFAULT_RATES, batch_args, compared, concurrent_parser, conditions_at,
                        markdown, profile_path, rate_tag, record_conditions, run_job, say)
@@ -64,6 +68,9 @@ DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
 METHODS = ("fsdp", *fsdp.METHODS)
 COLLECTIVES = ("allgather", "reducescatter", "alltoall")
 COLLECTIVE_SIZES = tuple(2**k for k in range(12, 25, 2))
+#: The uncompressed runs lambda is fitted to: FSDP's own reduce-scatter and gradcomp's
+#: uncompressed one (through the all-to-all).
+BASELINES = ("fsdp", "none")
 
 
 def check_methods(methods) -> list[str]:
@@ -221,8 +228,10 @@ def concurrent_job(argv=None) -> int:
 
 
 def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
-                 unit_numels: list[int]) -> pd.DataFrame:
-    """Predicted against measured for the training rows of `planned` at `rate_bps`."""
+                 unit_numels: list[int], compute_slowdown: float = 1.0) -> pd.DataFrame:
+    """Predicted against measured for the training rows of `planned` at `rate_bps`;
+    `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: the profile's compute
+    as measured)."""
     files = paths(out, rate_bps, spec["model"], spec["batch_size"])
     codecs = ResultTable(files["codec"], CODEC_KEYS).frame(planned["codec"])
     costs = fsdp_codec_costs(codecs) if len(codecs) else {}
@@ -233,7 +242,8 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
     load = conditions_at(out / "conditions-fsdp.csv", rate_bps)
     rows = []
     for _, run in train.iterrows():
-        network = network_from_fit(fits, int(run["workers"]), rate_bps)
+        network = dataclasses.replace(network_from_fit(fits, int(run["workers"]), rate_bps),
+                                      compute_slowdown=compute_slowdown)
         pred = predict_fsdp(profile, network, timeline_method(run["method"], costs),
                             baseline_s=math.nan, unit_sizes=unit_numels, overlap=False)
         rows.append({**compared(rate_bps, run, pred, profile),
@@ -275,8 +285,12 @@ def validate_fsdp_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model
     for rate in rates:
         measure_rate(out, rate, methods, spec, batch_size, workers, threads, coll_sizes, codec,
                      planned, progress)
-    table = pd.concat([predict_rate(out, rate, planned, spec, unit_numels) for rate in rates],
-                      ignore_index=True)
+    def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
+        return predict_rate(out, rate, keys, spec, unit_numels, slowdown)
+
+    plain = planned_keys([m for m in methods if m in BASELINES] or ["fsdp"], spec, workers,
+                         coll_sizes, codec)  # the runs lambda is fitted to, priced alone
+    table = predict_with_slowdowns(rates, predict_at, planned, plain, BASELINES)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_atomic(out / "validation.md", "FSDP2 (fully_shard on each Linear and the root; "
                  "fsdp: FSDP's own reduce-scatter). " + markdown(table))

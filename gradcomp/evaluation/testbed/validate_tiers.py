@@ -15,16 +15,21 @@ job of its own whose warm-up covers its exploration, `regret.auto_warmup`, so it
 iterations are its steady state), then on all N G ranks at once, so under the contention
 training sees (N G processes on the machine's cores), the profile as DDP runs it and the hook
 path's per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G
-shards' over N payloads (hierarchical, `benches.hookpath`).
+shards' over N payloads (hierarchical, `benches.hookpath`). Neither of these two times any
+communication, so neither depends on the rate: they are measured once, in the testbed of the
+first rate that needs them, and used at every rate (`measured_once`).
 
 The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
 collective's fitted latency and efficiency (G times a local-rank ring's fitted bandwidth over
 the rate: the G rings share the link), inside the fitted all-reduce latency and bandwidth of
-the loopback; `timeline.predict(..., layout=...)`. Files as `validate`'s, tagged by rate and
-layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``, ``profile-...-<rate>.json``,
-``hook-<rate>-<layout>.csv``, ``conditions.csv``; the result ``validation.csv`` (with
-``layout``, ``nodes``, ``gpus_per_node``), ``validation.md``, ``regret.csv``,
-``auto-regret.csv`` and ``validation-<layout>.png``.
+the loopback; `timeline.predict(..., layout=...)`; every method's compute slowed by the compute
+slowdown lambda (`slowdown.fit_slowdowns`: each rate's and layout's fitted to that layout's
+ddp and none runs at the other rates, `predict_sweep`). Files as `validate`'s, tagged by rate and
+layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``, ``profile-<model>-b<batch>.json``,
+``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in folders measured before they were
+shared), ``conditions.csv``; the result ``validation.csv`` (with ``layout``, ``nodes``,
+``gpus_per_node``, ``compute_slowdown``, ``slowdown_source`` and the profile and hook files
+used), ``validation.md``, ``regret.csv``, ``auto-regret.csv`` and ``validation-<layout>.png``.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,6 +46,7 @@ import pandas as pd
 import torch
 
 from ...checks import check_int
+from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
@@ -57,6 +64,7 @@ from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
 from .regret import regret_markdown, steady_state_jobs, write_regret
+from .slowdown import predict_with_slowdowns
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        HOOK_WARMUP, batch_args, check_methods, compared, conditions_at,
                        markdown, model_collective_sizes, profile_path, rate_tag,
@@ -75,9 +83,24 @@ def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, di
             for m in methods if m != "ddp"]
 
 
-def _files(out: Path, rate_bps: float, layout: str) -> tuple[Path, Path]:
-    tag = rate_tag(rate_bps)
-    return out / f"train-{tag}-{layout}.csv", out / f"hook-{tag}-{layout}.csv"
+def _train_file(out: Path, rate_bps: float, layout: str) -> Path:
+    return out / f"train-{rate_tag(rate_bps)}-{layout}.csv"
+
+
+def measured_once(out: Path, rate_bps: float, spec: dict, layout: str | None = None) -> Path:
+    """The profile (`layout` None) or `layout`'s hook-path table that `rate_bps` uses. Neither
+    times any communication, so neither depends on the rate: both are measured once, in the
+    testbed of the first rate that needs them, for every rate
+    (``profile-<model>-b<batch>.json``, ``hook-<layout>.csv``); a folder measured before they
+    were shared holds them per rate (``profile-...-<rate>.json``, ``hook-<rate>-<layout>.csv``),
+    used where they exist."""
+    if layout is None:
+        per_rate, shared = (profile_path(out, r, spec["model"], spec["batch_size"])
+                            for r in (rate_bps, None))
+    else:
+        per_rate = out / f"hook-{rate_tag(rate_bps)}-{layout}.csv"
+        shared = out / f"hook-{layout}.csv"
+    return per_rate if per_rate.exists() else shared
 
 
 def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes) -> dict:
@@ -110,27 +133,37 @@ def codec_plan(spec: dict, nodes: int, g: int, layout: str) -> tuple[int, list[i
     return nodes, quarter_sizes(max(sizes) // g)
 
 
+def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
+               ) -> dict[str, bool]:
+    """What `measure_rate` has to measure at `rate_bps`: per table of `planned`
+    (`planned_keys`) whether it lacks rows, and "profile" whether the profile is missing (the
+    profile and hook tables another rate measured count: `measured_once`)."""
+    tables = {"tiers": (out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)}
+    for lay in layouts:
+        tables[f"train-{lay}"] = (_train_file(out, rate_bps, lay), TRAIN_KEYS)
+        tables[f"hook-{lay}"] = (measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
+    todo = {name: not planned[name] <= ResultTable(path, columns).done_keys()
+            for name, (path, columns) in tables.items()}
+    todo["profile"] = not measured_once(out, rate_bps, spec).exists()
+    return todo
+
+
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
                  threads: int, layouts, sizes, planned: dict, progress: bool) -> None:
     """Tier sweep, training in every layout, profile and hook-path costs (module docstring)
-    in one testbed at `rate_bps`; what the tables already hold is skipped."""
-    tag, model = rate_tag(rate_bps), spec["model"]
-    tiers = out / f"tiers-{tag}.csv"
-    prof = profile_path(out, rate_bps, model, spec["batch_size"])
-    tables = {"tiers": (tiers, TIER_KEYS)}
-    for lay in layouts:
-        train, hook = _files(out, rate_bps, lay)
-        tables[f"train-{lay}"], tables[f"hook-{lay}"] = (train, TRAIN_KEYS), (hook, CODEC_KEYS)
-    todo = {name: not planned[name] <= ResultTable(path, columns).done_keys()
-            for name, (path, columns) in tables.items()}
-    if not (any(todo.values()) or not prof.exists()):
+    in one testbed at `rate_bps`; what the tables already hold is skipped (`to_measure`)."""
+    model = spec["model"]
+    todo = to_measure(out, rate_bps, spec, layouts, planned)
+    if not any(todo.values()):
         return
+    prof = measured_once(out, rate_bps, spec)
     where = f"{format_rate(rate_bps)}, {nodes} nodes x {g}"
     load, start = os.getloadavg()[0], time.monotonic()
     with NodeTestbed(nodes, g, rate_bps, threads=threads) as testbed:
         if todo["tiers"]:
             say(progress, f"{where}: all-reduce and all-gather inside and across nodes")
-            run_tier_sweep(testbed, tiers, sizes, ("allreduce", "allgather"),
+            run_tier_sweep(testbed, out / f"tiers-{rate_tag(rate_bps)}.csv", sizes,
+                           ("allreduce", "allgather"),
                            COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
         for layout in layouts:
             if not todo[f"train-{layout}"]:
@@ -140,21 +173,22 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
             extra = {} if layout == "flat" else cases[0][1]
             for names, warmup in steady_state_jobs([m for m, _ in cases], spec["warmup"]):
                 testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
-                             "--out", str(_files(out, rate_bps, layout)[0]), "--backend",
+                             "--out", str(_train_file(out, rate_bps, layout)), "--backend",
                              "gloo", "--methods", ",".join(names), "--model", model,
                              *batch_args(spec["batch_size"]), "--warmup", str(warmup),
                              "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
                              str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
                              "--hook-options", json.dumps(extra)], timeout=3600)
         hooks = [lay for lay in layouts if todo[f"hook-{lay}"]]
-        if hooks or not prof.exists():
-            say(progress, f"{where}: profile and hook-path costs on all ranks at once")
+        if hooks or todo["profile"]:
+            say(progress, f"{where}: profile and hook-path costs on all ranks at once "
+                "(used at every rate)")
             testbed.run([sys.executable, "-m", "gradcomp.evaluation.testbed.validate_tiers",
                          "--model", model, *batch_args(spec["batch_size"]), "--methods",
                          ",".join(methods), "--bucket-cap-mb", str(spec["bucket_cap_mb"]),
-                         *([] if prof.exists() else ["--profile-out", str(prof)]),
-                         *[a for lay in hooks for a in (f"--{lay}-out",
-                                                        str(_files(out, rate_bps, lay)[1]))]],
+                         *(["--profile-out", str(prof)] if todo["profile"] else []),
+                         *[a for lay in hooks for a in (
+                             f"--{lay}-out", str(measured_once(out, rate_bps, spec, lay)))]],
                         timeout=1800)
     record_conditions(out / "conditions.csv", rate_bps, load, start)
 
@@ -178,19 +212,24 @@ def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float) -> Ne
 
 
 def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
-                 layouts, contention: float = 1.0) -> pd.DataFrame:
-    """Predicted against measured for every layout's training rows at `rate_bps`."""
-    tag = rate_tag(rate_bps)
-    network = tier_network(ResultTable(out / f"tiers-{tag}.csv", TIER_KEYS)
-                           .frame(planned["tiers"]), nodes, g, rate_bps)
-    profile = load_profile(profile_path(out, rate_bps, spec["model"], spec["batch_size"]))
+                 layouts, contention: float = 1.0, compute_slowdown: float = 1.0
+                 ) -> pd.DataFrame:
+    """Predicted against measured for every layout's training rows at `rate_bps`;
+    `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: the profile's compute
+    as measured)."""
+    network = replace(tier_network(ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv",
+                                               TIER_KEYS).frame(planned["tiers"]),
+                                   nodes, g, rate_bps), compute_slowdown=compute_slowdown)
+    profile_file = measured_once(out, rate_bps, spec)
+    profile = load_profile(profile_file)
     load = conditions_at(out / "conditions.csv", rate_bps)
     rows = []
     for layout in layouts:
-        train_path, hook_path = _files(out, rate_bps, layout)
+        hook_path = measured_once(out, rate_bps, spec, layout)
         codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
         costs = hook_costs(codecs) if len(codecs) else {}
-        train = ResultTable(train_path, TRAIN_KEYS).frame(planned[f"train-{layout}"])
+        train = ResultTable(_train_file(out, rate_bps, layout), TRAIN_KEYS).frame(
+            planned[f"train-{layout}"])
         for _, run in train.iterrows():
             name = "none" if run["method"] == "ddp" else run["method"]
             cap = float(run["bucket_cap_mb"])
@@ -205,8 +244,34 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
                          "intra_bandwidth_bps": network.intra_bandwidth_bps,
                          "intra_alpha_s": network.intra_latency_s,
                          "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
+                         "profile_file": profile_file.name, "hook_file": hook_path.name,
                          **load})
     return pd.DataFrame(rows)
+
+
+def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, layouts, sizes,
+                  planned: dict, contention: float = 1.0) -> pd.DataFrame:
+    """Every rate's rows (`predict_rate`), each layout's predicted with its own compute
+    slowdown lambda per rate (columns ``compute_slowdown`` and ``slowdown_source``):
+    `slowdown.fit_slowdowns`' on that layout's ddp and none runs at the other rates. Per
+    layout because the layouts' uncompressed runs slow down differently: on the quiet run of
+    2026-11-28 (2 nodes x 2 ranks on 2 cores) flat's fitted 1.00-1.12 at every rate,
+    hierarchical's 1.30-1.59 (its exchange inside the node goes through the loopback, whose
+    copies take CPU time from the other ranks' compute; the model prices their time, not
+    that)."""
+    plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, nodes,
+                         g, layouts, sizes)  # the runs lambda is fitted to, priced alone
+    tables = []
+    for layout in layouts:
+        def predict_at(rate: float, slowdown: float, keys: dict, lay=layout) -> pd.DataFrame:
+            return predict_rate(out, rate, keys, spec, nodes, g, [lay], contention, slowdown)
+
+        tables.append(predict_with_slowdowns(rates, predict_at, planned, plain,
+                                             runs=f" of the {layout} layout"))
+    table = pd.concat(tables, ignore_index=True)
+    order = {rate: i for i, rate in enumerate(rates)}  # rate by rate, as measured
+    return table.sort_values("rate_bps", key=lambda r: r.map(order), kind="stable",
+                             ignore_index=True)
 
 
 def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
@@ -233,8 +298,8 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
     for rate in rates:
         measure_rate(out, rate, methods, spec, nodes, gpus_per_node, threads, layouts, sizes,
                      planned, progress)
-    table = pd.concat([predict_rate(out, rate, planned, spec, nodes, gpus_per_node, layouts,
-                                    contention) for rate in rates], ignore_index=True)
+    table = predict_sweep(out, rates, methods, spec, nodes, gpus_per_node, layouts, sizes,
+                          planned, contention)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_regret(out, table)
     write_atomic(out / "validation.md", two_tier_markdown(table, nodes, gpus_per_node))
@@ -259,12 +324,23 @@ def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
     loads = table[["load_1min_before", "load_1min_after"]].stack()
     head = (f"{nodes} nodes x {g} ranks in a two-tier testbed on {os.cpu_count()} cores. "
             "The profile and the hook-path costs were measured on all "
-            f"{nodes * g} ranks at once, under the contention the training runs see. Load "
-            f"average (1 min) before and after each rate's measurements: "
-            f"{loads.min():.1f}-{loads.max():.1f}.\n")
+            f"{nodes * g} ranks at once, under the contention the training runs see, "
+            + measured_where(table) + ". Load average (1 min) before and after each rate's "
+            f"measurements: {loads.min():.1f}-{loads.max():.1f}.\n")
     parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
              for layout, rows in table.groupby("layout", sort=False)]
     return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
+
+
+def measured_where(table: pd.DataFrame) -> str:
+    """Whether the rows' profile and hook-path costs (columns profile_file, hook_file) were
+    measured once for every rate or per rate, and the files."""
+    files = list(dict.fromkeys([*table["profile_file"], *table["hook_file"]]))
+    once = (table.groupby("layout")[["profile_file", "hook_file"]].nunique() == 1).all().all()
+    return ((("once, in the testbed of the first rate measured, and used at every rate "
+              "(neither times any communication, so neither depends on the rate)")
+             if once else "at each rate")
+            + f" ({', '.join(files)})")
 
 
 def concurrent_job(argv=None) -> int:
