@@ -11,8 +11,8 @@ import pytest
 from gradcomp.evaluation.analyses import weighed
 from gradcomp.evaluation.analyses.evidence import evidence_of
 from gradcomp.evaluation.analyses.fsdp import advise_fsdp
-from gradcomp.evaluation.analyses.recommend import (FSDP, MARGIN, method_name,
-                                                    recommend_by_iteration)
+from gradcomp.evaluation.analyses import recommend
+from gradcomp.evaluation.analyses.recommend import MARGIN, recommend_by_iteration
 from gradcomp.evaluation.model.cost_tables import cost_table
 from test_cli import run_here
 
@@ -54,7 +54,7 @@ def test_advise_fsdp_states_intervals_margin_and_evidence():
     verdict = data["verdict"]
     best = ranking[ranking.index.isin(["none", "fp16"])]["t_iter_s"].idxmin()
     assert verdict.startswith("- **Recommendation**")
-    assert f"**{method_name(best, FSDP)}**" in verdict
+    assert f"**{recommend.method_name(best, recommend.FSDP)}**" in verdict
     assert "Intervals from: codec costs of table `v100`" in verdict
     assert re.search(r"(Where the answer flips|The answer holds over) .*workers", verdict)
     # the fastest lossy method is weighed against the margin over the fp16 reduce-scatter
@@ -71,8 +71,10 @@ def test_whatif_fsdp_states_the_same_interval():
     argv = ("whatif", "--parallelism", "fsdp", "--profile", "gpt2", "--costs", "v100",
             "--method", "int8")
     row = strict(run_here(*argv, "--json"))
-    advised = pd.DataFrame(strict(run_here(*FSDP_ADVISE, "--json"))["ranking"])
-    same = advised.set_index("method").loc["int8"]
+    table = cost_table("v100")
+    net = dict(workers=8, bandwidth="10gbit", latency_s=0.0, efficiency=1.0, tiers={})
+    same = weighed.fsdp_ranking("gpt2", net, table, evidence_of(table)).set_index(
+        "method").loc["int8"]  # as advise ranks it
     for column in ("t_iter_low_s", "t_iter_high_s", "speedup_low", "speedup_high",
                    "vs_16bit", "vs_16bit_low", "vs_16bit_high", "codec_spread"):
         assert row[column] == pytest.approx(same[column]), column
@@ -109,38 +111,53 @@ def test_the_unverified_lossy_method_is_weighed_against_the_margin(low, words):
         rows = rows.assign(**{f"{column}_low": rows[column], f"{column}_high": rows[column]})
     rows.loc[0, "vs_16bit_low"] = low
     table = cost_table("assumed")
-    line = recommend_by_iteration(rows, table, V100, "q", evidence_of(table), wording=FSDP)
+    line = recommend_by_iteration(rows, table, V100, "q", evidence_of(table), wording=recommend.FSDP)
     assert "**fp16 reduce-scatter**" in line and "than FSDP's own reduce-scatter" in line
     assert f"unverified: int8, 1.25x ({low:.2f}-1.25x) faster; {words}" in line
     assert f"{1 + MARGIN:.2f}x, {MARGIN:.0%}" in line and "bench converge" in line
 
 
 def test_advise_on_a_topology_says_where_the_answer_flips():
-    data = strict(run_here("advise", "--topology", "two-racks", "--algorithms", "ring,tree",
-                           "--methods", "fp16", "--bandwidth", "100gbit", "--json"))
-    verdict = data["verdict"]
-    on = re.search(r"On this topology: the (\w+) all-reduce\. (.*)", verdict)
-    assert on, verdict
+    question = {"workers": 8, "bandwidth": "10gbit", "latency_s": None}
+    data = strict(run_here("advise", "--topology", "random:1", "--algorithms", "ring,tree",
+                           "--methods", "fp16", "--json"))
+    on = re.search(r"On this topology: the (\w+) all-reduce\. (.*)", data["verdict"])
+    assert on, data["verdict"]
     flips = on.group(2)
-    assert re.match(r"(Where the answer flips \(searched|The answer holds over) 4-16 workers "
-                    r"and 50 Gbit/s to 200 Gbit/s", flips), flips
+    assert flips.startswith("Where the answer flips (searched 4-16 workers and 5 Gbit/s to "
+                            "20 Gbit/s, 2 points per doubling"), flips
     ranking = pd.DataFrame(data["ranking"])
     assert ranking["speedup_low"].notna().all() and within(ranking.iloc[0], "speedup")
-    # every flip named is the answer there, the topology built anew for it
+    # every flip named is the answer there (the topology built anew for it), not here
     table = cost_table("v100")
-    for method, algorithm, where in re.findall(
-            r"(fp32 DDP \(no compression\)|fp16 all-reduce) on the (\w+) algorithm at "
-            r"(\d+ workers|[\d.]+ Gbit/s)", flips):
-        net = {"workers": 8, "bandwidth": "100gbit", "latency_s": None}
-        count, unit = where.split()
-        net.update(workers=int(count)) if unit == "workers" else \
-            net.update(bandwidth=f"{count}gbit")
-        there = weighed.ranking("resnet50", net, table,
-                                evidence_of(table), ["none", "fp16"], topology="two-racks",
+
+    def answer(**at):
+        there = weighed.ranking("resnet50", {**question, **at}, table, evidence_of(table),
+                                ["none", "fp16"], topology="random:1",
                                 algorithms=["ring", "tree"])
         best = there[there["method"].isin(["none", "fp16"])].iloc[0]
-        assert (best["method"], best["algorithm"]) == (
-            "fp16" if method.startswith("fp16") else "none", algorithm)
+        return best["method"], best["algorithm"]
+
+    named = re.findall(r"(fp32 DDP \(no compression\)|fp16 all-reduce) on the (\w+) "
+                       r"algorithm at (\d+) workers", flips)
+    assert named, flips
+    for method, algorithm, count in named:
+        flipped = ("fp16" if method.startswith("fp16") else "none", algorithm)
+        assert answer(workers=int(count)) == flipped != answer()
+
+
+def test_whatif_on_a_cluster_says_where_the_answer_flips():
+    argv = ("whatif", "--cluster", "p3.8xlarge", "--method", "fp16", "--json")
+    two = strict(run_here(*argv, "--nodes", "2"))
+    assert two["flips"] == ("Where the answer flips (searched 4-16 workers and 5 Gbit/s to "
+                            "20 Gbit/s, one at a time around the question): fp16 no faster "
+                            "than none at 4 workers.")
+    assert two["speedup"] > 1 >= strict(run_here(*argv, "--nodes", "1"))["speedup"]
+    ring = strict(run_here("whatif", "--topology", "two-racks", "--algorithm", "ring",
+                           "--method", "fp16", "--json"))
+    assert re.match(r"(Where the answer flips \(searched|The answer holds over) 4-16 workers",
+                    ring["flips"])
+    assert "flips" not in strict(run_here("whatif", "--json"))  # no method: nothing to flip
 
 
 def test_advise_on_a_topology_file_says_it_searched_nowhere(tmp_path):

@@ -13,11 +13,16 @@ from ..model.cost_tables import CostTable
 from ..model.topology import BUILTINS
 from ..profiles.profiles import load_profile
 from .advise import advise
-from .evidence import Evidence, flips, weigh
+from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
 from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
                         priced_ranking, sixteen_bit, unsupported)
 from .whatif import scenario
+
+
+#: Points per doubling of the flip search on a topology: each point packs its forest anew
+#: (seconds on a random mesh), so 2 (at 2^0.5 and 2 of the question) rather than `STEPS`.
+TOPOLOGY_STEPS = 2
 
 
 def _device(profile, device: str | None) -> str:
@@ -57,8 +62,9 @@ def topology_flips(profile, net: dict, table: CostTable, topology: str,
     """Where the answer on a built-in `topology` (`recommend.best_safe`, each method on its
     fastest all-reduce algorithm of `algorithms`) changes within 2x of `net`'s workers (an
     int: the topology's) and bandwidth, the topology built anew at each point
-    (`evidence.flips`; 2 workers at the fewest). A topology file fixes its workers and links:
-    the sentence says that nothing was searched."""
+    (`evidence.flips`; 2 workers at the fewest; `TOPOLOGY_STEPS` points per doubling, as
+    each point packs a forest anew). A topology file fixes its workers and links: the
+    sentence says that nothing was searched."""
     if not _searchable(topology):
         return _UNSEARCHED.format(topology)
     device = _device(profile, device)
@@ -69,14 +75,15 @@ def topology_flips(profile, net: dict, table: CostTable, topology: str,
 
     return _safe_flips(rank, net, table, device, lambda row: (row["method"], row["algorithm"]),
                        lambda answer: f"{method_name(answer[0])} on the {answer[1]} algorithm",
-                       fewest=2)
+                       fewest=2, steps=TOPOLOGY_STEPS)
 
 
 def whatif_flips(profile, net: dict, method="none", ratio: float | None = None, costs=None,
                  bucketing: str = "ddp", topology=None, algorithm: str | None = None) -> str:
     """Where `whatif.scenario`'s answer, whether `method` (or a bare compression `ratio`) is
     faster than no compression, changes within 2x of `net`'s workers and bandwidth
-    (`evidence.flips`; on a built-in `topology`, rebuilt at each point; a file: not searched)."""
+    (`evidence.flips`; on a built-in `topology`, rebuilt at each point as `topology_flips`
+    does; a file: not searched)."""
     if not _searchable(topology):
         return _UNSEARCHED.format(topology)
     label = f"{ratio:g}x compression" if ratio is not None else getattr(method, "name", method)
@@ -86,7 +93,7 @@ def whatif_flips(profile, net: dict, method="none", ratio: float | None = None, 
                         topology=topology, algorithm=algorithm, **at).speedup > 1 + 1e-9
 
     return flips(decide, net, lambda faster: f"{label} {'' if faster else 'no '}faster than "
-                 "none", fewest=1 if topology is None else 2)
+                 "none", *((1, STEPS) if topology is None else (2, TOPOLOGY_STEPS)))
 
 
 _UNSEARCHED = ("Where the answer flips is not searched: topology file {} fixes its workers and "
@@ -124,7 +131,8 @@ def fsdp_flips(profile, net: dict, table: CostTable, device: str | None = None) 
 
 
 def _safe_flips(rank, net: dict, table: CostTable, device: str,
-                answer=lambda row: row["method"], name=method_name, fewest: int = 1) -> str:
+                answer=lambda row: row["method"], name=method_name, fewest: int = 1,
+                steps: int = STEPS) -> str:
     """`evidence.flips` of the answer without convergence runs: `answer` of the
     `recommend.best_safe` row of `rank(methods, at)` (a ranking of the `SAFE` methods
     `table` prices, runnable on `device`, at network keywords `at`), read by `name`."""
@@ -133,7 +141,7 @@ def _safe_flips(rank, net: dict, table: CostTable, device: str,
     def decide(at):
         return answer(best_safe(priced_ranking(rank(safe, at), table), table, device))
 
-    return flips(decide, net, name, fewest)
+    return flips(decide, net, name, fewest, steps)
 
 
 def accuracy(summary: pd.DataFrame, profile, net: dict, table: CostTable, evidence: Evidence,
