@@ -111,7 +111,8 @@ def test_the_unverified_lossy_method_is_weighed_against_the_margin(low, words):
         rows = rows.assign(**{f"{column}_low": rows[column], f"{column}_high": rows[column]})
     rows.loc[0, "vs_16bit_low"] = low
     table = cost_table("assumed")
-    line = recommend_by_iteration(rows, table, V100, "q", evidence_of(table), wording=recommend.FSDP)
+    line = recommend_by_iteration(rows, table, V100, "q", evidence_of(table),
+                                  wording=recommend.FSDP)
     assert "**fp16 reduce-scatter**" in line and "than FSDP's own reduce-scatter" in line
     assert f"unverified: int8, 1.25x ({low:.2f}-1.25x) faster; {words}" in line
     assert f"{1 + MARGIN:.2f}x, {MARGIN:.0%}" in line and "bench converge" in line
