@@ -1,6 +1,7 @@
 """The `--parallelism fsdp` paths of the `gradcomp` command: `bench train` (FSDP2 iterations on
 2 gloo workers), `whatif` and `advise` (the FSDP timeline), and the options they refuse."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -94,18 +95,21 @@ def test_advise_fsdp_ranks_against_fsdps_own_reduce_scatter():
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     ranking = pd.DataFrame(answer["ranking"])
-    assert set(ranking["method"]) == {"none", "bf16", "fp16", "int8", "int4", "topk", "randomk"}
-    assert list(ranking["rank"]) == list(range(1, 8))
+    # gpt2 is a V100 profile: no bf16 there (fp16 is its 16-bit reduce-scatter)
+    assert set(ranking["method"]) == {"none", "fp16", "int8", "int4", "topk", "randomk"}
+    assert list(ranking["rank"]) == list(range(1, 7))
     assert ranking["t_iter_s"].is_monotonic_increasing
     none = ranking.set_index("method").loc["none"]
     assert none["speedup"] == 1.0
     assert (ranking["speedup"] == none["t_iter_s"] / ranking["t_iter_s"]).all()
-    best = ranking.iloc[0]
-    assert answer["verdict"].startswith(f"Yes: {best['method']} is {best['speedup']:.2f}x "
-                                        "faster than FSDP's own reduce-scatter")
+    # without convergence runs only a lossless method is recommended, as on the DDP timeline
+    assert answer["verdict"].startswith("- **Recommendation**")
+    assert re.search(r"\*\*(fp16 reduce-scatter|FSDP's own reduce-scatter \(no "
+                     r"compression\))\*\*", answer["verdict"])
     text = run("advise", "--parallelism", "fsdp", "--methods", "int8").stdout
     assert text.startswith("FSDP timeline")
-    assert [line.split()[1] for line in text.splitlines()[3:5]] == ["int8", "none"]
+    assert sorted(line.split()[1] for line in text.splitlines()[3:6]) == ["fp16", "int8",
+                                                                          "none"]
 
 
 @pytest.mark.parametrize("command, option, name", [

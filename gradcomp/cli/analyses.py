@@ -1,16 +1,16 @@
 """`gradcomp whatif` and `gradcomp advise`: ask the performance model about a profile,
 network and method (or every method)."""
 from ..compressors import names
-from ..evaluation.analyses.fsdp import (TIMELINE, advise_fsdp, check_fsdp_method,
-                                          fsdp_verdict, whatif_fsdp)
+from ..evaluation.analyses.fsdp import TIMELINE, check_fsdp_method
+from ..fsdp import METHODS as FSDP_METHODS
 from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
 from ..evaluation.analyses import weighed
 from ..evaluation.analyses.evidence import (evidence_of, evidence_record, network_spread,
                                             with_intervals)
-from ..evaluation.analyses.recommend import (MARGIN, best_safe, not_ranked, question_gpu,
-                                             question_text,
+from ..evaluation.analyses.recommend import (FSDP, MARGIN, best_safe, not_ranked,
+                                             question_gpu, question_text,
                                              recommend_by_accuracy, recommend_by_iteration,
-                                             sixteen_bit)
+                                             sixteen_bit, unsupported)
 from ..evaluation.analyses.time_to_accuracy import TTA_COLUMNS
 from ..evaluation.analyses.whatif import (break_even_bandwidth, required_compression, scenario,
                                           sweep)
@@ -185,6 +185,11 @@ def _whatif(args) -> None:
         lines.append(f"  {args.method} beats none below {format_rate(even)}"
                      if 0 < even < float("inf") else
                      f"  {args.method} {'always' if even else 'never'} beats none")
+    if codecs or args.compression is not None:
+        row["flips"] = weighed.whatif_flips(
+            args.profile, dict(workers=pred.workers, bandwidth=bandwidth, **net), args.method,
+            args.compression, fitted, args.bucketing, **on)
+        lines.append(f"  {row['flips']}")
     emit(args, row, "\n".join(lines))
 
 
@@ -199,22 +204,29 @@ def _whatif_fsdp(args) -> None:
     _not_for_fsdp(args, "whatif", ("compression", "target_sf", "sweep", "topology",
                                    "algorithm", "bucketing"))
     net, question, _ = _asked(args)
-    costs = chosen_costs(args) if args.method != "none" or args.costs is not None else None
-    if costs is not None:
-        _priced(costs, args.method)
-    row = whatif_fsdp(args.profile, net["workers"], net["bandwidth"], args.method,
-                      net["latency_s"], None if costs is None else costs.costs,
-                      tiers=net["tiers"])
-    row["costs"] = None if costs is None else costs.name
+    costs, device = chosen_costs(args), question_device(args)
+    _priced(costs, args.method)
+    if unsupported(args.method, device):
+        raise ValueError(f"method={args.method!r} is not allowed: "
+                         f"{unsupported(args.method, device)}")
+    evidence = evidence_of(costs)
+    ranking = weighed.fsdp_ranking(args.profile, net, costs, evidence, [args.method], device)
+    row = {**ranking[ranking["method"] == args.method].iloc[0].drop("rank"),
+           "costs": costs.name, "margin": MARGIN, "evidence": evidence_record(evidence)}
+    shown = with_intervals(ranking[ranking["method"] == args.method]).iloc[0]
     lines = [f"{TIMELINE}:",
-             f"{question}, method {args.method}" + (" (FSDP's own reduce-scatter)" if args.method == "none" else "")
-             + (f", codec costs {costs.label}" if costs is not None else "") + ":",
-             f"  iteration {row['t_iter_s'] * 1e3:.1f} ms, speedup vs FSDP's own "
-             f"reduce-scatter {row['speedup']:.2f}x",
+             f"{question}, method {args.method}"
+             + (" (FSDP's own reduce-scatter)" if args.method == "none" else "")
+             + f", codec costs {costs.label}:",
+             f"  iteration {row['t_iter_s'] * 1e3:.1f} ms ({row['t_iter_low_s'] * 1e3:.1f}-"
+             f"{row['t_iter_high_s'] * 1e3:.1f} ms), speedup vs FSDP's own reduce-scatter "
+             f"{shown['speedup']}, vs the {sixteen_bit(device)} "
+             f"reduce-scatter {shown['vs_16bit']}",
              f"  reduce-scatter {row['rs_wire_bytes'] / 1e6:.1f} MB sent per worker"
              + ("" if args.method == "none" else
                 f" ({row['rs_compression']:.3g}x less than FSDP's own)")
-             + f", exposed communication {row['exposed_comm_s'] * 1e3:.1f} ms"]
+             + f", exposed communication {row['exposed_comm_s'] * 1e3:.1f} ms",
+             f"  intervals from: {evidence.describe([args.method])}"]
     emit(args, row, "\n".join(lines))
 
 
@@ -222,20 +234,23 @@ def _advise_fsdp(args) -> None:
     _not_for_fsdp(args, "advise", ("convergence", "task", "target", "topology", "algorithms",
                                    "measured", "collectives", "bucketing"))
     costs = chosen_costs(args)
-    net, question, _ = _asked(args)
+    net, question, network = _asked(args)
+    device, compute = question_device(args), load_profile(args.profile).device
     methods = method_list(args.methods)
     for method in methods or ():
         _priced(costs, method)
-    ranking = advise_fsdp(args.profile, net["workers"], net["bandwidth"], methods,
-                          net["latency_s"], costs.costs, net["tiers"])
-    if methods is None:  # every method the cost table prices
-        ranking = ranking[[costs.priced(m) for m in ranking["method"]]]
-        ranking = ranking.assign(rank=range(1, len(ranking) + 1))
-    answer = fsdp_verdict(ranking)
+    evidence = evidence_of(costs)
+    ranking = weighed.fsdp_ranking(args.profile, net, costs, evidence, methods, device)
+    answer = recommend_by_iteration(ranking, costs, device, question, evidence,
+                                    weighed.fsdp_flips(args.profile, net, costs, device),
+                                    compute_device=compute, wording=FSDP)
+    answer += _left_out(methods or FSDP_METHODS, None, ranking, costs, device)
     text = (f"{TIMELINE}: {question}, codec costs {costs.label}\n"
-            + table(ranking, ["rank", "method", "t_iter_s", "speedup", "rs_compression",
-                              "exposed_comm_s"]) + "\n\n" + answer)
+            + table(with_intervals(ranking), ["rank", "method", "t_iter_s", "speedup",
+                                              "vs_16bit", "rs_compression", "exposed_comm_s"])
+            + "\n\n" + answer)
     emit(args, {"parallelism": "fsdp", "verdict": answer, "costs": costs.name,
+                "network": network, "margin": MARGIN, "evidence": evidence_record(evidence),
                 "ranking": ranking.to_dict("records")}, text)
 
 
@@ -273,7 +288,7 @@ def _advise(args) -> None:
     else:
         ranking = weighed.ranking(args.profile, net, costs, evidence, priced,
                                   algorithms=split(args.algorithms), **common)
-        answer = _topology_recommendation(ranking, costs, evidence, device, args) \
+        answer = _topology_recommendation(ranking, costs, evidence, device, net, args) \
             if args.topology else recommend_by_iteration(
                 ranking, costs, device, question, evidence,
                 weighed.ranking_flips(args.profile, net, costs, device, args.bucketing),
@@ -301,15 +316,20 @@ def _left_out(asked, runs, ranking, costs, device: str) -> str:
         f"{m} ({reason})" for m, reason in why.items()) + "."
 
 
-def _topology_recommendation(ranking, costs, evidence, device: str, args) -> str:
+def _topology_recommendation(ranking, costs, evidence, device: str, net: dict, args) -> str:
     """The one recommendation on a topology: each method on its fastest all-reduce algorithm
-    (the ranking is fastest first), and the recommended method's algorithm named."""
+    (the ranking is fastest first), the recommended method's algorithm named, and where the
+    answer flips (`weighed.topology_flips`)."""
     fastest = ranking.drop_duplicates("method")
+    workers = int(ranking["workers"].iloc[0])
     question = (f"`{load_profile(args.profile).name}` on topology {args.topology} "
-                f"({int(ranking['workers'].iloc[0])} workers), {args.bucketing} bucketing")
-    answer = recommend_by_iteration(fastest, costs, device, question, evidence)
-    return answer + (f" On this topology: the {best_safe(fastest, costs, device)['algorithm']} "
-                     "all-reduce.")
+                f"({workers} workers), {args.bucketing} bucketing")
+    flips = weighed.topology_flips(args.profile, {**net, "workers": workers}, costs,
+                                   args.topology, device, args.bucketing, split(args.algorithms))
+    return recommend_by_iteration(
+        fastest, costs, device, question, evidence,
+        f"On this topology: the {best_safe(fastest, costs, device)['algorithm']} all-reduce. "
+        + flips)
 
 
 def _measured(args, costs, bandwidth, latency):

@@ -205,33 +205,38 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str) -> pd.Data
     return table
 
 
-def flips(decide, net: dict, name=str) -> str:
+def flips(decide, net: dict, name=str, fewest: int = 1, steps: int = STEPS) -> str:
     """Where the answer `decide(net)` (a recommendation's name at network keywords `net`)
-    changes within `WITHIN` of the question: node counts and bandwidths searched outward on
-    each side, one at a time, the nearest change on each side named (`name`: how an answer
-    reads). A sentence."""
+    changes within `WITHIN` of the question: node counts (`fewest` workers at least) and
+    bandwidths searched outward on each side, `steps` points per doubling, one at a time,
+    the nearest change on each side named (`name`: how an answer reads). A sentence."""
     here = decide(net)
     per_node = (net.get("tiers") or {}).get("gpus_per_node", 1) or 1
     nodes, rate = net["workers"] // per_node, bandwidth_bps(net)
-    steps = [2 ** (k / STEPS) for k in range(1, round(math.log2(WITHIN) * STEPS) + 1)]
+    least = -(-fewest // per_node)  # the fewest nodes
+    factors = [2 ** (k / steps) for k in range(1, round(math.log2(WITHIN) * steps) + 1)]
     found = []
     for down in (True, False):
-        counts = dict.fromkeys(max(1, round(nodes / s if down else nodes * s)) for s in steps)
+        counts = dict.fromkeys(max(least, round(nodes / s if down else nodes * s))
+                               for s in factors)
         for count in (c for c in counts if c != nodes):
             other = decide({**net, "workers": count * per_node})
             if other != here:
                 found.append(f"{name(other)} at {count * per_node} workers")
                 break
     for down in (True, False):
-        for s in steps:
+        for s in factors:
             bps = rate / s if down else rate * s
             other = decide({**net, "bandwidth": bps})
             if other != here:
                 found.append(f"{name(other)} at {format_rate(bps)}")
                 break
-    lo_w, hi_w = max(1, round(nodes / WITHIN)) * per_node, round(nodes * WITHIN) * per_node
+    lo_w = max(least, round(nodes / WITHIN)) * per_node
+    hi_w = round(nodes * WITHIN) * per_node
     searched = (f"{lo_w}-{hi_w} workers and {format_rate(rate / WITHIN)} to "
-                f"{format_rate(rate * WITHIN)}, one at a time around the question")
+                f"{format_rate(rate * WITHIN)}"
+                + ("" if steps == STEPS else f", {steps} points per doubling")
+                + ", one at a time around the question")
     if not found:
         return f"The answer holds over {searched}."
     return f"Where the answer flips (searched {searched}): " + "; ".join(found) + "."

@@ -1,6 +1,7 @@
 """What-if and advice on the FSDP timeline (`model.fsdp.predict_fsdp`): one FSDP2 iteration of
 a profile with FSDP's own reduce-scatter ("none") or a compressed one (`gradcomp.fsdp`), ranked
-by predicted iteration time against FSDP's own reduce-scatter. Time per iteration only:
+by predicted iteration time against FSDP's own reduce-scatter (`weighed.fsdp_ranking` adds
+the intervals, `recommend.recommend_by_iteration` the verdict). Time per iteration only:
 convergence is not modelled. The timeline here overlaps collectives with compute (streams, as on
 GPUs); it is validated against measurements only without that overlap (`gradcomp validate
 --parallelism fsdp`, FSDP2 on CPUs with gloo).
@@ -17,8 +18,8 @@ from ..model.fsdp import predict_fsdp
 from ..model.methods import resolve
 from ..model.network import Network
 from ..profiles.profiles import load_profile
+from .recommend import sixteen_bit, unsupported
 
-WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
 TIMELINE = ("FSDP timeline (fully_shard, one unit prefetched; modelled: validated against "
             "measured FSDP2 iterations only on CPUs, where collectives do not overlap compute)")
 
@@ -32,13 +33,15 @@ def check_fsdp_method(method: str) -> str:
 
 
 def whatif_fsdp(profile, workers: int, bandwidth, method: str = "none",
-                latency_s: float = 0.0, costs=None, baseline=None, tiers=None) -> dict:
+                latency_s: float = 0.0, costs=None, baseline=None, tiers=None,
+                efficiency: float = 1.0) -> dict:
     """One row: the modelled FSDP iteration of `method` (one of `gradcomp.fsdp.METHODS`) and
     its speedup and reduce-scatter bytes against FSDP's own reduce-scatter (`baseline`: its
-    prediction, if known); `tiers`: the cluster's two-tier `Network` fields."""
+    prediction, if known); `tiers`: the cluster's two-tier `Network` fields, `efficiency`
+    its network's."""
     check_fsdp_method(method)
     profile = load_profile(profile)
-    network = Network(workers, bandwidth, latency_s, **(tiers or {}))
+    network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     if baseline is None:
         baseline = predict_fsdp(profile, network, "none")
     pred = predict_fsdp(profile, network, resolve(method, as_costs(costs)),
@@ -52,32 +55,21 @@ def whatif_fsdp(profile, workers: int, bandwidth, method: str = "none",
 
 
 def advise_fsdp(profile, workers: int, bandwidth, methods=None, latency_s: float = 0.0,
-                costs=None, tiers=None) -> pd.DataFrame:
+                costs=None, tiers=None, efficiency: float = 1.0,
+                device: str | None = None) -> pd.DataFrame:
     """One row per method (default: every `gradcomp.fsdp.METHODS`; "none", FSDP's own
-    reduce-scatter, always), fastest first, with column `rank`."""
-    chosen = list(dict.fromkeys(["none", *(METHODS if methods is None else methods)]))
+    reduce-scatter, and the 16-bit one of `device` always, `recommend.sixteen_bit`; bf16
+    never on a GPU without it, `recommend.unsupported`), fastest first, with column `rank`.
+    `device`: the GPU the question runs on (None: the profile's)."""
     profile = load_profile(profile)
-    network = Network(workers, bandwidth, latency_s, **(tiers or {}))
+    device = profile.device if device is None else device
+    chosen = [m for m in dict.fromkeys(["none", sixteen_bit(device),
+                                        *(METHODS if methods is None else methods)])
+              if not unsupported(m, device)]
+    network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     baseline = predict_fsdp(profile, network, "none")
-    rows = [whatif_fsdp(profile, workers, bandwidth, m, latency_s, costs, baseline, tiers)
-            for m in chosen]
+    rows = [whatif_fsdp(profile, workers, bandwidth, m, latency_s, costs, baseline, tiers,
+                        efficiency) for m in chosen]
     table = pd.DataFrame(rows).sort_values("t_iter_s", kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
-
-
-def fsdp_verdict(table: pd.DataFrame, worth: float = WORTH) -> str:
-    """A plain answer from an `advise_fsdp` table."""
-    none = table[table["method"] == "none"].iloc[0]
-    best = table.iloc[0]
-    own = "FSDP's own reduce-scatter"
-    if best["method"] == "none":
-        return f"No: no method beats {own} ({none['t_iter_s'] * 1e3:.1f} ms per iteration)."
-    saving = 1 - best["t_iter_s"] / none["t_iter_s"]
-    if saving < worth:
-        return (f"No: the best method, {best['method']}, would save {saving:.1%} of the "
-                f"iteration time over {own}.")
-    return (f"Yes: {best['method']} is {best['speedup']:.2f}x faster than {own} "
-            f"({none['t_iter_s'] * 1e3:.1f} -> {best['t_iter_s'] * 1e3:.1f} ms per iteration, "
-            f"{best['rs_compression']:.3g}x less reduce-scatter traffic). Time per iteration "
-            "only; convergence is not modelled.")

@@ -95,10 +95,31 @@ def not_ranked(methods, ranking: pd.DataFrame, table: CostTable, device: str) ->
     return why
 
 
-def method_name(method: str) -> str:
+@dataclass(frozen=True)
+class Wording:
+    """How a verdict names its timeline's baselines: the uncompressed run (`plain`), the
+    collective a 16-bit baseline compresses (`collective`), and how a lossy method's
+    convergence would be checked (`check`)."""
+
+    plain: str = "fp32 DDP"
+    collective: str = "all-reduce"
+    check: str = "run `gradcomp bench converge` and pass --convergence"
+
+    def baseline(self, method: str) -> str:
+        """A baseline as the object of a comparison: "fp32 DDP", "the bf16 all-reduce"."""
+        return self.plain if method == "none" else f"the {method} {self.collective}"
+
+
+DDP = Wording()
+FSDP = Wording("FSDP's own reduce-scatter", "reduce-scatter",
+               "`gradcomp bench converge` measures it on the convergence proxy with the DDP "
+               "hook (the FSDP timeline takes no --convergence)")
+
+
+def method_name(method: str, wording: Wording = DDP) -> str:
     """How a verdict names a method or variant (the baselines in words)."""
-    return {"none": "fp32 DDP (no compression)", "bf16": "bf16 all-reduce",
-            "fp16": "fp16 all-reduce"}.get(method, method)
+    return {"none": f"{wording.plain} (no compression)", "bf16": f"bf16 {wording.collective}",
+            "fp16": f"fp16 {wording.collective}"}.get(method, method)
 
 
 def _head(device: str, table: CostTable, question: str, compute_device: str | None) -> str:
@@ -290,10 +311,13 @@ def best_safe(ranking: pd.DataFrame, table: CostTable, device: str = "") -> pd.S
 
 def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, device: str,
                            question: str, evidence: Evidence, flips: str = "",
-                           compute_device: str | None = None) -> str:
+                           compute_device: str | None = None, margin: float = MARGIN,
+                           wording: Wording = DDP) -> str:
     """The recommendation line from a weighed `advise` ranking (`evidence.weigh`) when no
     convergence runs exist, with its intervals, the `evidence` and where the answer flips
-    (`flips`); `device`, `compute_device` as for `recommend_by_accuracy`."""
+    (`flips`); `device`, `compute_device` as for `recommend_by_accuracy`. The faster lossy
+    method it names as unverified is weighed against the `margin` over the 16-bit baseline
+    (fp32 where that is not ranked); `wording`: how the timeline's baselines read."""
     _check_weighed(ranking)
     head = _head(device, table, question, compute_device)
     rows = ranking[ranking["method"].map(table.priced)]
@@ -301,27 +325,42 @@ def recommend_by_iteration(ranking: pd.DataFrame, table: CostTable, device: str,
     by = rows.set_index("method")
     half = sixteen_bit(device)
     own = {"none": "speedup", half: "vs_16bit"}  # the columns of speedups over each baseline
-    parts = [(f"{_times(best, own[base])} faster per iteration than {label}")
+    parts = [(f"{_times(best, own[base])} faster per iteration than {wording.baseline(base)}")
              if base in by.index else
-             (f"no comparison with {label}: {base} is not priced by table `{table.name}` "
-              f"({table.excluded.get(base, 'not in it')})") if not table.priced(base) else
-             f"no comparison with {label}: {base} was not ranked"
-             for base, label in (("none", "fp32 DDP"), (half, f"the {half} all-reduce"))
-             if base != best["method"]]
+             (f"no comparison with {wording.baseline(base)}: {base} is not priced by table "
+              f"`{table.name}` ({table.excluded.get(base, 'not in it')})")
+             if not table.priced(base) else
+             f"no comparison with {wording.baseline(base)}: {base} was not ranked"
+             for base in ("none", half) if base != best["method"]]
     if unsupported("bf16", device):
         parts.append(f"bf16 is not an option: {unsupported('bf16', device)}")
     other = rows[~rows["method"].isin(SAFE)]
     faster = not other.empty and other.iloc[0]["t_iter_s"] < best["t_iter_s"]
-    ratio = "" if not faster else _times(other.iloc[0], own[best["method"]]) \
-        if best["method"] in own else f"{best['t_iter_s'] / other.iloc[0]['t_iter_s']:.2f}x"
-    unverified = "" if not faster else (
-        f" Faster per iteration but unverified: {other.iloc[0]['method']}, {ratio} faster; "
-        "whether it reaches the same accuracy is unknown: run `gradcomp bench converge` and "
-        "pass --convergence.")
+    unverified = "" if not faster else _unverified(other.iloc[0], best, own, margin, wording)
     shown = [best["method"], half, *([other.iloc[0]["method"]] if faster else [])]
-    return (head + f"**{method_name(best['method'])}** ({best['t_iter_s'] * 1e3:.1f} ms per "
-            f"iteration, {best['t_iter_low_s'] * 1e3:.1f}-{best['t_iter_high_s'] * 1e3:.1f} ms"
+    return (head + f"**{method_name(best['method'], wording)}** ({best['t_iter_s'] * 1e3:.1f} "
+            f"ms per iteration, {best['t_iter_low_s'] * 1e3:.1f}-"
+            f"{best['t_iter_high_s'] * 1e3:.1f} ms"
             f"{'; ' + '; '.join(parts) if parts else ''}). No convergence runs: "
             f"only {', '.join(m for m in SAFE if not unsupported(m, device))} are "
             f"recommended without them.{unverified} Intervals from: "
             f"{evidence.describe(shown)}." + (f" {flips}" if flips else ""))
+
+
+def _unverified(other: pd.Series, best: pd.Series, own: dict, margin: float,
+                wording: Wording) -> str:
+    """The sentence on the fastest lossy method `other` of a ranking whose recommendation
+    `best` is slower: how much faster, whether it clears the `margin` over the 16-bit
+    baseline across its interval (fp32's where that is not ranked), how to check it."""
+    ratio = _times(other, own[best["method"]]) if best["method"] in own else \
+        f"{best['t_iter_s'] / other['t_iter_s']:.2f}x"
+    over = next((b for b, c in own.items() if b != "none" and math.isfinite(other[c])), "none")
+    low, need = other[f"{own[over]}_low"], 1 + margin
+    weighed = (f"it clears the margin, at least {low:.2f}x faster than "
+               f"{wording.baseline(over)} across its interval" if low >= need else
+               f"it does not clear the margin, {low:.2f}x faster than "
+               f"{wording.baseline(over)} at the low end of its interval")
+    return (f" Faster per iteration but unverified: {other['method']}, {ratio} faster; "
+            f"{weighed} (the margin a lossy method must clear to be recommended once its "
+            f"convergence is known: {need:.2f}x, {margin:.0%}); whether it reaches the same "
+            f"accuracy is unknown: {wording.check}.")

@@ -1,18 +1,28 @@
 """The verdict's tables weighed, for the report and `gradcomp advise` alike: the `advise` ranking
-and the `time_to_accuracy` table with the intervals of `evidence.weigh`, and where, within
-2x of the question's workers and bandwidth, the recommendation flips (`evidence.flips`, the
-recommendation of `recommend.best_safe` or `recommend.choose` at each point searched).
+(on a network, a cluster or a topology), the FSDP timeline's (`fsdp.advise_fsdp`) and the
+`time_to_accuracy` table with the intervals of `evidence.weigh`, and where, within 2x of the
+question's workers and bandwidth, the recommendation flips (`evidence.flips`, the
+recommendation of `recommend.best_safe` or `recommend.choose` at each point searched), and
+where a `whatif` answer (a method faster than none) does.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from ..model.cost_tables import CostTable
+from ..model.topology import BUILTINS
 from ..profiles.profiles import load_profile
 from .advise import advise
-from .evidence import Evidence, flips, weigh
-from .recommend import (SAFE, best_safe, candidates, choose, method_name, priced_ranking,
-                        sixteen_bit, unsupported)
+from .evidence import STEPS, Evidence, flips, weigh
+from .fsdp import advise_fsdp
+from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
+                        priced_ranking, sixteen_bit, unsupported)
+from .whatif import scenario
+
+
+#: Points per doubling of the flip search on a topology: each point packs its forest anew
+#: (seconds on a random mesh), so 2 (at 2^0.5 and 2 of the question) rather than `STEPS`.
+TOPOLOGY_STEPS = 2
 
 
 def _device(profile, device: str | None) -> str:
@@ -41,14 +51,97 @@ def ranking_flips(profile, net: dict, table: CostTable, device: str | None = Non
     """Where `recommend.best_safe` (the answer without convergence runs) changes within 2x
     of `net`'s workers and bandwidth (`evidence.flips`)."""
     device = _device(profile, device)
+    return _safe_flips(lambda safe, at: advise(profile, methods=safe, costs=table.costs,
+                                               bucketing=bucketing, device=device, **at),
+                       net, table, device)
+
+
+def topology_flips(profile, net: dict, table: CostTable, topology: str,
+                   device: str | None = None, bucketing: str = "ddp",
+                   algorithms=None) -> str:
+    """Where the answer on a built-in `topology` (`recommend.best_safe`, each method on its
+    fastest all-reduce algorithm of `algorithms`) changes within 2x of `net`'s workers (an
+    int: the topology's) and bandwidth, the topology built anew at each point
+    (`evidence.flips`; 2 workers at the fewest; `TOPOLOGY_STEPS` points per doubling, as
+    each point packs a forest anew). A topology file fixes its workers and links: the
+    sentence says that nothing was searched."""
+    if not _searchable(topology):
+        return _UNSEARCHED.format(topology)
+    device = _device(profile, device)
+
+    def rank(safe, at):
+        return advise(profile, methods=safe, costs=table.costs, bucketing=bucketing,
+                      topology=topology, algorithms=algorithms, device=device, **at)
+
+    return _safe_flips(rank, net, table, device, lambda row: (row["method"], row["algorithm"]),
+                       lambda answer: f"{method_name(answer[0])} on the {answer[1]} algorithm",
+                       fewest=2, steps=TOPOLOGY_STEPS)
+
+
+def whatif_flips(profile, net: dict, method="none", ratio: float | None = None, costs=None,
+                 bucketing: str = "ddp", topology=None, algorithm: str | None = None) -> str:
+    """Where `whatif.scenario`'s answer, whether `method` (or a bare compression `ratio`) is
+    faster than no compression, changes within 2x of `net`'s workers and bandwidth
+    (`evidence.flips`; on a built-in `topology`, rebuilt at each point as `topology_flips`
+    does; a file: not searched)."""
+    if not _searchable(topology):
+        return _UNSEARCHED.format(topology)
+    label = f"{ratio:g}x compression" if ratio is not None else getattr(method, "name", method)
+
+    def decide(at) -> bool:
+        return scenario(profile, method=method, ratio=ratio, costs=costs, bucketing=bucketing,
+                        topology=topology, algorithm=algorithm, **at).speedup > 1 + 1e-9
+
+    return flips(decide, net, lambda faster: f"{label} {'' if faster else 'no '}faster than "
+                 "none", *((1, STEPS) if topology is None else (2, TOPOLOGY_STEPS)))
+
+
+_UNSEARCHED = ("Where the answer flips is not searched: topology file {} fixes its workers and "
+               "link rates.")
+
+
+def _searchable(topology) -> bool:
+    """Whether the flip search can rebuild `topology` at other workers and bandwidths: none,
+    or a built-in name (`topology.BUILTINS`), not a file."""
+    return topology is None or str(topology).partition(":")[0] in BUILTINS
+
+
+def fsdp_ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=None,
+                 device: str | None = None) -> pd.DataFrame:
+    """The `fsdp.advise_fsdp` ranking of `methods` priced by `table` on the network keywords
+    `net` (`recommend.priced_ranking`: nothing unpriced is ranked), weighed
+    (`evidence.weigh`) as `ranking` is; `device` as for `ranking`."""
+    device = _device(profile, device)
+    chosen = None if methods is None else [m for m in methods if table.priced(m)]
+
+    def ask(costs, at):
+        return priced_ranking(advise_fsdp(profile, methods=chosen, costs=costs, device=device,
+                                          **at), table)
+
+    return weigh(ask, net, table.costs, evidence, sixteen_bit(device))
+
+
+def fsdp_flips(profile, net: dict, table: CostTable, device: str | None = None) -> str:
+    """Where the FSDP timeline's answer (`recommend.best_safe` of `fsdp_ranking`) changes
+    within 2x of `net`'s workers and bandwidth (`evidence.flips`)."""
+    device = _device(profile, device)
+    return _safe_flips(lambda safe, at: advise_fsdp(profile, methods=safe, costs=table.costs,
+                                                    device=device, **at),
+                       net, table, device, name=lambda m: method_name(m, FSDP))
+
+
+def _safe_flips(rank, net: dict, table: CostTable, device: str,
+                answer=lambda row: row["method"], name=method_name, fewest: int = 1,
+                steps: int = STEPS) -> str:
+    """`evidence.flips` of the answer without convergence runs: `answer` of the
+    `recommend.best_safe` row of `rank(methods, at)` (a ranking of the `SAFE` methods
+    `table` prices, runnable on `device`, at network keywords `at`), read by `name`."""
     safe = [m for m in SAFE if table.priced(m) and not unsupported(m, device)]
 
-    def decide(at) -> str:
-        rows = priced_ranking(advise(profile, methods=safe, costs=table.costs,
-                                     bucketing=bucketing, device=device, **at), table)
-        return best_safe(rows, table, device)["method"]
+    def decide(at):
+        return answer(best_safe(priced_ranking(rank(safe, at), table), table, device))
 
-    return flips(decide, net, method_name)
+    return flips(decide, net, name, fewest, steps)
 
 
 def accuracy(summary: pd.DataFrame, profile, net: dict, table: CostTable, evidence: Evidence,
