@@ -17,7 +17,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gradcomp.comm  # noqa: E402
 from gradcomp.comm.agreement import check_agreement, settings  # noqa: E402
+from gradcomp.evaluation.common import processes  # noqa: E402
 
 
 def median_us(fn, repeats: int) -> float:
@@ -78,7 +78,7 @@ class _FirstBucket:
 def measure(repeats: int = 200) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "table.pt")
-        mp.spawn(_worker, args=(os.path.join(tmp, "store"), out, repeats), nprocs=2)
+        processes.start(_worker, 2, os.path.join(tmp, "store"), out, repeats)
         return torch.load(out)
 
 

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as torch_psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
 import gradcomp.comm
+from gradcomp.evaluation.common import processes
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer
 
 METHODS = gradcomp.names()
@@ -43,7 +43,7 @@ def spawn(fn, world_size: int, *args, backend: str = "gloo") -> list:
     rank saved."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        mp.spawn(_entry, args=(fn, world_size, store, tmp, args, backend), nprocs=world_size)
+        processes.start(_entry, world_size, fn, world_size, store, tmp, args, backend)
         paths = [os.path.join(tmp, f"rank{r}.pt") for r in range(world_size)]
         return [torch.load(p, weights_only=False) if os.path.exists(p) else None for p in paths]
 

@@ -39,7 +39,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -48,6 +47,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gradcomp  # noqa: E402
 from gradcomp.comm.communicators import Bucket  # noqa: E402
 from gradcomp.comm.hooks import build_state, hook  # noqa: E402
+from gradcomp.evaluation.common import processes  # noqa: E402
 from gradcomp.evaluation.benches.hookpath import evict, hook_communicator, run_phases  # noqa
 from gradcomp.evaluation.profiles.profiles import load_profile  # noqa: E402
 
@@ -305,8 +305,7 @@ def run_group(world_size: int, backend: str, args, methods) -> None:
         if world_size == 1:
             _worker(0, 1, backend, init, args, methods)
         else:
-            mp.spawn(_worker, args=(world_size, backend, init, args, methods),
-                     nprocs=world_size, join=True)
+            processes.start(_worker, world_size, world_size, backend, init, args, methods)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,8 @@ from functools import lru_cache
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from . import processes
 
 BACKENDS = ("gloo", "nccl")
 
@@ -111,7 +112,7 @@ def spawn(fn, world_size: int, backend: str, *args) -> None:
     CPU workers share the cores (each gets cores / world_size threads)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        mp.spawn(_entry, args=(fn, world_size, backend, store, args), nprocs=world_size)
+        processes.start(_entry, world_size, fn, world_size, backend, store, args)
 
 
 def _entry(rank, fn, world_size, backend, store, args):
