@@ -274,7 +274,7 @@ def test_bad_input_is_named():
 _COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
-from gradcomp.kernels.jit import sparse as K
+from gradcomp.kernels.sparse import jit as K
 P, I = "*{dt}", "*i32"
 cases = [
     (K.topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",

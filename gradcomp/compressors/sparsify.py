@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .. import kernels
-from ..kernels import permutation
+from ..kernels.randomk import reference as permutation
 from ..checks import check_int, check_ratio
 from .base import Compressor, Payload, all_finite, work_dtype
 from .registry import register
@@ -238,8 +238,8 @@ class RandomK(Compressor):
     pseudo-random permutation ``pi`` of [0, n): a 4-round balanced Feistel network (Luby &
     Rackoff, SIAM J. Comput. 1988) over the smallest even number of bits covering n, brought
     into [0, n) by cycle walking (Black & Rogaway, CT-RSA 2002); see
-    `gradcomp.kernels.permutation`. The permutation is pseudo-random (a statistical one, not
-    a cryptographic one): positions pass inclusion- and pair-frequency tests for uniform
+    `gradcomp.kernels.randomk.reference`. The permutation is pseudo-random (a statistical
+    one, not a cryptographic one): positions pass inclusion- and pair-frequency tests for uniform
     k-subsets. Cost O(k) for the positions (about 4**m / n < 4 network evaluations each), plus
     one read of the tensor for the finiteness check and the gather of k values.
 

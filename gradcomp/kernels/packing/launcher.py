@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .jit import packing as K
-from .launch import cdiv, dec_block, elem_cfg, launch, p2
+from ..launch import cdiv, dec_block, elem_cfg, launch, p2
+from . import jit as K
 
 __all__ = ["pack", "unpack"]
 
