@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from gradcomp import kernels
-from gradcomp.compressors import bitpack
+from gradcomp.kernels.packing import reference as bitpack
 from gradcomp.compressors.sparsify import _magnitudes
 
 import cupy_backend  # benchmarks/cupy_backend.py

@@ -30,7 +30,7 @@ pytest.importorskip("triton")
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
-from gradcomp.compressors import bitpack  # noqa: E402
+from gradcomp.kernels.packing import reference as bitpack  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.

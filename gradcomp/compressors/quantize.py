@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 
 from .. import kernels
-from . import bitpack
+from ..kernels.packing import reference as bitpack
 from ..checks import check_bool, check_choice, check_int
 from .base import Compressor, Payload, work_dtype
 from .memory import FusedErrorFeedback

@@ -13,7 +13,7 @@ from .. import kernels
 from ..kernels.blocks import block_counts, layout
 from ..checks import check_int
 from .base import Compressor, Payload, all_finite, work_dtype
-from .bitpack import pack, packed_nbytes, unpack
+from ..kernels.packing.reference import pack, packed_nbytes, unpack
 from .memory import FusedErrorFeedback
 from .registry import register
 

@@ -1,5 +1,5 @@
 """Generic MSB-first bit packing on the device: `pack` and `unpack`, equal to
-`gradcomp.compressors.bitpack` bit for bit (inputs as in `gradcomp.kernels.quantize`)."""
+`gradcomp.kernels.packing.reference` bit for bit (inputs as in `gradcomp.kernels.quantize`)."""
 from __future__ import annotations
 
 import torch
