@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Hashable, Protocol
 
 import torch
 
+from ..kernels.blocks import work_dtype
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 AGGREGATIONS = ("allreduce", "allgather")
 
@@ -72,11 +74,6 @@ def all_finite(flat: torch.Tensor) -> torch.Tensor:
         return torch.ones((), dtype=torch.bool, device=flat.device)
     lo, hi = torch.aminmax(flat)
     return torch.isfinite(lo) & torch.isfinite(hi)
-
-
-def work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype compressors compute in: float64 stays float64, everything else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 

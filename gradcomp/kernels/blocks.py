@@ -1,5 +1,11 @@
-"""Block layout shared by the block-wise compressors and their kernels (no Triton here)."""
+"""Block layout and working dtype shared by the block-wise compressors, their torch references
+and their kernels (no Triton here)."""
 import torch
+
+
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype compressors compute in: float64 stays float64, everything else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def layout(numel: int, block_size: int) -> tuple[int, int]:
