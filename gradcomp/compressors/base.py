@@ -66,18 +66,6 @@ def check_tensor(tensor) -> None:
         )
 
 
-def all_finite(flat: torch.Tensor) -> torch.Tensor:
-    """Whether every value of `flat` is finite, as a 0-d bool tensor (no host sync): from its
-    min and max, which NaN propagates to (one read, no bool temporary; ~10x faster than
-    ``isfinite(flat).all()`` on a CPU)."""
-    if flat.numel() == 0:
-        return torch.ones((), dtype=torch.bool, device=flat.device)
-    lo, hi = torch.aminmax(flat)
-    return torch.isfinite(lo) & torch.isfinite(hi)
-
-
-
-
 class Compressor:
     """Base class. Subclasses set `name` and `aggregation` and implement `_compress` / `_decompress`
     on flat 1-D tensors; the base class validates, flattens and restores shape and dtype."""

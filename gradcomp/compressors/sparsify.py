@@ -20,7 +20,8 @@ import torch
 from .. import kernels
 from ..kernels.randomk import reference as permutation
 from ..checks import check_int, check_ratio
-from .base import Compressor, Payload, all_finite, work_dtype
+from ..kernels.blocks import all_finite
+from .base import Compressor, Payload, work_dtype
 from .registry import register
 
 _INT32_LIMIT = 2**31
