@@ -183,9 +183,9 @@ def unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
 
 def topk_indices(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
     """int64 indices (on the same device, in no particular order) of the `k` largest values of
-    a CUDA float tensor (flattened), e.g. `sparsify._magnitudes(x)`. Ties at the k-th value
-    are broken arbitrarily; NaN counts as the largest value. bfloat16 is compared in float32
-    (exact), which CuPy's sort supports."""
+    a CUDA float tensor (flattened), e.g. `gradcomp.kernels.sparse.reference.magnitudes(x)`.
+    Ties at the k-th value are broken arbitrarily; NaN counts as the largest value. bfloat16 is
+    compared in float32 (exact), which CuPy's sort supports."""
     cupy = _cupy(magnitudes, "magnitudes")
     if magnitudes.dtype == torch.bfloat16:
         magnitudes = magnitudes.float()

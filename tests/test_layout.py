@@ -21,9 +21,8 @@ MAX_LINES = 450
 #: the Python entry points and the `@triton.jit` sources, side by side.
 FAMILY_PARTS = ("reference", "launcher", "jit")
 #: Families whose torch reference lives elsewhere for now: PowerSGD's orthogonalisation
-#: (`compressors/orthogonalize.py`, under rework on another branch) and the top-k / threshold
-#: selection (`compressors/sparsify.py`).
-REFERENCE_ELSEWHERE = {"orthogonal", "sparse"}
+#: (`compressors/orthogonalize.py`, under rework on another branch).
+REFERENCE_ELSEWHERE = {"orthogonal"}
 #: The collectives of their own, in `gradcomp.collectives` (module: what it defines).
 COLLECTIVES = {"blocksparse": "block_sparse_all_reduce", "forest": "forest_all_reduce",
                "forest_packing": "pack_forest"}
