@@ -2,7 +2,7 @@
 
 A benchmark helper (not part of the `gradcomp` package; `bench_cupy.py` and
 `tests/test_cupy_backend.py` use it): an alternative to the torch reference
-(`gradcomp.compressors.bitpack`, `torch.topk`) and to the Triton kernels
+(`gradcomp.kernels.packing.reference`, `torch.topk`) and to the Triton kernels
 (`gradcomp.kernels.pack` / `unpack`); the compressors never dispatch here. Install CuPy with
 ``pip install gradcomp[cupy]`` (or the cupy-cudaXXx wheel matching your CUDA).
 
@@ -58,7 +58,8 @@ def _cupy(t: torch.Tensor, what: str):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cuda":
         raise RuntimeError(f"the CuPy backend needs CUDA tensors: {what} is on device "
-                           f"'{t.device}' (use gradcomp.compressors.bitpack / torch.topk for it)")
+                           f"'{t.device}' (use gradcomp.kernels.packing.reference / torch.topk "
+                           "for it)")
     cupy = _import_cupy()
     if cupy is None:
         raise RuntimeError("the CuPy backend needs CuPy: pip install 'gradcomp[cupy]' (or the "
@@ -182,9 +183,9 @@ def unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
 
 def topk_indices(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
     """int64 indices (on the same device, in no particular order) of the `k` largest values of
-    a CUDA float tensor (flattened), e.g. `sparsify._magnitudes(x)`. Ties at the k-th value
-    are broken arbitrarily; NaN counts as the largest value. bfloat16 is compared in float32
-    (exact), which CuPy's sort supports."""
+    a CUDA float tensor (flattened), e.g. `gradcomp.kernels.sparse.reference.magnitudes(x)`.
+    Ties at the k-th value are broken arbitrarily; NaN counts as the largest value. bfloat16 is
+    compared in float32 (exact), which CuPy's sort supports."""
     cupy = _cupy(magnitudes, "magnitudes")
     if magnitudes.dtype == torch.bfloat16:
         magnitudes = magnitudes.float()

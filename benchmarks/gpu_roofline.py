@@ -41,12 +41,12 @@ import torch
 try:
     import gradcomp
     from gradcomp import kernels
-    from gradcomp.compressors import bitpack
+    from gradcomp.kernels.packing import reference as bitpack
 except ImportError:  # run from the repository root without PYTHONPATH
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import gradcomp
     from gradcomp import kernels
-    from gradcomp.compressors import bitpack
+    from gradcomp.kernels.packing import reference as bitpack
 
 F64 = torch.float64
 N_BIG = 25_600_000

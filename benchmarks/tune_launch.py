@@ -24,7 +24,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpu_roofline import CASES, DTYPES, bench, copy_bandwidth  # noqa: E402
 
 from bench_kernels import _direct  # noqa: E402
-from gradcomp.kernels import launch as L, packing, quantize, sign, stats  # noqa: E402
+from gradcomp.kernels import launch as L, stats  # noqa: E402
+from gradcomp.kernels.packing import launcher as packing  # noqa: E402
+from gradcomp.kernels.quantize import launcher as quantize  # noqa: E402
+from gradcomp.kernels.sign import launcher as sign  # noqa: E402
 
 ENCODE = [(2048, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)]  # (elements, warps)
 DECODE = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)]  # (block, warps)

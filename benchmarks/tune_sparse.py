@@ -6,7 +6,7 @@
 Times `kernels.topk_select(x, k)` and `kernels.threshold_select(x, t, k)` (t from
 `compressor("threshold").estimate_threshold(x)`, computed once, outside the timing) for
 25.6M float32 values, k = 1%, on two inputs: randn and a heavy-tailed randn * 10**U{-3..2}.
-Each configuration of `gradcomp.kernels.sparse.GPU_TILES` is timed two ways: wall time per
+Each configuration of `gradcomp.kernels.sparse.launcher.GPU_TILES` is timed two ways: wall time per
 call with triton.testing.do_bench (median, L2 flushed; host launch cost included when the GPU
 waits for it) and GPU time per call (torch.profiler: summed CUDA kernel/memset durations,
 as `gpu_time()` in benchmarks/gpu_roofline.py), and checked against torch.topk (the selected
@@ -76,7 +76,7 @@ def check(x, k):
 def measure(cfg, xs, thresholds, rep_ms):
     from triton.testing import do_bench
 
-    from gradcomp.kernels import sparse
+    from gradcomp.kernels.sparse import launcher as sparse
 
     sparse.GPU_TILES.clear()
     sparse.GPU_TILES.update(cfg)
@@ -102,7 +102,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     os.makedirs(args.out, exist_ok=True)
-    from gradcomp.kernels import sparse
+    from gradcomp.kernels.sparse import launcher as sparse
 
     default = dict(sparse.GPU_TILES)
     xs = inputs()

@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 import gradcomp.comm
 from ddp_workers import train
-from gradcomp.comm.blocksparse import block_sparse_all_reduce
+from gradcomp.collectives.blocksparse import block_sparse_all_reduce
 
 # (numel, block_size, density); density is the chance that a block is non-zero on a rank.
 SHAPES = [(4096, 256, 0.05), (4096, 256, 0.3), (1000, 16, 0.1), (1000, 7, 0.5),

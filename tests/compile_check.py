@@ -17,7 +17,10 @@ import time
 
 def configs(quick: bool = False):
     """(name, kernel, signature, constexprs) of the configurations to compile."""
-    from gradcomp.kernels.jit import packing as KP, quantize as K, sign as KS, stats as KT
+    from gradcomp.kernels import stats as KT
+    from gradcomp.kernels.packing import jit as KP
+    from gradcomp.kernels.quantize import jit as K
+    from gradcomp.kernels.sign import jit as KS
     from gradcomp.kernels.launch import FUSED_MAX, inv
 
     out = []

@@ -10,7 +10,7 @@ import gradcomp
 from blocksparse_workers import HOOK_OPTIONS, exact_cases, hook_cases
 from ddp_workers import spawn
 from gradcomp.comm import HookState
-from gradcomp.comm.blocksparse import (Traffic, _pack_bits, _unpack_bits, block_sparse_all_reduce,
+from gradcomp.collectives.blocksparse import (Traffic, _pack_bits, _unpack_bits, block_sparse_all_reduce,
                                        dense_seconds, sparse_seconds)
 from gradcomp.evaluation.model.blocksparse import expected_traffic, local_bytes, union_density
 

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 
 from ddp_workers import spawn
-from gradcomp.comm.forest import forest_all_reduce
-from gradcomp.comm.forest_packing import (pack_forest, partition_bound, partitions, split,
+from gradcomp.collectives.forest import forest_all_reduce
+from gradcomp.collectives.forest_packing import (pack_forest, partition_bound, partitions, split,
                                           two_way_cut)
 from gradcomp.evaluation.model.topology import homogeneous, random_mesh, two_racks
 

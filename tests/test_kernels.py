@@ -30,7 +30,7 @@ pytest.importorskip("triton")
 
 import gradcomp  # noqa: E402
 from gradcomp import kernels  # noqa: E402
-from gradcomp.compressors import bitpack  # noqa: E402
+from gradcomp.kernels.packing import reference as bitpack  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
@@ -435,7 +435,7 @@ def test_compressors_on_cuda_match_their_torch_path(name, opt):
 def test_reciprocal_mode_mirrors_torch_cuda_division(monkeypatch):
     """On CUDA, torch computes `tensor / python_number` as tensor * float32(1 / number); the
     kernels do the same there (RECIP). Checked here on any device against that formula."""
-    from gradcomp.kernels import quantize
+    from gradcomp.kernels.quantize import launcher as quantize
 
     monkeypatch.setattr(quantize, "_recip", lambda t: True)
     x = finite_sample(3000, torch.float32, fresh_seed())

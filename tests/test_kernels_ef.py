@@ -200,7 +200,9 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))  # holds compile_check.py
 _COMPILE = f"import sys\nsys.path.insert(0, {_TESTS!r})\n" + r'''
 import re
 import compile_check as cc
-from gradcomp.kernels.jit import quantize as K, sign as KS, stats as KT
+from gradcomp.kernels import stats as KT
+from gradcomp.kernels.quantize import jit as K
+from gradcomp.kernels.sign import jit as KS
 from gradcomp.kernels.launch import elem_cfg, inv, rows_cfg
 
 def cfg(kernel, sig, ce, ef_sig, ef_ce):

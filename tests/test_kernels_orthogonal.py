@@ -257,7 +257,7 @@ def test_powersgd_recovers_from_a_non_finite_gradient_through_the_kernel(kernel_
 COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
-from gradcomp.kernels.jit.orthogonal import orthogonalize_kernel as K
+from gradcomp.kernels.orthogonal.jit import orthogonalize_kernel as K
 sig = {"x_ptr": "*fp32", "table_ptr": "*i64", "n_all": "i32", "r_all": "i32", "eps": "fp32",
        "UNIFORM": "constexpr", "FIX": "constexpr", "CHUNK": "constexpr", "RP": "constexpr"}
 src = triton.compiler.ASTSource(fn=K, signature=sig,

@@ -1,4 +1,4 @@
-"""Random-k's sampler (`gradcomp.kernels.permutation`, the torch reference) and its kernels
+"""Random-k's sampler (`gradcomp.kernels.randomk.reference`, the torch reference) and its kernels
 (`gradcomp.kernels.randomk_encode`, `randomk_positions`, `randomk_gather`, `randomk_scatter`).
 
 Without a GPU the kernels run on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 is
@@ -20,7 +20,7 @@ from scipy import stats
 
 import gradcomp
 from gradcomp import kernels
-from gradcomp.kernels import permutation as P
+from gradcomp.kernels.randomk import reference as P
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
@@ -35,7 +35,7 @@ def _keys(rng: random.Random) -> list[int]:
 def small_tiles(monkeypatch):
     """Tiny tiles, so that small inputs take several programs (and the gather several rounds
     of its flag loop)."""
-    from gradcomp.kernels import randomk
+    from gradcomp.kernels.randomk import launcher as randomk
 
     tiles = dict(randomk._tiles(), positions=64, finite=256, encode_positions=16, gather=64,
                  flags=2, scatter=64)
@@ -72,7 +72,7 @@ def _model_positions(n, k, keys):
 
 
 def test_reference_equals_the_specification_and_is_pinned():
-    from gradcomp.kernels.jit import randomk as K
+    from gradcomp.kernels.randomk import jit as K
 
     assert (P.HASH_C1, P.HASH_C2) == (K.HASH_C1.value, K.HASH_C2.value) == (0x21F0AAAD,
                                                                              0x735A2D97)
@@ -411,7 +411,7 @@ def kernel_path(monkeypatch):
     """Make the compressor take the kernels (CUDA tensors on a GPU; under the interpreter, CPU
     tensors, by forcing `kernels.supports` unless GRADCOMP_KERNELS=0), and record their
     calls."""
-    from gradcomp.kernels import randomk
+    from gradcomp.kernels.randomk import launcher as randomk
 
     calls = []
 
@@ -488,8 +488,8 @@ def test_kernels_compile_for_sm90():
     code = textwrap.dedent("""
         import triton
         from triton.backends.compiler import GPUTarget
-        from gradcomp.kernels.jit import randomk as K
-        from gradcomp.kernels.randomk import GPU_TILES as T
+        from gradcomp.kernels.randomk import jit as K
+        from gradcomp.kernels.randomk.launcher import GPU_TILES as T
         i32 = "i32"
         todo = [(K.positions_kernel, dict(out_ptr="*i64", n=i32, k=i32, m=i32, mask=i32,
                  k0=i32, k1=i32, k2=i32, k3=i32), dict(BLOCK=T["positions"]))]

@@ -20,7 +20,8 @@ from test_kernels import CUDA, DEVICE, fresh_seed, run_without_interpreter, torc
 
 import gradcomp
 from gradcomp import kernels
-from gradcomp.compressors.sparsify import _count, _magnitudes
+from gradcomp.compressors.sparsify import _count
+from gradcomp.kernels.sparse.reference import magnitudes
 
 # The interpreter evaluates both sides of tl.where in numpy, which warns about overflow there.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -83,7 +84,7 @@ FAMILIES = ["mixed", "ties", "octave", "sparse", "nonfinite", "tiny", "huge"]
 # -- top-k -----------------------------------------------------------------------------------
 def keys(x):
     """int32 keys of |x| as the compressors compare them (NaN, +-Inf -> +Inf)."""
-    return _magnitudes(x.reshape(-1)).view(torch.int32)
+    return magnitudes(x.reshape(-1)).view(torch.int32)
 
 
 def first_by_position(x, k):
@@ -100,7 +101,7 @@ def check_topk(x, k, tag):
     i = idx.long()
     assert torch.equal(i.sort().values, first_by_position(x, k)), f"selection {tag}"
     assert torch.equal(bits(vals), bits(flat[i])), f"values {tag}"
-    mags = _magnitudes(flat)
+    mags = magnitudes(flat)
     want = torch.topk(mags, k).values.sort().values
     assert torch.equal(mags[i].sort().values.view(torch.int32), want.view(torch.int32)), tag
     # the decode, against the torch compressor's where the cut is not a tie
@@ -213,7 +214,7 @@ def test_compressors_on_cuda_match_their_torch_path(dtype):
     assert torch.equal(got.tensors[1].long().sort().values, first_by_position(x, k))
     with torch_path():
         want = c.compress(x)
-        mags = _magnitudes(x.reshape(-1))
+        mags = magnitudes(x.reshape(-1))
         a, b = mags[got.tensors[1].long()], mags[want.tensors[1].long()]
         assert torch.equal(a.sort().values.view(torch.int32), b.sort().values.view(torch.int32))
         # which of the elements tied at the k-th magnitude travel is torch.topk's choice
@@ -274,7 +275,7 @@ def test_bad_input_is_named():
 _COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
-from gradcomp.kernels.jit import sparse as K
+from gradcomp.kernels.sparse import jit as K
 P, I = "*{dt}", "*i32"
 cases = [
     (K.topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",

@@ -6,6 +6,7 @@ evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles 
 common) and
 no import circles."""
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,15 @@ EVALUATION_LAYERS = ["common", "workloads", "profiles", "model", "benches", "ana
                      "run"]
 MAX_MODULES_PER_FOLDER = 12
 MAX_LINES = 450
+#: The parts of a kernel family's package (`gradcomp/kernels/<family>/`): the torch reference,
+#: the Python entry points and the `@triton.jit` sources, side by side.
+FAMILY_PARTS = ("reference", "launcher", "jit")
+#: Families whose torch reference lives elsewhere for now: PowerSGD's orthogonalisation
+#: (`compressors/orthogonalize.py`, under rework on another branch).
+REFERENCE_ELSEWHERE = {"orthogonal"}
+#: The collectives of their own, in `gradcomp.collectives` (module: what it defines).
+COLLECTIVES = {"blocksparse": "block_sparse_all_reduce", "forest": "forest_all_reduce",
+               "forest_packing": "pack_forest"}
 
 
 def module_name(path: Path) -> str:
@@ -142,3 +152,51 @@ def test_module_level_imports_form_no_circle():
         if v not in index:
             visit(v)
     assert circles == []
+
+
+def kernel_families() -> list[str]:
+    return sorted(n.rpartition(".")[2] for n in MODULES
+                  if n.count(".") == 2 and n.startswith("gradcomp.kernels.") and is_package(n))
+
+
+def test_no_kernel_tree_mirrors_another():
+    """Each kernel family lives in one place, not in parallel trees of the same names (as
+    kernels/quantize.py beside kernels/jit/quantize.py did): a module name under
+    gradcomp/kernels names one folder only, apart from the parts every family package has."""
+    folders = defaultdict(set)
+    for name in MODULES:
+        if not name.startswith("gradcomp.kernels."):
+            continue
+        package, _, last = name.rpartition(".")
+        if not (last in FAMILY_PARTS and package.rpartition(".")[2] in kernel_families()):
+            folders[last].add(package)
+    assert {n: sorted(f) for n, f in folders.items() if len(f) > 1} == {}
+
+
+def test_each_kernel_family_holds_its_parts_side_by_side():
+    """A family package holds its launcher and its `@triton.jit` source, and its torch
+    reference (but for `REFERENCE_ELSEWHERE`); only the families' `jit` modules and the shared
+    `tiles` and `stats` import Triton when they load."""
+    families = kernel_families()
+    assert families, "no kernel family packages under gradcomp/kernels"
+    missing = [(f, part) for f in families for part in FAMILY_PARTS
+               if f"gradcomp.kernels.{f}.{part}" not in MODULES
+               and not (part == "reference" and f in REFERENCE_ELSEWHERE)]
+    triton_users = {n for n in MODULES for target, _ in imports(n, top_level_only=True)
+                    if target.split(".")[0] == "triton"}
+    allowed = {"gradcomp.kernels.tiles", "gradcomp.kernels.stats"}
+    allowed |= {f"gradcomp.kernels.{f}.jit" for f in families}
+    assert (missing, sorted(triton_users - allowed)) == ([], [])
+
+
+def test_collectives_live_apart_from_the_hook_path():
+    """`comm/` holds the hook path; the collectives of their own (block-sparse all-reduce,
+    forest packing, the forest all-reduce) are defined in `gradcomp.collectives` and nowhere
+    else (comm may re-export them)."""
+    where = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                    and node.name in COLLECTIVES.values()):
+                where.setdefault(node.name, []).append(name)
+    assert where == {fn: [f"gradcomp.collectives.{m}"] for m, fn in COLLECTIVES.items()}

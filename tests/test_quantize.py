@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradcomp
-from gradcomp.compressors import bitpack
+from gradcomp.kernels.packing import reference as bitpack
 
 N_BIG = 25_600_000
 F64 = torch.float64

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 import gradcomp
 from gradcomp.compressors.base import work_dtype
 from gradcomp.compressors.memory import finite_or_zero
-from gradcomp.compressors.sparsify import (TOPK_SAMPLE, _count, _index_dtype, _scatter_mean,
-                                           sample_stride, topk_positions)
+from gradcomp.compressors.sparsify import _count, _scatter_mean
+from gradcomp.kernels.sparse.reference import (TOPK_SAMPLE, index_dtype, sample_stride,
+                                               topk_positions)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -40,7 +41,7 @@ def test_count_is_the_ceiling_without_float_noise():
 
 
 def test_index_dtype_and_wire_nbytes():
-    assert _index_dtype(2**31 - 1) == torch.int32 and _index_dtype(2**31) == torch.int64
+    assert index_dtype(2**31 - 1) == torch.int32 and index_dtype(2**31) == torch.int64
     n = 25_600_000
     assert gradcomp.compressor("topk").wire_nbytes(n) == 256_000 * 8
     assert gradcomp.compressor("topk").wire_nbytes(n, torch.float16) == 256_000 * 6
@@ -218,7 +219,7 @@ def test_aggregate_of_empty_tensors_and_no_payloads():
 # -- randomk ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("device", DEVICES)
 def test_randomk_same_seed_same_indices_over_calls(device):
-    from gradcomp.kernels import permutation
+    from gradcomp.kernels.randomk import reference as permutation
 
     stream = torch.Generator().manual_seed(11)  # the shared CPU stream of seed 11
     a = gradcomp.compressor("randomk", ratio=0.05, seed=11)

@@ -1,12 +1,12 @@
-"""What training code uses: DDP communication hooks, the communicators behind them, and the
-collectives they run (block-sparse all-reduce, forest all-reduce)."""
+"""What training code uses: DDP communication hooks and the communicators behind them. The
+collectives of their own live in `gradcomp.collectives`; `block_sparse_all_reduce`,
+`forest_all_reduce`, `Forest` and `pack_forest` are re-exported here, where the README long
+named them."""
+from ..collectives import Forest, block_sparse_all_reduce, forest_all_reduce, pack_forest
 from .agreement import CheckpointMismatch, RankMismatch, SharedRandomnessMismatch
 from .auto import DEFAULT_CANDIDATES, AutoState
-from .blocksparse import block_sparse_all_reduce
 from .checkpoint import AllRanks, hook_state, load_state, save_state
 from .communicators import BLOCK_SPARSE_METHODS, COMMUNICATORS
-from .forest import forest_all_reduce
-from .forest_packing import Forest, pack_forest
 from .hooks import build_state, hook, register
 from .state import HookState
 

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..compressors import Compressor, compressor as build_compressor, option_names
 from .agreement import RankMismatch, check_agreement, explained, settings
 from .auto import AUTO_OPTIONS, AutoState
-from .blocksparse import DEFAULT_BLOCK_SIZE
+from ..collectives.blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator
 from .state import HookState
 from .telemetry import BucketRecord, mark

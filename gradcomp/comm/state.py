@@ -7,7 +7,7 @@ from typing import Any
 
 from ..checks import check_int, check_number
 from ..compressors import Compressor
-from .blocksparse import DEFAULT_BLOCK_SIZE
+from ..collectives.blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator, DenseAllReduce, Sent, build
 from .hierarchical import TwoTiers, hierarchy_options
 from .ranks import Ranks

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Hashable, Protocol
 
 import torch
 
+from ..kernels.blocks import work_dtype
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 AGGREGATIONS = ("allreduce", "allgather")
 
@@ -62,23 +64,6 @@ def check_tensor(tensor) -> None:
             f"tensor dtype {str(tensor.dtype).replace('torch.', '')} is not supported: "
             f"gradcomp compresses real floating-point tensors ({allowed})"
         )
-
-
-def all_finite(flat: torch.Tensor) -> torch.Tensor:
-    """Whether every value of `flat` is finite, as a 0-d bool tensor (no host sync): from its
-    min and max, which NaN propagates to (one read, no bool temporary; ~10x faster than
-    ``isfinite(flat).all()`` on a CPU)."""
-    if flat.numel() == 0:
-        return torch.ones((), dtype=torch.bool, device=flat.device)
-    lo, hi = torch.aminmax(flat)
-    return torch.isfinite(lo) & torch.isfinite(hi)
-
-
-def work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype compressors compute in: float64 stays float64, everything else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 
 
 class Compressor:

@@ -43,7 +43,7 @@ def use_kernel(t: torch.Tensor, max_rank: int | None = None) -> bool:
     if not (t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() and t.numel()
             and kernels.available()):
         return False
-    from ..kernels.orthogonal import MAX_RANK
+    from ..kernels.orthogonal.launcher import MAX_RANK
 
     if max_rank is None:  # one (b, n, r) batch
         return t.dim() == 3 and t.shape[2] <= min(t.shape[1], MAX_RANK)

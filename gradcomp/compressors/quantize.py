@@ -6,7 +6,9 @@ and maxima travel as float32; sub-byte codes are bit-packed with `bitpack.pack`.
 methods cut the flat tensor into consecutive blocks of `block_size` values (the last one may be
 shorter); one block's scale never depends on another block's values. Stochastic rounding draws
 only from the compressor's own generator and is unbiased: E[decompress(compress(x))] == x
-(up to float32 rounding of the scales on the wire).
+(up to float32 rounding of the scales on the wire). The encode and decode math is
+`gradcomp.kernels.quantize`: its torch `reference` (CPU tensors, float64) beside the Triton
+kernels (CUDA tensors), which the compressors below choose between.
 """
 from __future__ import annotations
 
@@ -15,59 +17,15 @@ from typing import ClassVar
 import torch
 
 from .. import kernels
-from . import bitpack
 from ..checks import check_bool, check_choice, check_int
-from .base import Compressor, Payload, work_dtype
+from ..kernels.packing import reference as bitpack
+from ..kernels.quantize import reference
+from .base import Compressor, Payload
 from .memory import FusedErrorFeedback
 from .registry import register
 
-_F32 = torch.float32
-_U8 = torch.uint8
-
 
 # -- helpers -------------------------------------------------------------------------------
-def _nblocks(numel: int, block_size: int) -> int:
-    return -(-numel // block_size)
-
-
-def _blocks(flat: torch.Tensor, block_size: int, edge: bool = False) -> torch.Tensor:
-    """`flat` as a (blocks, block_size) matrix, the last block padded with zeros (with copies of
-    the last value if `edge`, which keeps a partial block's min and max its own)."""
-    nb = _nblocks(flat.numel(), block_size)
-    pad = nb * block_size - flat.numel()
-    if pad:
-        filler = flat[-1:].expand(pad) if edge else flat.new_zeros(pad)
-        flat = torch.cat([flat, filler])
-    return flat.view(nb, block_size)
-
-
-def _unblock(mat: torch.Tensor, numel: int) -> torch.Tensor:
-    return mat.reshape(-1)[:numel]
-
-
-def _divisor(d: torch.Tensor) -> torch.Tensor:
-    """`d` where it is > 0, else 1 (zero and NaN blocks divide safely; their decode is set by the
-    scale itself)."""
-    return torch.where(d > 0, d, torch.ones_like(d))
-
-
-def _round_(r: torch.Tensor, stochastic: bool, gen: torch.Generator | None) -> torch.Tensor:
-    """Round to nearest, or stochastically: up with probability frac(r), so E[result] == r.
-    Overwrites `r` (the callers' own scratch: one allocation less per pass on a CPU)."""
-    if not stochastic:
-        return r.round_()
-    lo = torch.floor(r)
-    u = torch.rand(r.shape, generator=gen, device=r.device, dtype=r.dtype)
-    return lo.add_(u.lt_(r.sub_(lo)))  # lo + (u < r - lo), the comparison as 0.0 / 1.0
-
-
-def _absmax(x: torch.Tensor) -> torch.Tensor:
-    """max |x| of each row, from its min and max (exactly amax(|x|), NaN propagating, without
-    an |x| temporary)."""
-    lo, hi = torch.aminmax(x, dim=1)
-    return torch.maximum(lo.abs_(), hi.abs_())
-
-
 def _kernel_seed(c: Compressor, flat: torch.Tensor):
     """A seed for the Triton kernels' Philox draws, taken from the compressor's generator (so
     they follow its seed, rank and state as the torch path's draws do), kept on the device;
@@ -76,14 +34,6 @@ def _kernel_seed(c: Compressor, flat: torch.Tensor):
         return 0
     return torch.randint(0, 2**62, (1,), generator=c._generator(flat.device), device=flat.device,
                          dtype=torch.int64)
-
-
-def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    return codes if bits == 8 else bitpack.pack(codes, bits)
-
-
-def _unpack(packed: torch.Tensor, count: int, bits: int) -> torch.Tensor:
-    return packed[:count] if bits == 8 else bitpack.unpack(packed, count, bits)
 
 
 # -- QSGD ----------------------------------------------------------------------------------
@@ -110,14 +60,15 @@ class QSGD(FusedErrorFeedback, Compressor):
         self.stochastic = check_bool(stochastic, "stochastic")
         self.block_size = check_int(block_size, "block_size", 1)
         self.seed = check_int(seed, "seed", 0)
-        self.bits = 1 + self.levels.bit_length()  # == 1 + ceil(log2(levels + 1))
+        self.bits = reference.qsgd_bits(self.levels)
 
     def options(self):
         return {"levels": self.levels, "stochastic": self.stochastic,
                 "block_size": self.block_size, "seed": self.seed}
 
     def wire_nbytes(self, numel, dtype=torch.float32):
-        return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self.block_size)
+        return (bitpack.packed_nbytes(numel, self.bits)
+                + 4 * reference.nblocks(numel, self.block_size))
 
     def _compress_ef(self, flat, residual):
         return kernels.qsgd_encode_ef(flat, residual, self.levels, self.block_size,
@@ -127,32 +78,16 @@ class QSGD(FusedErrorFeedback, Compressor):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
             return list(kernels.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
                                             _kernel_seed(self, flat))), {}
-        n, work = flat.numel(), work_dtype(flat.dtype)
-        x = _blocks(flat.to(work), self.block_size)
-        mag = x.abs()
-        amax = mag.amax(dim=1)  # NaN / Inf propagate
-        unit = torch.where((amax > 0) & torch.isfinite(amax), amax, torch.ones_like(amax))
-        norm = torch.linalg.vector_norm(x / unit[:, None], dim=1) * unit
-        norm32 = norm.to(_F32)
-        r = mag.div_(_divisor(norm32.to(work))[:, None]).mul_(self.levels)
-        r = r.nan_to_num_(nan=0.0).clamp_(0, self.levels)
         gen = self._generator(flat.device) if self.stochastic else None
-        level = _round_(r, self.stochastic, gen)
-        negative = torch.lt(x, 0).logical_and_(level > 0)
-        codes = level.to(_U8).bitwise_or_(negative.view(_U8) << (self.bits - 1))
-        return [_pack(_unblock(codes, n), self.bits), norm32], {}
+        return list(reference.qsgd_encode(flat, self.levels, self.block_size, self.stochastic,
+                                          gen)), {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, work_dtype(payload.dtype)
+        n = payload.numel
         packed, norm = payload.tensors
-        if kernels.supports_decode(packed, payload.dtype, n):
-            return kernels.qsgd_decode(packed, norm, n, self.levels, self.block_size,
-                                       payload.dtype)
-        codes = _blocks(_unpack(packed, n, self.bits), self.block_size)
-        level = (codes & ((1 << (self.bits - 1)) - 1)).to(work)
-        mag = level.mul_((norm.to(work) / self.levels)[:, None])
-        out = torch.where((codes >> (self.bits - 1)).view(torch.bool), -mag, mag)
-        return _unblock(out, n)
+        decode = (kernels.qsgd_decode if kernels.supports_decode(packed, payload.dtype, n)
+                  else reference.qsgd_decode)
+        return decode(packed, norm, n, self.levels, self.block_size, payload.dtype)
 
     def aggregate_rows(self, rows, offsets, mine, out):
         if not _rows_fusable(rows, mine, out):
@@ -194,14 +129,6 @@ class _BlockInt(FusedErrorFeedback, Compressor):
         self.stochastic = check_bool(stochastic, "stochastic")
         self.seed = check_int(seed, "seed", 0)
 
-    @property
-    def qmax(self) -> int:
-        return (1 << (self.bits - 1)) - 1
-
-    @property
-    def top(self) -> int:
-        return (1 << self.bits) - 1
-
     def options(self):
         return {"block_size": self.block_size, "scheme": self.scheme,
                 "stochastic": self.stochastic, "seed": self.seed}
@@ -209,12 +136,7 @@ class _BlockInt(FusedErrorFeedback, Compressor):
     def wire_nbytes(self, numel, dtype=torch.float32):
         per_block = 8 if self.scheme == "minmax" else 4
         return (bitpack.packed_nbytes(numel, self.bits)
-                + per_block * _nblocks(numel, self.block_size))
-
-    def _step(self, lo32: torch.Tensor, hi32: torch.Tensor, work: torch.dtype) -> torch.Tensor:
-        # (hi - lo) / top without overflowing for ranges up to 2 * float32 max.
-        lo, hi = lo32.to(work), hi32.to(work)
-        return (0.5 * hi - 0.5 * lo) / (0.5 * self.top)
+                + per_block * reference.nblocks(numel, self.block_size))
 
     def _compress_ef(self, flat, residual):
         return kernels.int_encode_ef(flat, residual, self.bits, self.block_size, self.scheme,
@@ -224,38 +146,16 @@ class _BlockInt(FusedErrorFeedback, Compressor):
         if kernels.supports(flat):  # CUDA: the fused Triton kernel
             return list(kernels.int_encode(flat, self.bits, self.block_size, self.scheme,
                                            self.stochastic, _kernel_seed(self, flat))), {}
-        n, work = flat.numel(), work_dtype(flat.dtype)
-        x = _blocks(flat.to(work), self.block_size, edge=self.scheme == "minmax")
         gen = self._generator(flat.device) if self.stochastic else None
-        if self.scheme == "absmax":
-            scale32 = (_absmax(x) / self.qmax).to(_F32)
-            r = x / _divisor(scale32.to(work))[:, None]
-            r = r.nan_to_num_(nan=0.0).clamp_(-self.qmax, self.qmax)
-            codes = _round_(r, self.stochastic, gen).add_(self.qmax).to(_U8)
-            scales = scale32
-        else:
-            lo, hi = torch.aminmax(x, dim=1)
-            lo32, hi32 = lo.to(_F32), hi.to(_F32)
-            step = self._step(lo32, hi32, work)
-            r = torch.sub(x, lo32.to(work)[:, None]).div_(_divisor(step)[:, None])
-            r = r.nan_to_num_(nan=0.0).clamp_(0, self.top)
-            codes = _round_(r, self.stochastic, gen).to(_U8)
-            scales = torch.cat([lo32, hi32])
-        return [_pack(_unblock(codes, n), self.bits), scales], {}
+        return list(reference.int_encode(flat, self.bits, self.block_size, self.scheme,
+                                         self.stochastic, gen)), {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, work_dtype(payload.dtype)
+        n = payload.numel
         packed, scales = payload.tensors
-        if kernels.supports_decode(packed, payload.dtype, n):
-            return kernels.int_decode(packed, scales, n, self.bits, self.block_size, self.scheme,
-                                      payload.dtype)
-        q = _blocks(_unpack(packed, n, self.bits), self.block_size).to(work)
-        if self.scheme == "absmax":
-            out = q.sub_(self.qmax).mul_(scales.to(work)[:, None])
-        else:
-            lo32, hi32 = scales.view(2, -1)
-            out = q.mul_(self._step(lo32, hi32, work)[:, None]).add_(lo32.to(work)[:, None])
-        return _unblock(out, n)
+        decode = (kernels.int_decode if kernels.supports_decode(packed, payload.dtype, n)
+                  else reference.int_decode)
+        return decode(packed, scales, n, self.bits, self.block_size, self.scheme, payload.dtype)
 
     def aggregate_rows(self, rows, offsets, mine, out):
         if not _rows_fusable(rows, mine, out):
@@ -306,11 +206,9 @@ class TernGrad(FusedErrorFeedback, Compressor):
     def options(self):
         return {"block_size": self.block_size, "seed": self.seed}
 
-    def _bs(self, numel: int) -> int:
-        return self.block_size or max(numel, 1)
-
     def wire_nbytes(self, numel, dtype=torch.float32):
-        return bitpack.packed_nbytes(numel, self.bits) + 4 * _nblocks(numel, self._bs(numel))
+        return (bitpack.packed_nbytes(numel, self.bits)
+                + 4 * reference.nblocks(numel, reference.terngrad_block(numel, self.block_size)))
 
     def _compress_ef(self, flat, residual):
         return kernels.terngrad_encode_ef(flat, residual, self.block_size,
@@ -320,26 +218,15 @@ class TernGrad(FusedErrorFeedback, Compressor):
         if kernels.supports(flat):  # CUDA: the Triton kernels
             seed = _kernel_seed(self, flat)
             return list(kernels.terngrad_encode(flat, self.block_size, seed)), {}
-        n, work = flat.numel(), work_dtype(flat.dtype)
-        x = _blocks(flat.to(work), self._bs(n))
-        mag = x.abs()
-        s32 = mag.amax(dim=1).to(_F32)
-        p = mag.div_(_divisor(s32.to(work))[:, None])
-        p = p.nan_to_num_(nan=0.0).clamp_(0, 1)
-        u = torch.rand(x.shape, generator=self._generator(flat.device), device=x.device,
-                       dtype=work)
-        keep = torch.lt(u, p).view(_U8)
-        negative = torch.lt(x, 0).view(_U8).bitwise_and_(keep)
-        codes = (keep + 1).sub_(negative << 1)  # -1 -> 0, 0 -> 1, +1 -> 2
-        return [bitpack.pack(_unblock(codes, n), self.bits), s32], {}
+        gen = self._generator(flat.device)
+        return list(reference.terngrad_encode(flat, self.block_size, gen)), {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, work_dtype(payload.dtype)
+        n = payload.numel
         packed, s = payload.tensors
-        if kernels.supports_decode(packed, payload.dtype, n):
-            return kernels.terngrad_decode(packed, s, n, self.block_size, payload.dtype)
-        t = _blocks(bitpack.unpack(packed, n, self.bits), self._bs(n)).to(work).sub_(1)
-        return _unblock(t.mul_(s.to(work)[:, None]), n)
+        decode = (kernels.terngrad_decode if kernels.supports_decode(packed, payload.dtype, n)
+                  else reference.terngrad_decode)
+        return decode(packed, s, n, self.block_size, payload.dtype)
 
     def aggregate_rows(self, rows, offsets, mine, out):
         if not _rows_fusable(rows, mine, out):
@@ -388,30 +275,11 @@ class Natural(FusedErrorFeedback, Compressor):
         if kernels.supports(flat):  # CUDA: the Triton kernel
             seed = _kernel_seed(self, flat)
             return list(kernels.natural_encode(flat, seed)), {}
-        work = work_dtype(flat.dtype)
-        x = flat.to(work)
-        mag = x.abs()
-        mant, ex = torch.frexp(mag)  # mag = mant * 2**ex, mant in [0.5, 1)
-        small = mag < 2.0 ** -126
-        over = torch.isinf(mag).logical_or_(ex >= 255 - 126)  # Inf, or 2**e beyond float32
-        p_up = torch.where(small, mag * 2.0 ** 126, mant.mul_(2).sub_(1))
-        exp = ex.add_(126).masked_fill_(small, 0)  # biased exponent of 2**e
-        u = torch.rand(x.shape, generator=self._generator(flat.device), device=x.device,
-                       dtype=work)
-        cap = 127 + 15 if flat.dtype == torch.float16 else 254
-        exp = exp.add_(torch.lt(u, p_up)).clamp_(max=cap).masked_fill_(over, 255)
-        nan = torch.isnan(x)
-        exp = exp.masked_fill_(nan, 0)
-        sign = torch.signbit(x).logical_and_(exp > 0).logical_or_(nan)
-        return [bitpack.pack(sign.view(_U8), 1), exp.to(_U8)], {}
+        return list(reference.natural_encode(flat, self._generator(flat.device))), {}
 
     def _decompress(self, payload: Payload):
-        n, work = payload.numel, work_dtype(payload.dtype)
+        n = payload.numel
         packed, exp = payload.tensors
-        if kernels.supports_decode(packed, payload.dtype, n):
-            return kernels.natural_decode(packed, exp, n, payload.dtype)
-        sign = bitpack.unpack(packed, n, 1).view(torch.bool)
-        mag = (exp.to(torch.int32) << 23).view(_F32)  # exactly 2**(E - 127), 0, or Inf
-        out = torch.where(sign, -mag, mag)
-        out = out.masked_fill_(sign.logical_and(exp == 0), float("nan"))
-        return out.to(work)
+        decode = (kernels.natural_decode if kernels.supports_decode(packed, payload.dtype, n)
+                  else reference.natural_decode)
+        return decode(packed, exp, n, payload.dtype)

@@ -3,37 +3,21 @@
 Common to all three: the bit of a value is ``x >= 0``, so 0 and -0.0 (which compares equal to
 0) are sent as "non-negative" and NaN as "negative". Bits are packed 8 to a byte with
 `bitpack.pack`; scales travel as float32. Values are computed in float32 for float16/bfloat16
-input and in float64 for float64 input.
+input and in float64 for float64 input. The encode and decode math is `gradcomp.kernels.sign`:
+its torch `reference` (CPU tensors, float64) beside the Triton kernels (CUDA tensors).
 """
 from __future__ import annotations
 
 import torch
 
 from .. import kernels
-from ..kernels.blocks import block_counts, layout
 from ..checks import check_int
-from .base import Compressor, Payload, all_finite, work_dtype
-from .bitpack import pack, packed_nbytes, unpack
+from ..kernels.blocks import layout
+from ..kernels.packing.reference import packed_nbytes, unpack
+from ..kernels.sign import reference
+from .base import Compressor, Payload, work_dtype
 from .memory import FusedErrorFeedback
 from .registry import register
-
-
-def _sign_bits(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bool mask ``flat >= 0``, its packed 1-bit stream)."""
-    bits = flat >= 0
-    return bits, pack(bits.view(torch.uint8), 1)
-
-
-def _unpack_bits(payload: Payload) -> torch.Tensor:
-    return unpack(payload.tensors[0], payload.numel, 1).view(torch.bool)  # codes are 0 or 1
-
-
-def _blocked(x: torch.Tensor, nblocks: int, length: int, fill=0) -> torch.Tensor:
-    """`x` padded with `fill` to nblocks * length values, viewed as (nblocks, length)."""
-    pad = nblocks * length - x.numel()
-    if pad:
-        x = torch.cat([x, x.new_full((pad,), fill)])
-    return x.view(nblocks, length)
 
 
 @register
@@ -62,19 +46,13 @@ class SignSGD(FusedErrorFeedback, Compressor):
     def _compress(self, flat, key):
         if kernels.supports(flat):  # CUDA: the Triton kernel
             return list(kernels.sign_encode(flat, "signsgd")), {}
-        _, packed = _sign_bits(flat)
-        ok = all_finite(flat)
-        flag = torch.where(ok, 1.0, float("nan")).to(torch.float32).reshape(1)
-        return [packed, flag], {}
+        return list(reference.signsgd_encode(flat)), {}
 
     def _decompress(self, payload):
         if kernels.supports_decode(payload.tensors[0], payload.dtype, payload.numel):
             return kernels.sign_decode(*payload.tensors, payload.numel, "signsgd", 0,
                                        payload.dtype)
-        work = work_dtype(payload.dtype)
-        bits = _unpack_bits(payload)
-        flag = payload.tensors[1].to(work)
-        return torch.where(bits, flag, -flag)
+        return reference.signsgd_decode(*payload.tensors, payload.numel, payload.dtype)
 
     def aggregate(self, payloads: list[Payload]) -> torch.Tensor:
         first = payloads[0]
@@ -139,21 +117,13 @@ class EFSignSGD(_Blocked):
     def _compress(self, flat, key):
         if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
             return wire, {}
-        x = flat.to(work_dtype(flat.dtype))
-        bits, packed = _sign_bits(x)
-        nblocks, length = layout(x.numel(), self.block_size)
-        sums = _blocked(x.abs(), nblocks, length).sum(dim=1)
-        counts = block_counts(x.numel(), nblocks, length, x.dtype, x.device).clamp_min(1)
-        return [packed, (sums / counts).to(torch.float32)], {}
+        return list(reference.efsignsgd_encode(flat, self.block_size)), {}
 
     def _decompress(self, payload):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
-        work = work_dtype(payload.dtype)
-        nblocks, length = layout(payload.numel, self.block_size)
-        bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
-        scale = payload.tensors[1].to(work).unsqueeze(1)
-        return torch.where(bits, scale, -scale).reshape(-1)[: payload.numel]
+        return reference.efsignsgd_decode(*payload.tensors, payload.numel, self.block_size,
+                                          payload.dtype)
 
 
 @register
@@ -178,26 +148,10 @@ class OneBit(_Blocked):
     def _compress(self, flat, key):
         if (wire := self._kernel_compress(flat)) is not None:  # CUDA: Triton kernels
             return wire, {}
-        x = flat.to(work_dtype(flat.dtype))
-        bits, packed = _sign_bits(x)
-        n = x.numel()
-        nblocks, length = layout(n, self.block_size)
-        xb, bb = _blocked(x, nblocks, length), _blocked(bits, nblocks, length, fill=False)
-        part = torch.where(bb, xb, 0)  # one scratch for both groups
-        pos_sum = part.sum(dim=1)
-        neg_sum = torch.where(bb, x.new_zeros(()), xb, out=part).sum(dim=1)
-        pos_count = bb.sum(dim=1).to(x.dtype)
-        neg_count = block_counts(n, nblocks, length, x.dtype, x.device) - pos_count
-        means = torch.stack([pos_sum / pos_count.clamp_min(1),
-                             neg_sum / neg_count.clamp_min(1)], dim=1)
-        return [packed, means.to(torch.float32).reshape(-1)], {}
+        return list(reference.onebit_encode(flat, self.block_size)), {}
 
     def _decompress(self, payload):
         if (out := self._kernel_decompress(payload)) is not None:
             return out
-        work = work_dtype(payload.dtype)
-        nblocks, length = layout(payload.numel, self.block_size)
-        bits = _blocked(_unpack_bits(payload), nblocks, length, fill=False)
-        means = payload.tensors[1].to(work).view(nblocks, 2)
-        out = torch.where(bits, means[:, :1], means[:, 1:])
-        return out.reshape(-1)[: payload.numel]
+        return reference.onebit_decode(*payload.tensors, payload.numel, self.block_size,
+                                       payload.dtype)

@@ -18,13 +18,12 @@ from typing import Any
 import torch
 
 from .. import kernels
-from ..kernels import permutation
+from ..kernels.randomk import reference as randomk
+from ..kernels.sparse import reference
+from ..kernels.sparse.reference import index_dtype, magnitudes
 from ..checks import check_int, check_ratio
-from .base import Compressor, Payload, all_finite, work_dtype
+from .base import Compressor, Payload, work_dtype
 from .registry import register
-
-_INT32_LIMIT = 2**31
-
 
 def _count(ratio: float, n: int) -> int:
     """ceil(ratio * n), at least 1 and at most n for n > 0; 0 for n == 0."""
@@ -32,84 +31,6 @@ def _count(ratio: float, n: int) -> int:
         return 0
     x = ratio * n
     return min(n, max(1, math.ceil(x * (1.0 - 1e-9))))
-
-
-def _index_dtype(n: int) -> torch.dtype:
-    return torch.int32 if n < _INT32_LIMIT else torch.int64
-
-
-def _magnitudes(flat: torch.Tensor) -> torch.Tensor:
-    """|flat| in float32 (float64 stays float64), with NaN and +-Inf mapped to +Inf so that
-    non-finite elements are always selected."""
-    mags = flat.to(work_dtype(flat.dtype)).abs()
-    return torch.nan_to_num(mags, nan=math.inf, posinf=math.inf)
-
-
-#: Magnitudes the CPU top-k samples (a strided sample) to pick its candidates' threshold.
-TOPK_SAMPLE = 1 << 16
-
-
-def sample_stride(n: int) -> int:
-    """The stride of the CPU top-k's sample of n magnitudes: the smallest prime at least
-    n // TOPK_SAMPLE (1 for small tensors). A power-of-two stride lines up with the rows of
-    a weight gradient and samples the same few columns of every row, whose magnitudes are
-    not the tensor's: on the built-in MLP's gradients (1024-wide layers) a stride of 64 gave
-    0.85-1.9 k candidates (under k: a second pass, twice the time), a stride of 67 1.1-1.3 k."""
-    stride = max(1, n // TOPK_SAMPLE)
-    while stride > 1 and any(stride % d == 0 for d in range(2, math.isqrt(stride) + 1)):
-        stride += 1
-    return stride
-
-
-def _at_least(mags: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Positions (int64, in index order) of the magnitudes >= t or NaN (one compare, one
-    in-place negation and one compaction: NaN counts as +Inf without a pass to replace it)."""
-    return torch.nonzero(torch.lt(mags, t).logical_not_()).squeeze(1)
-
-
-def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """The positions of the k largest magnitudes of the 1-D `flat` (NaN and +-Inf count as
-    +Inf), exactly, ties at the k-th magnitude broken by position (the first ones win, as in
-    `gradcomp.kernels.topk_select`), as int64 in index order; for 0 <= k <= numel.
-
-    A sampled threshold plus an exact refinement, instead of torch.topk over the whole tensor
-    (8-10x cheaper on a CPU at 1%): every `sample_stride`-th magnitude (about `TOPK_SAMPLE`)
-    gives a threshold t a few standard deviations below the sample's estimate of the k-th
-    largest; the candidates (>= t) are compacted in index order (about 1.2k of them for
-    random data), and among them the k-th largest v is found by `kthvalue`; the result is every
-    candidate > v and the first candidates == v. If fewer than k elements reach t (a sample
-    that misjudged the data), t is lowered, down to the whole tensor: the result is exact
-    whatever the sample, only the cost depends on it.
-    """
-    n = flat.numel()
-    if k == 0:
-        return torch.empty(0, dtype=torch.int64, device=flat.device)
-    mags = flat.to(work_dtype(flat.dtype)).abs()  # NaN stays NaN (see `_at_least`)
-    stride = sample_stride(n)
-    sample = torch.nan_to_num(mags[::stride], nan=math.inf, posinf=math.inf)
-    s = sample.numel()
-    if stride == 1:
-        rank = k  # the sample is the tensor: t is the k-th largest itself
-    else:
-        expect = k * s / n
-        rank = min(s, math.ceil(expect + 4.0 * math.sqrt(expect) + 8))
-    while True:
-        t = torch.topk(sample, rank, sorted=False).values.min()
-        cand = _at_least(mags, t)
-        if cand.numel() >= k:
-            break
-        if rank == s:  # the sample's minimum still leaves fewer than k: every element
-            cand = torch.arange(n, device=flat.device)
-            break
-        rank = min(s, 4 * rank)
-    if cand.numel() == k:
-        return cand
-    cm = torch.nan_to_num_(mags[cand], nan=math.inf, posinf=math.inf)
-    v = torch.kthvalue(cm, cm.numel() - k + 1).values  # the k-th largest candidate
-    above = cm > v
-    tied = cm == v
-    take = above | (tied & (torch.cumsum(tied, 0) <= k - int(above.sum())))
-    return cand[take]
 
 
 def _scatter_mean(payloads: list[Payload], ordered: bool | None = None,
@@ -198,8 +119,8 @@ class TopK(_SparseGather):
     Non-finite input: NaN and +-Inf count as infinitely large, so they are always selected and
     arrive at their own positions (if there are more than k of them, k of them travel).
     CUDA tensors use `gradcomp.kernels.topk_select` (an exact radix select without host syncs),
-    CPU tensors `topk_positions` (a sampled threshold and an exact refinement, indices in
-    index order); both break ties at the k-th magnitude by position (the first ones win), so
+    CPU tensors `topk_positions` of `gradcomp.kernels.sparse.reference` (a sampled threshold
+    and an exact refinement, indices in index order); both break ties at the k-th magnitude by position (the first ones win), so
     they select the same set. Other devices use torch.topk, whose choice among ties is its
     own: the decoded tensors agree wherever the k-th magnitude is not tied across the cut.
     """
@@ -215,20 +136,15 @@ class TopK(_SparseGather):
     def _compress(self, flat, key):
         n = flat.numel()
         k = _count(self.ratio, n)
-        if kernels.supports_selection(flat):
-            return list(kernels.topk_select(flat, k)), {}
-        if flat.device.type == "cpu":
-            indices = topk_positions(flat, k)
-        else:
-            indices = torch.topk(_magnitudes(flat), k, sorted=False).indices
-        return [flat[indices], indices.to(_index_dtype(n))], {}
+        select = kernels.topk_select if kernels.supports_selection(flat) else reference.topk_select
+        return list(select(flat, k)), {}
 
     def left_over(self, corrected, payload):
         values, indices = payload.tensors  # distinct; decoded as 0 + value (-0.0 as +0.0)
         return _subtract_at(corrected, indices, values + 0)
 
     def wire_nbytes(self, numel, dtype=torch.float32):
-        return _count(self.ratio, numel) * (dtype.itemsize + _index_dtype(numel).itemsize)
+        return _count(self.ratio, numel) * (dtype.itemsize + index_dtype(numel).itemsize)
 
 
 @register
@@ -238,8 +154,8 @@ class RandomK(Compressor):
     pseudo-random permutation ``pi`` of [0, n): a 4-round balanced Feistel network (Luby &
     Rackoff, SIAM J. Comput. 1988) over the smallest even number of bits covering n, brought
     into [0, n) by cycle walking (Black & Rogaway, CT-RSA 2002); see
-    `gradcomp.kernels.permutation`. The permutation is pseudo-random (a statistical one, not
-    a cryptographic one): positions pass inclusion- and pair-frequency tests for uniform
+    `gradcomp.kernels.randomk.reference`. The permutation is pseudo-random (a statistical
+    one, not a cryptographic one): positions pass inclusion- and pair-frequency tests for uniform
     k-subsets. Cost O(k) for the positions (about 4**m / n < 4 network evaluations each), plus
     one read of the tensor for the finiteness check and the gather of k values.
 
@@ -270,21 +186,17 @@ class RandomK(Compressor):
     def _compress(self, flat, key):
         n = flat.numel()
         k = _count(self.ratio, n)
-        keys = permutation.draw_keys(self._generator(torch.device("cpu")))
-        if kernels.supports(flat):
-            values, indices = kernels.randomk_encode(flat, k, keys)
-            return [values], {"indices": indices}
-        indices = permutation.positions(n, k, keys, flat.device)
-        ok = all_finite(flat)
-        values = torch.where(ok, flat[indices], math.nan)
+        keys = randomk.draw_keys(self._generator(torch.device("cpu")))
+        encode = kernels.randomk_encode if kernels.supports(flat) else randomk.randomk_encode
+        values, indices = encode(flat, k, keys)
         return [values], {"indices": indices}
 
     def _decompress(self, payload: Payload) -> torch.Tensor:
         (values,) = payload.tensors
-        if kernels.supports_decode(values, values.dtype, payload.numel):
-            return kernels.randomk_scatter(values, payload.meta["indices"], payload.numel)
-        out = torch.zeros(payload.numel, dtype=values.dtype, device=values.device)
-        return out.index_put_((payload.meta["indices"],), values)
+        scatter = (kernels.randomk_scatter
+                   if kernels.supports_decode(values, values.dtype, payload.numel)
+                   else randomk.randomk_scatter)
+        return scatter(values, payload.meta["indices"], payload.numel)
 
     def left_over(self, corrected, payload):
         return _subtract_at(corrected, payload.meta["indices"], payload.tensors[0])
@@ -325,7 +237,7 @@ class Threshold(_SparseGather):
     def options(self) -> dict[str, Any]:
         return {"ratio": self.ratio, "sample_ratio": self.sample_ratio, "seed": self.seed}
 
-    def estimate_threshold(self, flat: torch.Tensor, mags: torch.Tensor | None = None):
+    def estimate_threshold(self, flat: torch.Tensor):
         """The magnitude threshold for the non-empty 1-D tensor `flat`, as a 0-d tensor (draws
         from the generator exactly as `compress` does)."""
         n = flat.numel()
@@ -333,9 +245,9 @@ class Threshold(_SparseGather):
         if s < n:
             g = self._generator(flat.device)
             pick = torch.randint(0, n, (s,), generator=g, device=flat.device)
-            sample = _magnitudes(flat[pick] if mags is None else mags[pick])
+            sample = magnitudes(flat[pick])
         else:
-            sample = _magnitudes(flat if mags is None else mags)
+            sample = magnitudes(flat)
         m = _count(self.ratio, s)
         # The m-th largest (= kthvalue(s - m + 1), ~30x slower on a GPU than topk). Not the
         # top-k kernel: on the H100 it saved 28 us of GPU time but added 240 us of launches.
@@ -346,40 +258,9 @@ class Threshold(_SparseGather):
         if n == 0:
             return [flat.clone(), torch.empty(0, dtype=torch.int32, device=flat.device)], {}
         k = _count(self.ratio, n)
-        if kernels.supports_selection(flat):
-            return list(kernels.threshold_select(flat, self.estimate_threshold(flat), k)), {}
-        if flat.device.type == "cpu":
-            return self._compress_cpu(flat, k), {}
-        mags = _magnitudes(flat)
-        passing = mags >= self.estimate_threshold(flat, mags)
-        non_finite = mags == math.inf  # NaN and +-Inf: they take the first slots
-        slot = torch.arange(k, device=flat.device)
-        first = torch.nonzero_static(non_finite, size=k, fill_value=0).squeeze(1)
-        rest = torch.nonzero_static(passing & ~non_finite, size=k, fill_value=0).squeeze(1)
-        n_first = non_finite.sum()
-        indices = torch.where(slot < n_first, first, rest[(slot - n_first).clamp(0, k - 1)])
-        filled = slot < passing.sum()
-        values = torch.where(filled, flat[indices], torch.zeros((), dtype=flat.dtype,
-                                                                 device=flat.device))
-        return [values, indices.to(_index_dtype(n))], {}
-
-    def _compress_cpu(self, flat: torch.Tensor, k: int) -> list[torch.Tensor]:
-        """The wire tensors of `_compress` on a CPU, the same bit for bit, with host syncs:
-        one compare and one compaction of the passing positions (non-finite ones included),
-        then the non-finite ones moved to the front, instead of two masks and two compactions
-        over the whole tensor."""
-        mags = flat.to(work_dtype(flat.dtype)).abs()  # NaN stays NaN: it passes any threshold
-        passing = _at_least(mags, self.estimate_threshold(flat, mags))
-        odd = ~torch.isfinite(mags[passing])  # NaN and +-Inf: they take the first slots
-        if bool(odd.any()):
-            passing = torch.cat([passing[odd], passing[~odd]])
-        indices = passing[:k]
-        pad = k - indices.numel()
-        values = flat[indices]
-        if pad:  # unfilled slots: value 0 at index 0
-            values = torch.cat([values, values.new_zeros(pad)])
-            indices = torch.cat([indices, indices.new_zeros(pad)])
-        return [values, indices.to(_index_dtype(flat.numel()))]
+        select = (kernels.threshold_select if kernels.supports_selection(flat)
+                  else reference.threshold_select)
+        return list(select(flat, self.estimate_threshold(flat), k)), {}
 
     def wire_nbytes(self, numel, dtype=torch.float32):
-        return _count(self.ratio, numel) * (dtype.itemsize + _index_dtype(numel).itemsize)
+        return _count(self.ratio, numel) * (dtype.itemsize + index_dtype(numel).itemsize)

@@ -1,10 +1,12 @@
 """Triton kernels behind the compressors' hot paths.
 
 Importing this package never imports Triton; the kernels load on first use of one of the
-functions below, e.g. ``kernels.int8_encode(x)``: each family's Python wrapper (`quantize`,
-`sign`, `packing`, `sparse`, `randomk`, `orthogonal`, with the shared helpers of `launch` and
-`stats`) beside its `@triton.jit` source in `gradcomp.kernels.jit`. The compressors call them
-for CUDA tensors when `supports(tensor)` is true and keep their torch code as the reference
+functions below, e.g. ``kernels.int8_encode(x)``. One package per method family (`quantize`,
+`sign`, `packing`, `sparse`, `randomk`, `orthogonal`) holds the family's torch `reference`
+beside its `launcher` (the Python entry points) and its `jit` (the `@triton.jit` sources); the
+families share `launch` (launch helpers), `blocks` (block layout), `tiles` (`@triton.jit`
+helpers and the kernels' conventions) and `stats` (the statistics pass). The compressors call
+the kernels for CUDA tensors when `supports(tensor)` is true and the torch reference otherwise
 (CPU tensors, float64, and any case the kernels do not cover).
 
 * `available()`: Triton imports and a CUDA (or ROCm) device is present, and the environment
@@ -53,7 +55,7 @@ error feedback         `*_encode_ef(x, residual, ...)` (int, qsgd, terngrad, nat
 Everything else stays torch: CPU tensors, float64, empty tensors, the other methods (none,
 fp16, bf16), PowerSGD's matrix products and signsgd's majority-vote `aggregate`.
 Round-to-nearest results equal the torch code on the same device bit for bit (see
-`gradcomp.kernels.quantize` for the two documented exceptions: sums, and the sign of a zero
+`gradcomp.kernels.quantize.launcher` for the two documented exceptions: sums, and the sign of a zero
 min/max); stochastic rounding draws from Triton's Philox generator, seeded per call from the
 compressor's own generator.
 """
@@ -68,21 +70,21 @@ import torch
 from .launch import MAX_NUMEL, SUPPORTED_DTYPES, interpreting
 
 #: Public name -> the submodule (importing Triton) that defines it, loaded on first use.
-_OPS = {name: "quantize" for name in (
+_OPS = {name: "quantize.launcher" for name in (
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",
     "qsgd_encode", "qsgd_decode", "terngrad_encode", "terngrad_decode",
     "int_decode_mean", "qsgd_decode_mean", "terngrad_decode_mean",
     "natural_encode", "natural_decode",
     "int_encode_ef", "qsgd_encode_ef", "terngrad_encode_ef", "natural_encode_ef")}
-_OPS.update({name: "sign" for name in (
+_OPS.update({name: "sign.launcher" for name in (
     "sign_encode", "sign_decode", "sign_encode_ef", "signsgd_encode", "signsgd_decode",
     "efsignsgd_encode", "efsignsgd_decode", "onebit_encode", "onebit_decode")})
-_OPS.update({name: "packing" for name in ("pack", "unpack")})
+_OPS.update({name: "packing.launcher" for name in ("pack", "unpack")})
 _OPS.update({name: "launch" for name in ("fused_block_size", "FUSED_MAX")})
-_OPS.update({name: "sparse" for name in ("topk_select", "threshold_select")})
-_OPS.update({name: "randomk" for name in ("randomk_encode", "randomk_positions",
+_OPS.update({name: "sparse.launcher" for name in ("topk_select", "threshold_select")})
+_OPS.update({name: "randomk.launcher" for name in ("randomk_encode", "randomk_positions",
                                            "randomk_gather", "randomk_scatter")})
-_OPS.update({name: "orthogonal" for name in ("orthogonalize_",)})
+_OPS.update({name: "orthogonal.launcher" for name in ("orthogonalize_",)})
 
 
 @functools.lru_cache(maxsize=None)

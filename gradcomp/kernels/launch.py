@@ -58,7 +58,7 @@ def inv(c: float) -> float:
 
 def bf16_fix(dtype) -> bool:
     """Round float32 -> bfloat16 outputs by hand under the interpreter (see
-    `gradcomp.kernels.jit.common.to_out`)."""
+    `gradcomp.kernels.tiles.to_out`)."""
     return dtype == torch.bfloat16 and interpreting()
 
 

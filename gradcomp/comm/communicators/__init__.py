@@ -2,7 +2,7 @@
 `build` picks the one a method needs."""
 from ...checks import check_choice
 from ...compressors import Compressor, TwoRoundCompressor
-from ..blocksparse import DEFAULT_BLOCK_SIZE
+from ...collectives.blocksparse import DEFAULT_BLOCK_SIZE
 from ..ranks import Ranks
 from .allgather import AllGather
 from .allreduce import AllReduce

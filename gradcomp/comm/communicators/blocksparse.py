@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..blocksparse import block_sparse_all_reduce
+from ...collectives.blocksparse import block_sparse_all_reduce
 from ..ranks import Ranks
 from .base import Bucket, Communicator, Sent, write_back
 

@@ -10,7 +10,7 @@ a call's time is the slowest rank's; the row holds the median and the spread (ma
 dense all-reduce (`dist.all_reduce`) of the same tensor is timed the same way (mode "dense",
 density 1).
 
-The prediction (`predicted_s`) is the cost model of `gradcomp.comm.blocksparse` for the
+The prediction (`predicted_s`) is the cost model of `gradcomp.collectives.blocksparse` for the
 traffic `model.blocksparse` expects at the asked density and the independent union
 1 - (1-d)^p, with latency and bandwidth calibrated in the same processes on the data moves of
 the sparse rounds: alpha from an all-to-all of 4 bytes per peer, ``(p-1) alpha``; bandwidth
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ...checks import check_int
-from ...comm import block_sparse_all_reduce, blocksparse
+from ...collectives import block_sparse_all_reduce, blocksparse
 from ..common.env import check_backend, environment, local_device, spawn
 from ..common.store import ResultTable, as_table
 from ..common.timing import slowest_rank_seconds

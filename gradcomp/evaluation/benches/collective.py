@@ -16,7 +16,7 @@ with the payload the performance model uses:
 * collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
   ``alltoall`` (`all_to_all_single` of S bytes, S/p to each rank), FSDP's (not by default;
   the sizes rounded down to multiples of 4p bytes);
-* collective ``forest`` (not by default): the forest all-reduce (`comm.forest`) of a forest
+* collective ``forest`` (not by default): the forest all-reduce (`collectives.forest`) of a forest
   packed for equal links between all workers (local workers have no slower pairs), with
   `matches_allreduce`: whether it gave dist.all_reduce's result on integer-valued data; its
   time against ``allreduce`` is the executor's overhead, not a topology's speedup;
@@ -53,7 +53,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ...checks import check_int
-from ...comm import forest_all_reduce, pack_forest
+from ...collectives import forest_all_reduce, pack_forest
 from ..common.env import (check_backend, environment, init_from_env, launch, local_device,
                           under_torchrun, workers)
 from ..common.store import ResultTable, as_table

@@ -1,4 +1,4 @@
-"""What the block-sparse all-reduce (`gradcomp.comm.blocksparse`, whose docstring gives the
+"""What the block-sparse all-reduce (`gradcomp.collectives.blocksparse`, whose docstring gives the
 cost of each round) is expected to send and do locally, before any gradient exists.
 
 With per-rank block density d and union density u (fractions of blocks non-zero on one rank,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ...comm.blocksparse import Traffic
+from ...collectives.blocksparse import Traffic
 
 
 def union_density(density: float, workers: int) -> float:

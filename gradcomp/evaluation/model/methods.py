@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ... import diloco
-from ...comm import BLOCK_SPARSE_METHODS, blocksparse
+from ...collectives import blocksparse
+from ...comm import BLOCK_SPARSE_METHODS
 from ...compressors import compressor
 from ..profiles.architectures import Shape
 from .blocksparse import union_density

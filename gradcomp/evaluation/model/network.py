@@ -18,7 +18,7 @@ payload and B = efficiency * bandwidth / 8 bytes/s:
   (FSDP's collectives: `model.fsdp`);
 * block-sparse all-reduce (`block_sparse_cost`): bitmaps, then upstream non-zero blocks per
   worker and the downstream union, with the all-gather's alpha and B
-  (`gradcomp.comm.blocksparse`, `model.blocksparse`); on two tiers at the slowest hop of a
+  (`gradcomp.collectives.blocksparse`, `model.blocksparse`); on two tiers at the slowest hop of a
   ring over all GPUs (`Tiers.slowest_hop`), an approximation not checked by the simulator.
 
 The flat formulas are validated on the testbed; the two-tier ones against the link-matrix
@@ -45,7 +45,7 @@ from typing import Callable, Mapping
 
 from ...checks import check_choice, check_int, check_number
 from ...collectives import costs
-from ...comm import blocksparse
+from ...collectives import blocksparse
 from ..common.units import parse_rate
 from .blocksparse import expected_traffic
 

@@ -1,5 +1,5 @@
 """Network topologies as link-bandwidth matrices, and the completion time of an all-reduce on
-them by ring, tree, parameter server and forest (`comm.forest_packing`).
+them by ring, tree, parameter server and forest (`collectives.forest_packing`).
 
 A `Topology` holds `bandwidth_bps[i][j]`, the capacity of the directed link from worker i to
 worker j in bit/s (0: no link): a dedicated link per ordered pair, which other pairs' traffic
@@ -51,7 +51,7 @@ import pandas as pd
 
 from ...checks import check_int
 from ...collectives.costs import TREE_CHUNK_BYTES, pipeline
-from ...comm.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
+from ...collectives.forest_packing import (CUT_LIMIT, PARTITION_LIMIT, Forest, check_bandwidth,
                                     check_connected, check_nics, pack_forest, two_way_cut)
 from ..common.units import parse_rate
 from .network import ALGORITHMS, Network

@@ -1,10 +1,10 @@
-"""Kernels of generic MSB-first bit packing (wrapped by `gradcomp.kernels.packing`)."""
+"""Kernels of generic MSB-first bit packing (wrapped by `gradcomp.kernels.packing.launcher`)."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .common import load_codes, store_packed, tile
+from ..tiles import load_codes, store_packed, tile
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Triton kernels of exact top-k and threshold selection (see `gradcomp.kernels.sparse`).
+"""Triton kernels of exact top-k and threshold selection (see `gradcomp.kernels.sparse.launcher`).
 
 Keys: the float32 bit pattern of |x| as int32 (exact for float16/bfloat16 converted to
 float32), NaN and +-Inf mapped to the key of +Inf. Non-negative floats order like their bit

@@ -1,4 +1,5 @@
-"""Bit packing: small unsigned codes (1 to 8 bits each) into a dense uint8 stream and back.
+"""Bit packing: small unsigned codes (1 to 8 bits each) into a dense uint8 stream and back, in
+torch: the compressors' code and the reference of the packing kernels (`launcher`).
 
 Codes are laid out most significant bit first, one after another with no padding between them;
 the stream is padded with zero bits to a whole byte. ``packed_nbytes(n, bits)`` is its length.

@@ -1,11 +1,11 @@
 """Kernels of the quantizers: int8/int4 (absmax, minmax), QSGD and TernGrad (one METHOD
-constexpr), and natural compression (wrapped by `gradcomp.kernels.quantize`)."""
+constexpr), and natural compression (wrapped by `gradcomp.kernels.quantize.launcher`)."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .common import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
+from ..tiles import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
                      to_out)
 
 # Method ids (constexpr METHOD) of the quantizer kernels.

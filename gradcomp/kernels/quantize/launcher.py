@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import torch
 
-from .blocks import layout
-from .jit import quantize as K
-from .jit.stats import P_ABSMAX, P_MINMAX, P_SUMSQ
-from .launch import (SUPPORTED_DTYPES, bf16_fix, cdiv, check_block_size, check_input,
+from ..blocks import layout
+from ..launch import (SUPPORTED_DTYPES, bf16_fix, cdiv, check_block_size, check_input,
                      check_residual, dec_block, ef_args, elem_cfg, fused_block_size, inv, launch,
                      new_residual, p2, rows_cfg)
-from .stats import partials
+from ..stats import P_ABSMAX, P_MINMAX, P_SUMSQ, partials
+from . import jit as K
 
 __all__ = [
     "int_encode", "int_decode", "int8_encode", "int8_decode", "int4_encode", "int4_decode",

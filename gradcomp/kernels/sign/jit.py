@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
+from ..tiles import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
                      to_out)
 
 # Method ids of the sign kernels.

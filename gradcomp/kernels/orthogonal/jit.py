@@ -1,6 +1,6 @@
-"""Triton kernel of `gradcomp.kernels.orthogonal`: orthonormal columns for a batch of tall-skinny
-float32 matrices, one program per matrix (imported only on demand; see `gradcomp.kernels.jit`
-for TRITON_INTERPRET).
+"""Triton kernel of `gradcomp.kernels.orthogonal.launcher`: orthonormal columns for a batch of
+tall-skinny float32 matrices, one program per matrix (imported only on demand; see
+`gradcomp.kernels.tiles` for TRITON_INTERPRET).
 
 A matrix is n x r, row-major at `base` (element (i, j) at base + i * r + j). A program holds
 row tiles of shape (CHUNK, RP), RP >= r a power of two (columns past r are masked). When n <=

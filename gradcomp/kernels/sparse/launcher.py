@@ -25,8 +25,8 @@ import functools
 
 import torch
 
-from .jit import sparse as K
-from .launch import cdiv, check_input, interpreting, launch, p2
+from ..launch import cdiv, check_input, interpreting, launch, p2
+from . import jit as K
 
 __all__ = ["topk_select", "threshold_select"]
 

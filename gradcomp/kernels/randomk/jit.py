@@ -1,7 +1,7 @@
-"""Random-k's Triton kernels (imported on demand by `gradcomp.kernels.randomk`).
+"""Random-k's Triton kernels (imported on demand by `gradcomp.kernels.randomk.launcher`).
 
 * `positions_kernel`: ``pi(j)`` for j in [0, k), the cycle-walked Feistel permutation of
-  `gradcomp.kernels.permutation`, bit for bit. The kernel computes in uint32, whose
+  `gradcomp.kernels.randomk.reference`, bit for bit. The kernel computes in uint32, whose
   wrapping multiplies equal the reference's int64 products masked to 32 bits. Cycle walking
   repeats the network on the lanes still >= n until no lane of the tile is.
 * `finite_kernel`: one read of x; each program writes one int8 flag, 1 if its tile holds a NaN
@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..permutation import HASH_C1 as _C1, HASH_C2 as _C2
+from .reference import HASH_C1 as _C1, HASH_C2 as _C2
 
 HASH_C1 = tl.constexpr(_C1)
 HASH_C2 = tl.constexpr(_C2)

@@ -6,7 +6,7 @@ float32 tensors on a CUDA device, or on the CPU under Triton's interpreter (TRIT
 What it computes, per matrix of r columns, is the torch reference of
 `gradcomp.compressors.orthogonalize.orthogonalize_` (Gram-Schmidt for r <= 2, QR otherwise) up to
 float32 rounding, and for r > 2 up to the signs of the columns (see
-`gradcomp.kernels.jit.orthogonal`).
+`gradcomp.kernels.orthogonal.jit`).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import functools
 
 import torch
 
-from .jit.orthogonal import orthogonalize_kernel
-from .launch import interpreting, launch, p2
+from ..launch import interpreting, launch, p2
+from .jit import orthogonalize_kernel
 
 __all__ = ["orthogonalize_", "MAX_RANK"]
 

@@ -8,7 +8,7 @@ import).
   finiteness pass over x whose programs also compute the positions ``pi(0), ..., pi(k - 1)``
   (pure integer work, hidden under the read of x), then the gather over k.
 * `randomk_positions(n, k, keys, device)`: the positions alone, int64, equal bit for bit to
-  `gradcomp.kernels.permutation.positions` (its torch reference): one launch over k, no
+  `gradcomp.kernels.randomk.reference.positions` (its torch reference): one launch over k, no
   host-device copy (the 4 round keys are scalar arguments).
 * `randomk_gather(x, indices)`: ``x[indices]`` in x's dtype, all NaN if x holds a NaN or
   +-Inf: a finiteness pass over x (one read, one int8 flag per program) and a gather over
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import torch
 
-from .jit import randomk as K
-from .launch import MAX_NUMEL, SUPPORTED_DTYPES, cdiv, check_input, interpreting, launch
-from .permutation import check_keys, half_bits
+from ..launch import MAX_NUMEL, SUPPORTED_DTYPES, cdiv, check_input, interpreting, launch
+from . import jit as K
+from .reference import check_keys, half_bits
 
 __all__ = ["randomk_encode", "randomk_positions",
            "randomk_gather", "randomk_scatter"]

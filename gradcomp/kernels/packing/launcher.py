@@ -1,11 +1,11 @@
 """Generic MSB-first bit packing on the device: `pack` and `unpack`, equal to
-`gradcomp.compressors.bitpack` bit for bit (inputs as in `gradcomp.kernels.quantize`)."""
+`gradcomp.kernels.packing.reference` bit for bit (inputs as in `gradcomp.kernels.quantize`)."""
 from __future__ import annotations
 
 import torch
 
-from .jit import packing as K
-from .launch import cdiv, dec_block, elem_cfg, launch, p2
+from ..launch import cdiv, dec_block, elem_cfg, launch, p2
+from . import jit as K
 
 __all__ = ["pack", "unpack"]
 

@@ -1,4 +1,6 @@
-"""A keyed pseudo-random permutation of [0, n), in torch: random-k's shared positions.
+"""Random-k in torch: a keyed pseudo-random permutation of [0, n) whose first k values are the
+shared positions, the gather of their values (`randomk_encode`) and the scatter back
+(`randomk_scatter`); the compressor's code off CUDA and the Triton kernels' reference.
 
 ``pi`` is a balanced Feistel network (Luby & Rackoff, SIAM J. Comput. 17(2), 1988) on 2m bits,
 ``m = max(1, ceil(bitlength(n - 1) / 2))``, so its domain [0, 4**m) holds fewer than 4n values
@@ -31,7 +33,11 @@ is 30 evaluations) instead of once per step.
 """
 from __future__ import annotations
 
+import math
+
 import torch
+
+from ..blocks import all_finite
 
 #: Feistel rounds, one 31-bit key each.
 ROUNDS = 4
@@ -132,3 +138,16 @@ def positions(n: int, k: int, keys, device=None) -> torch.Tensor:
     keys = check_keys(keys)
     j = torch.arange(k, dtype=torch.int64, device=device)
     return permute(j, n, keys) if k else j
+
+
+def randomk_encode(x: torch.Tensor, k: int, keys) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) of random-k on the 1-D `x`: indices = ``positions(n, k, keys)``,
+    values = ``x[indices]``, every value NaN if x holds a NaN or +-Inf."""
+    indices = positions(x.numel(), k, keys, x.device)
+    return torch.where(all_finite(x), x[indices], math.nan), indices
+
+
+def randomk_scatter(values: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tensor:
+    """The dense (n,) tensor holding ``values[j]`` at ``indices[j]`` and zeros elsewhere."""
+    out = torch.zeros(n, dtype=values.dtype, device=values.device)
+    return out.index_put_((indices,), values)

@@ -10,13 +10,12 @@ import math
 
 import torch
 
-from .blocks import block_counts, layout
-from .jit import sign as K
-from .jit.stats import NPART, P_ABSMAX, P_ABSSUM, P_NONE, P_ONEBIT
-from .launch import (bf16_fix, cdiv, check_block_size, check_input, check_residual, dec_block,
+from ..blocks import block_counts, layout
+from ..launch import (bf16_fix, cdiv, check_block_size, check_input, check_residual, dec_block,
                      ef_args, elem_cfg, fused_block_size, launch, new_residual, res_args,
                      rows_cfg)
-from .stats import partials
+from ..stats import NPART, P_ABSMAX, P_ABSSUM, P_NONE, P_ONEBIT, partials
+from . import jit as K
 
 __all__ = [
     "sign_encode", "sign_decode", "sign_encode_ef", "signsgd_encode", "signsgd_decode",
