@@ -99,23 +99,26 @@ def exchange(state: HookState, bucket: Bucket, iteration: int,
     learns from its record; the future's value is the buffer, holding the average.
     `bind(communicator)`: the one that moves it instead (the same on other groups);
     `describe(name)`: its telemetry record."""
-    communicator = state.communicator_for(bucket, iteration)
+    communicator = state.communicator_for(bucket, iteration)  # the route picks
     buf = bucket.buffer
     record = (describe(communicator.name) if describe is not None else
               BucketRecord(iteration, bucket.index, communicator.name, buf.numel(),
                            buf.numel() * buf.element_size(), 0))
     state.start_record(record, buf.device)
     moving = communicator if bind is None else bind(communicator)
-    averaged = moving.average(bucket, record)
-    record.uncompressed = state.uncompressed_reason(communicator, buf, record.bytes_sent,
-                                                    iteration)
+
+    def encoded(sent):  # why it travels uncompressed, before its exchange can finish
+        record.uncompressed = state.uncompressed_reason(communicator, buf, sent.nbytes,
+                                                        iteration)
+
+    averaged = moving.average(bucket, record, encoded)  # the communicator averages
 
     def learn(fut):
         try:
             out = fut.value()  # raises if a collective failed
         except RuntimeError as exc:
             _raise_explained(exc, state)
-        state.finished(record)
+        state.finished(record)  # the route learns
         return out
 
     return averaged.then(learn)

@@ -138,8 +138,8 @@ class HookState:
         if isinstance(method, Compressor):
             method = FixedRoute(method, communicator, check_int(block_size, "block_size", 1))
         elif not isinstance(method, Route):
-            raise TypeError("compressor must be a gradcomp Compressor, e.g. "
-                            "gradcomp.compressor('topk', ratio=0.01)")
+            raise TypeError("method must be a gradcomp Compressor, e.g. "
+                            "gradcomp.compressor('topk', ratio=0.01), or a Route")
         elif (communicator, block_size) != ("default", DEFAULT_BLOCK_SIZE):
             raise TypeError(f"a {type(method).__name__} takes no communicator or block_size")
         check_int(start_iter, "start_iter", 0)

@@ -10,8 +10,8 @@ Every communicator averages a bucket in one call, the same way whatever the meth
     end(sent, got)    sums averaged only after the exchange divided by the world size (PowerSGD's
                       Q); decode: the average written into the bucket's buffer
 
-`record` (a `BucketRecord`) gets the bytes sent and, when it is timed, the moments the bucket was
-encoded, exchanged and decoded. A communicator implements `encode`, `exchange` and `decode`
+`record` (a `BucketRecord`) gets the bytes sent and, when it is timed, the moments the bucket
+was encoded, exchanged and decoded. A communicator implements `encode`, `exchange` and `decode`
 and says which tensors are summed (`Sent.shares`, `sums`); it never divides by the world size
 itself.
 """
@@ -86,13 +86,16 @@ class Communicator(ABC):
         return self._pays[key]
 
     # -- the one bucket path --------------------------------------------------------------
-    def average(self, bucket: Bucket, record: BucketRecord) -> torch.futures.Future:
+    def average(self, bucket: Bucket, record: BucketRecord,
+                encoded: Callable[[Sent], None] | None = None) -> torch.futures.Future:
         """Average `bucket.buffer` across `ranks`: `start`, `exchange`, `end` (module
         docstring); the future's value is the buffer, holding the average (or the
-        exchange's error)."""
+        exchange's error). `encoded(sent)` is called after `start`, before the exchange."""
         sent = self.start(bucket)
         record.encoded = record.now()
         record.bytes_sent = sent.nbytes
+        if encoded is not None:
+            encoded(sent)
 
         def finish(fut: torch.futures.Future) -> torch.Tensor:
             received = fut.value()  # raises if a collective failed
