@@ -347,8 +347,9 @@ class HookState:
 
     def __getstate__(self):
         """Picklable like torch's hook states: the process group, tiers, communicators (the
-        route's too) and telemetry stay behind (a pickled state runs on the default group; a hierarchical one
-        builds its tiers again when unpickled, a collective: on every rank)."""
+        route's too) and telemetry stay behind (a pickled state runs on the default group; a
+        hierarchical one builds its tiers again when unpickled, a collective: on every
+        rank)."""
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("ranks", "tiers", "dense", "telemetry")}
 

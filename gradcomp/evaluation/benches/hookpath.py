@@ -1,11 +1,12 @@
 """The hook-path benchmark: what gradcomp's DDP hook computes for one bucket, phase by phase,
 on this device, without the network. The method's own communicator
 (`gradcomp.comm.communicators.build`, as the hook builds it) encodes a bucket as the hook
-does (`Communicator.start` and `end`, as its `average` calls them: compression with error feedback, the division by the world size, packing for an
-all-gather, PowerSGD's P = M Q on the tensors' own matrices), then decodes what the exchange
-would deliver: for an all-gather `world_size` payloads (this rank's, copied into the
-communicator's receive buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire tensors (this rank's), and
-writes the average back into the bucket. PowerSGD's work between its rounds (orthogonalise
+does (`Communicator.start`, as its `average` calls it: compression with error feedback, the
+division by the world size, packing for an all-gather, PowerSGD's P = M Q on the tensors'
+own matrices), then decodes (`Communicator.end`) what the exchange would deliver: for an
+all-gather `world_size` payloads (this rank's, copied into the communicator's receive
+buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire
+tensors (this rank's), and writes the average back into the bucket. PowerSGD's work between its rounds (orthogonalise
 P, Q = M^T P) is timed on its own (``middle_s``). `compress` prices one compress and one
 decompress of a flat tensor; this prices what the hook really does per bucket.
 
