@@ -7,8 +7,9 @@ own matrices), then decodes (`Communicator.end`) what the exchange would deliver
 all-gather `world_size` payloads (this rank's, copied into the communicator's receive
 buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire
 tensors (this rank's), and writes the average back into the bucket. PowerSGD's work between
-its rounds (orthogonalise P, Q = M^T P) is timed on its own (``middle_s``). `compress` prices one compress and one
-decompress of a flat tensor; this prices what the hook really does per bucket.
+its rounds (orthogonalise P, Q = M^T P) is timed on its own (``middle_s``). `compress`
+prices one compress and one decompress of a flat tensor; this prices what the hook really
+does per bucket.
 
 Memory as in training: between two hook calls, backward and the exchange pass through
 memory, so every timed phase starts after a scratch buffer of `EVICT_FACTOR` x the bucket's
