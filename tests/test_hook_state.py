@@ -112,3 +112,45 @@ def test_a_compressing_hook_does_not_warn(one_rank_group):
     rows, warned = train_alone(torch.nn.Linear(8, 8), "topk", ratio=0.25)
     assert {r["uncompressed"] for r in rows if r["iteration"] >= 1} == {""}
     assert warned == []
+
+
+@pytest.mark.parametrize("method", ["none", "fp16", "topk", "powersgd", "qsgd"])
+def test_a_communicator_averages_a_bucket_in_one_call_with_named_timings(one_rank_group,
+                                                                         method):
+    from gradcomp.comm.communicators import Bucket
+    from gradcomp.comm.telemetry import BucketRecord
+
+    state = gradcomp.comm.build_state(method, start_iter=0, min_compression_rate=0.0)
+    grad = torch.randn(64 * 64, generator=torch.Generator().manual_seed(0))
+    buf = grad.clone()
+    bucket = Bucket(buf, 0, lambda: [torch.Size([64, 64])])
+    communicator = state.communicator_for(bucket, 0)
+    assert communicator is not state.dense or method == "none"
+    record = BucketRecord(0, 0, communicator.name, buf.numel(), buf.numel() * 4, 0)
+    seen = []
+    out = communicator.average(bucket, record.time(buf.device), seen.append).wait()
+    assert out is buf  # the average, written into the bucket
+    assert len(seen) == 1 and record.bytes_sent == seen[0].nbytes > 0
+    assert record.started <= record.encoded <= record.exchanged <= record.decoded
+    assert all(record.row()[k] >= 0 for k in ("encode_s", "comm_s", "decode_s"))
+    if method in ("none", "fp16"):  # one rank: the average is what this rank sent
+        torch.testing.assert_close(out, grad, rtol=1e-3, atol=1e-3)
+    untimed = BucketRecord(0, 0, communicator.name, buf.numel(), buf.numel() * 4, 0)
+    communicator.average(bucket, untimed).wait()
+    assert (untimed.started, untimed.encoded, untimed.decoded) == (None, None, None)
+    assert untimed.bytes_sent == record.bytes_sent and not untimed.complete
+
+
+def test_auto_is_a_route_of_the_hook_state_and_its_candidates_compress_nothing():
+    from gradcomp.comm.auto import AutoRoute
+    from gradcomp.comm.state import FixedRoute
+
+    fixed, auto = gradcomp.comm.build_state("topk"), gradcomp.comm.build_state("auto")
+    assert type(fixed) is type(auto) is HookState
+    assert isinstance(fixed.route, FixedRoute) and isinstance(auto.route, AutoRoute)
+    assert not isinstance(auto.compressor, gradcomp.compressors.Compressor)
+    assert not hasattr(auto.compressor, "compress")
+    assert auto.compressor.name == "auto" and auto.state_dict()["method"] == "auto"
+    assert auto.switches == [] and auto.chooser.decided_at is None  # auto's, on the state
+    with pytest.raises(AttributeError):
+        fixed.switches

@@ -200,3 +200,61 @@ def test_collectives_live_apart_from_the_hook_path():
                     and node.name in COLLECTIVES.values()):
                 where.setdefault(node.name, []).append(name)
     assert where == {fn: [f"gradcomp.collectives.{m}"] for m, fn in COLLECTIVES.items()}
+
+
+def _defined_in(prefixes: tuple[str, ...]):
+    """(module name, its parsed tree) for every module under the packages `prefixes`."""
+    for name, path in MODULES.items():
+        if name.startswith(prefixes):
+            yield name, ast.parse(path.read_text())
+
+
+def test_auto_is_a_route_not_a_subclass_of_the_hook_state():
+    """`auto` plugs into the hook state as a route beside the fixed one; a subclass of
+    `HookState` there would override the state's internals again."""
+    subclasses = [(name, node.name) for name, tree in _defined_in(("gradcomp.comm.auto",))
+                  for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                  for base in node.bases
+                  if (base.id if isinstance(base, ast.Name) else getattr(base, "attr", ""))
+                  == "HookState"]
+    assert subclasses == []
+
+
+#: The one module of the hook path that divides by the world size (`Communicator.average`).
+AVERAGING_MODULE = "gradcomp.comm.communicators.base"
+DIVISIONS = {"div", "div_", "divide", "divide_", "true_divide", "true_divide_"}
+
+
+def _mentions_world_size(node: ast.AST) -> bool:
+    return any((isinstance(n, ast.Name) and "world_size" in n.id)
+               or (isinstance(n, ast.Attribute) and "world_size" in n.attr)
+               for n in ast.walk(node))
+
+
+def _divisions_by_the_world_size(tree: ast.AST) -> list[int]:
+    """Lines dividing by an expression that names the world size: x / world_size,
+    x /= world_size, t.div_(ranks.world_size), torch.div(t, dist.get_world_size(g)), ..."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            divisor = node.right
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
+            divisor = node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in DIVISIONS):
+            divisor = ast.Tuple(elts=[*node.args, *(k.value for k in node.keywords)])
+        else:
+            continue
+        if _mentions_world_size(divisor):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_hook_path_divides_by_the_world_size_in_one_place():
+    """A bucket is averaged in one place: every communicator leaves the division by the world
+    size to `Communicator.average` (else a new communicator may divide twice, or not at all)."""
+    found = {name: lines for name, tree in _defined_in(("gradcomp.comm", "gradcomp.collectives"))
+             if (lines := _divisions_by_the_world_size(tree))}
+    averaging = found.pop(AVERAGING_MODULE, [])
+    assert found == {}
+    assert len(averaging) == 1

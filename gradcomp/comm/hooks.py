@@ -6,15 +6,15 @@ or, like torch's own hooks:
 
     ddp_model.register_comm_hook(HookState(gradcomp.compressor("fp16")), hook)
 
-Every bucket takes the same path: the state picks its communicator (the method's own, or the
-uncompressed all-reduce before `start_iter` and where compression does not pay), which
-encodes the flat gradient buffer, exchanges it (a Future: all-reduce, all-gather, the
-block-sparse all-reduce, or PowerSGD's two rounds) and decodes the average back into the
-buffer. With `hierarchical=True` a bucket takes that path on this rank's shard, between a
-reduce-scatter and an all-gather inside its node (`gradcomp.comm.hierarchical`). Work is
-chained on futures; nothing waits inside a future callback. The first call in
-a process, and the first after a resume, first checks that every rank runs the same hook
-(`agreement`).
+Every bucket takes the same path: the state's route picks its communicator (the method's
+own, `auto`'s candidate, or the uncompressed all-reduce before `start_iter` and where
+compression does not pay), the communicator averages it in one call (`Communicator.average`:
+encode, exchange as a Future: all-reduce, all-gather, the block-sparse all-reduce or PowerSGD's
+two rounds, decode into the buffer), and the route learns from its record. With
+`hierarchical=True` a bucket takes that path on this rank's shard, between a reduce-scatter
+and an all-gather inside its node (`gradcomp.comm.hierarchical`). Work is chained on futures;
+nothing waits inside a future callback. The first call in a process, and the first after a
+resume, first checks that every rank runs the same hook (`agreement`).
 """
 # No `from __future__ import annotations`: DDP checks the hook's annotations at runtime.
 from typing import Callable
@@ -29,7 +29,7 @@ from .auto import AUTO_OPTIONS, AutoState
 from ..collectives.blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator
 from .state import HookState
-from .telemetry import BucketRecord, mark
+from .telemetry import BucketRecord
 
 
 def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -95,41 +95,33 @@ def average(state: HookState, bucket: Bucket, iteration: int) -> torch.futures.F
 def exchange(state: HookState, bucket: Bucket, iteration: int,
              bind: Callable[[Communicator], Communicator] | None = None,
              describe: Callable[[str], BucketRecord] | None = None) -> torch.futures.Future:
-    """Encode, exchange and decode `bucket` through the communicator the state picks for it;
-    the future's value is the buffer, holding the average. `bind(communicator)`: the one that
-    moves it instead (the same on other groups); `describe(name)`: its telemetry record."""
-    communicator = state.communicator_for(bucket, iteration)
-    moving = communicator if bind is None else bind(communicator)
+    """The route picks a communicator for `bucket`, the communicator averages it, the route
+    learns from its record; the future's value is the buffer, holding the average.
+    `bind(communicator)`: the one that moves it instead (the same on other groups);
+    `describe(name)`: its telemetry record."""
+    communicator = state.communicator_for(bucket, iteration)  # the route picks
     buf = bucket.buffer
     record = (describe(communicator.name) if describe is not None else
               BucketRecord(iteration, bucket.index, communicator.name, buf.numel(),
                            buf.numel() * buf.element_size(), 0))
-    rec = state.start_record(record, buf.device)
-    sent = moving.encode(bucket)
-    _mark(rec, buf.device)
-    reason = state.uncompressed_reason(communicator, sent, iteration)
-    if rec is not None:
-        rec.uncompressed = reason
+    state.start_record(record, buf.device)
+    moving = communicator if bind is None else bind(communicator)
 
-    def decode(fut):
+    def encoded(sent):  # why it travels uncompressed, before its exchange can finish
+        record.uncompressed = state.uncompressed_reason(communicator, buf, sent.nbytes,
+                                                        iteration)
+
+    averaged = moving.average(bucket, record, encoded)  # the communicator averages
+
+    def learn(fut):
         try:
-            received = fut.value()  # raises if a collective failed
+            out = fut.value()  # raises if a collective failed
         except RuntimeError as exc:
             _raise_explained(exc, state)
-        _mark(rec, buf.device)
-        out = moving.decode(sent, received)
-        _mark(rec, buf.device)
-        if rec is not None:
-            rec.bytes_sent = sent.nbytes
-            state.finished(rec, communicator, sent)
+        state.finished(record)  # the route learns
         return out
 
-    return moving.exchange(sent).then(decode)
-
-
-def _mark(rec: BucketRecord | None, device) -> None:
-    if rec is not None:
-        rec.marks.append(mark(device))
+    return averaged.then(learn)
 
 
 def build_state(method: str | Compressor = "none", *, process_group=None, start_iter: int = 1,

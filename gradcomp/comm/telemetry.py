@@ -5,9 +5,11 @@ synchronises); on CPU they are `time.perf_counter()` readings.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,25 +30,54 @@ def seconds_between(start, end) -> float:
     return start.elapsed_time(end) / 1e3
 
 
+def span(start, end) -> float:
+    """`seconds_between`, NaN where a mark was not taken."""
+    return math.nan if start is None or end is None else seconds_between(start, end)
+
+
 @dataclass
 class BucketRecord:
+    """One bucket's trip through a communicator: what it was, what this rank sent, and when
+    it `started` and was `encoded`, `exchanged` and `decoded` (marks, taken on `device` once
+    `time` is called; None: not reached, or untimed). `between_s`: host seconds of codec work
+    done inside the exchange (PowerSGD's second round, computed between its all-reduces),
+    which the communication time includes but is not communication."""
+
     iteration: int
     bucket: int
     method: str
     numel: int
     bytes_original: int
     bytes_sent: int
-    marks: list = field(default_factory=list)  # start, encoded, communicated, decoded
     uncompressed: str = ""  # why the bucket went uncompressed ("": it did not)
+    device: torch.device | None = None
+    started: Any = None
+    encoded: Any = None
+    exchanged: Any = None
+    decoded: Any = None
+    between_s: float = 0.0
+
+    def time(self, device: torch.device) -> BucketRecord:
+        """Start timing on `device`: mark `started`."""
+        self.device = device
+        self.started = mark(device)
+        return self
+
+    def now(self):
+        """A mark now, or None when the record is untimed."""
+        return None if self.device is None else mark(self.device)
+
+    @property
+    def complete(self) -> bool:
+        return self.started is not None and self.decoded is not None
 
     def row(self) -> dict:
-        names = ("encode_s", "comm_s", "decode_s")
-        times = {n: float("nan") for n in names}
-        for name, a, b in zip(names, self.marks, self.marks[1:]):
-            times[name] = seconds_between(a, b)
         return {"iteration": self.iteration, "bucket": self.bucket, "method": self.method,
                 "numel": self.numel, "bytes_original": self.bytes_original,
-                "bytes_sent": self.bytes_sent, **times, "uncompressed": self.uncompressed}
+                "bytes_sent": self.bytes_sent, "encode_s": span(self.started, self.encoded),
+                "comm_s": span(self.encoded, self.exchanged),
+                "decode_s": span(self.exchanged, self.decoded),
+                "uncompressed": self.uncompressed}
 
 
 class Telemetry:
@@ -56,13 +87,13 @@ class Telemetry:
         self.records: deque[BucketRecord] = deque(maxlen=limit)
 
     def start(self, record: BucketRecord, device: torch.device) -> BucketRecord:
-        record.marks.append(mark(device))
-        self.records.append(record)
+        """Keep `record` and start timing it."""
+        self.records.append(record.time(device))
         return record
 
     def rows(self) -> list[dict]:
         """One dict per recorded bucket (complete records only)."""
-        return [r.row() for r in list(self.records) if len(r.marks) == 4]
+        return [r.row() for r in list(self.records) if r.complete]
 
     def frame(self):
         import pandas as pd

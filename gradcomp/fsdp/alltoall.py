@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..comm import wire
+from ..comm.telemetry import BucketRecord
 from ..compressors import Compressor, Payload
 from ..compressors.base import work_dtype
 
@@ -71,18 +72,19 @@ def decode_sum(compressor: Compressor, received: torch.Tensor, like: Payload,
 
 
 def reduce_scatter(compressor: Compressor, output: torch.Tensor, flat: torch.Tensor, group,
-                   key: Hashable, average: bool = False, marks=None) -> int:
+                   key: Hashable, average: bool = False,
+                   record: BucketRecord | None = None) -> int:
     """Write the sum (with `average`: the mean) over `group` of chunk `rank` of every rank's
     `flat` into `output`, compressed by `compressor`; returns the bytes this rank sent to the
-    other ranks. `marks`, a callable, is called after encoding and after the exchange."""
+    other ranks. `record`: its `encoded` and `exchanged` are marked."""
     parts = dist.get_world_size(group)
     rank = dist.get_rank(group)
     payloads, send = encode_chunks(compressor, flat, parts, key)
-    if marks is not None:
-        marks()
+    if record is not None:
+        record.encoded = record.now()
     received = exchange(send, group)
-    if marks is not None:
-        marks()
+    if record is not None:
+        record.exchanged = record.now()
     total = decode_sum(compressor, received, payloads[rank], parts)
     if average:
         total /= parts

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from ..checks import check_int
 from ..comm.agreement import check_agreement
 from ..comm.ranks import Ranks
-from ..comm.telemetry import BucketRecord, Telemetry, mark
+from ..comm.telemetry import BucketRecord, Telemetry
 from ..compressors import Compressor
 from ..compressors.base import work_dtype
 from . import alltoall
@@ -103,11 +103,10 @@ class FSDPState:
             original = flat.numel() // parts * (parts - 1) * itemsize
             rec = self.telemetry.start(BucketRecord(iteration, module_index, label,
                                                     flat.numel(), original, 0), flat.device)
-        marks = None if rec is None else lambda: rec.marks.append(mark(flat.device))
         sent = alltoall.reduce_scatter(compressor, output, flat, group, key=module_index,
-                                       average=average, marks=marks)
+                                       average=average, record=rec)
         if rec is not None:
-            rec.marks.append(mark(flat.device))
+            rec.decoded = rec.now()
             rec.bytes_sent = sent
 
     def telemetry_rows(self) -> list[dict]:

@@ -12,6 +12,8 @@ dropped is lost (unless DDP rebuilt the bucket meanwhile: a residual that no lon
 again from zero, as error feedback does for any method); warm-start memories stay with their
 method.
 """
-from .state import AUTO_OPTIONS, DEFAULT_CANDIDATES, AutoState, Candidates, settings_of
+from .route import (AUTO_OPTIONS, DEFAULT_CANDIDATES, AutoRoute, AutoState, Candidates,
+                    settings_of)
 
-__all__ = ["AUTO_OPTIONS", "DEFAULT_CANDIDATES", "AutoState", "Candidates", "settings_of"]
+__all__ = ["AUTO_OPTIONS", "DEFAULT_CANDIDATES", "AutoRoute", "AutoState", "Candidates",
+           "settings_of"]

@@ -8,16 +8,14 @@ from .base import Bucket, Communicator, Sent, write_back
 
 
 class AllReduce(Communicator):
-    """Each rank compresses its bucket and divides the floating-point wire tensors by the world
-    size; the sums decode to the average (the compressor's `decompress` is linear)."""
+    """Each rank compresses its bucket; its floating-point wire tensors are its shares of the
+    sums, which decode to the average (the compressor's `decompress` is linear)."""
 
     def encode(self, bucket: Bucket) -> Sent:
         payload = self.compressor.compress(bucket.buffer, key=bucket.index)
         tensors = list(payload.tensors)
-        for t in tensors:
-            if t.is_floating_point():
-                t.div_(self.ranks.world_size)
-        return Sent(bucket, tensors, payload.nbytes, payload)
+        return Sent(bucket, tensors, payload.nbytes, payload,
+                    shares=[t for t in tensors if t.is_floating_point()])
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
         return wire.all_reduce_sum(sent.wire, self.ranks.group)

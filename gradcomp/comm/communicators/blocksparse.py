@@ -9,8 +9,8 @@ from .base import Bucket, Communicator, Sent, write_back
 
 
 class BlockSparse(Communicator):
-    """Each rank decodes its own payload to a dense, mostly zero bucket (divided by the world
-    size) and sums it with `block_sparse_all_reduce`: its three rounds chain on the bucket's
+    """Each rank decodes its own payload to a dense, mostly zero bucket (its share of the sum)
+    and sums it with `block_sparse_all_reduce`: its three rounds chain on the bucket's
     own gloo group where `Ranks.round_group` gives one, else they run in `exchange`, each waiting
     for the last. The result is the all-gather path's average up to the order of the
     additions; `nbytes` counts this rank's bitmap, the blocks it sent to other owners and its
@@ -23,8 +23,7 @@ class BlockSparse(Communicator):
     def encode(self, bucket: Bucket) -> Sent:
         comp = self.compressor
         dense = comp.decompress(comp.compress(bucket.buffer, key=bucket.index)).reshape(-1)
-        dense.div_(self.ranks.world_size)
-        return Sent(bucket, [dense], 0)
+        return Sent(bucket, [dense], 0, shares=[dense])
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
         dense = sent.wire[0]

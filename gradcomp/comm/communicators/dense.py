@@ -11,7 +11,7 @@ from .base import Bucket, Communicator, Sent
 
 class DenseAllReduce(Communicator):
     """Average the bucket in place with one all-reduce (NCCL averages inside the collective;
-    elsewhere the bucket is divided by the world size first)."""
+    elsewhere the bucket is each rank's share of the sum)."""
 
     label = "allreduce"
 
@@ -23,15 +23,18 @@ class DenseAllReduce(Communicator):
 
     def encode(self, bucket: Bucket) -> Sent:
         buf = bucket.buffer
-        if self.ranks.world_size > 1 and self.ranks.backend != "nccl":
-            buf.div_(self.ranks.world_size)
-        return Sent(bucket, [buf], buf.numel() * buf.element_size())
+        summed = self.ranks.world_size > 1 and not self._averages()
+        return Sent(bucket, [buf], buf.numel() * buf.element_size(),
+                    shares=[buf] if summed else [])
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
-        averages = self.ranks.world_size > 1 and self.ranks.backend == "nccl"
-        op = dist.ReduceOp.AVG if averages else dist.ReduceOp.SUM
+        op = dist.ReduceOp.AVG if self._averages() else dist.ReduceOp.SUM
         work = dist.all_reduce(sent.wire[0], op=op, group=self.ranks.group, async_op=True)
         return work.get_future()
 
     def decode(self, sent: Sent, received) -> torch.Tensor:
         return sent.bucket.buffer
+
+    def _averages(self) -> bool:
+        """Whether the all-reduce itself averages (NCCL, more than one rank)."""
+        return self.ranks.world_size > 1 and self.ranks.backend == "nccl"

@@ -1,13 +1,13 @@
 """Two all-reduce rounds with work between them, for a `TwoRoundCompressor` (PowerSGD: P, then
 Q = M^T P from the summed P), on each parameter's own matrix.
 
-Collectives must be issued in the same order on every rank, and a round issued from a
-callback could interleave with another bucket's collectives. Where `Ranks.round_group` gives the
-bucket its own gloo group (gloo, default group, CPU tensors), round 2 is chained on round 1
-there without waiting. Elsewhere (NCCL,
-CUDA tensors on gloo, a custom process group) `exchange` waits for round 1 before computing
-round 2: on NCCL a stream wait that does not block the CPU; on gloo it holds the backward pass
-for one round trip.
+One path on every backend: round 1, then round 2 issued once round 1 is done (`after`).
+Collectives must be issued in the same order on every rank, and a round issued from a callback
+could interleave with another bucket's collectives; so round 2 is issued from round 1's
+callback only where `Ranks.round_group` gives the bucket its own gloo group (gloo, default
+group, CPU tensors), and elsewhere (NCCL, CUDA tensors on gloo, a custom process group) in the
+hook's call after waiting for round 1: on NCCL a stream wait that does not block the CPU; on
+gloo it holds the backward pass for one round trip.
 
 The plain pieces (vectors, matrices too small to compress) travel with round 1 in one
 all-reduce: on the 2-worker testbed at 2.5 Gbit/s a separate all-reduce for them, concurrent
@@ -17,6 +17,7 @@ makes it 7-9.5 ms (and the iteration 65-77 ms where it is 62-70 ms), with the sa
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 
@@ -25,7 +26,8 @@ from .base import Bucket, Communicator, Sent
 
 
 class TwoRounds(Communicator):
-    """Average a bucket through the compressor's `begin` / `next_round` / `finish`."""
+    """Average a bucket through the compressor's `begin` / `next_round` / `finish`: the plain
+    pieces are shares of round 1's sum, Q's sum is averaged after round 2."""
 
     def pays(self, bucket: Bucket, min_compression_rate: float) -> bool:
         return True  # the method decides per matrix itself (its own min_compression_rate)
@@ -36,25 +38,33 @@ class TwoRounds(Communicator):
         if sum(s.numel() for s in shapes) != buf.numel():
             shapes = [buf.shape]
         step = self.compressor.begin(buf, shapes, key=bucket.index)
-        plain = step.plain().div_(self.ranks.world_size)
-        return Sent(bucket, [plain, step.first()], step.nbytes(), step)
+        plain = step.plain()
+        return Sent(bucket, [plain, step.first()], step.nbytes(), step, shares=[plain])
 
     def exchange(self, sent: Sent) -> torch.futures.Future:
+        """Round 1 sums the plain pieces and P, round 2 Q = M^T P (`next_round`); the future's
+        value is [summed plain pieces, summed Q]. Each round's group is looked up when it is
+        issued, never held by a callback (see `ranks`)."""
         plain, first = sent.wire
-        group = self.ranks.group
-        index = sent.bucket.index
-        if self.ranks.round_group(index, first.device) is None:
-            wire.all_reduce_sum([plain, first], group).wait()
-            return wire.all_reduce_sum([self._next_round(sent, first)], group).then(
-                lambda f: [plain, *f.value()])
-        return self._second_round(sent, plain, first, index).then(
-            lambda f: [plain, *f.value()])
+        index, device = sent.bucket.index, first.device
+        chained = self.ranks.round_group(index, device) is not None
+
+        def group():
+            return self.ranks.round_group(index, device) if chained else self.ranks.group
+
+        def round_two() -> torch.futures.Future:
+            return wire.all_reduce_sum([self._next_round(sent, first)], group())
+
+        round_one = wire.all_reduce_sum([plain, first], group())
+        return after(round_one, round_two, chained).then(lambda f: [plain, *f.value()])
+
+    def sums(self, sent: Sent, received) -> list[torch.Tensor]:
+        return [received[1]]
 
     def decode(self, sent: Sent, received) -> torch.Tensor:
-        plain_sum, second_sum = received
+        plain_mean, q_mean = received
         buf = sent.bucket.buffer
-        self.compressor.finish(sent.context, plain_sum,
-                               second_sum.div_(self.ranks.world_size), out=buf)
+        self.compressor.finish(sent.context, plain_mean, q_mean, out=buf)
         return buf
 
     def _next_round(self, sent: Sent, first: torch.Tensor) -> torch.Tensor:
@@ -64,27 +74,28 @@ class TwoRounds(Communicator):
         sent.between_s += time.perf_counter() - start
         return second
 
-    def _second_round(self, sent: Sent, plain: torch.Tensor, first: torch.Tensor,
-                      index: int) -> torch.futures.Future:
-        """Sum round 1 with the plain pieces, compute round 2 from it and sum that, all on
-        bucket `index`'s own group (looked up, never held by the callback: see `ranks`); the
-        future's value is [summed round 2]."""
-        device = first.device
-        done = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
 
-        def after_first(fut):
-            try:
-                fut.value()
-                second = wire.all_reduce_sum([self._next_round(sent, first)],
-                                             self.ranks.round_group(index, device))
-            except Exception as exc:  # noqa: BLE001 - handed on through the future
-                done.set_exception(exc)
-                return
-            second.then(lambda f: _settle(done, f))
+def after(first: torch.futures.Future, issue: Callable[[], torch.futures.Future],
+          chained: bool) -> torch.futures.Future:
+    """The future of `issue()`, called once `first` is done: from `first`'s callback where
+    the rounds are `chained` (on the bucket's own group), else in this call, after waiting for
+    `first`."""
+    if not chained:
+        first.wait()
+        return issue()
+    done = torch.futures.Future()
 
-        wire.all_reduce_sum([plain, first], self.ranks.round_group(index, device)).then(
-            after_first)
-        return done
+    def issue_next(fut):
+        try:
+            fut.value()
+            issued = issue()
+        except Exception as exc:  # noqa: BLE001 - handed on through the future
+            done.set_exception(exc)
+            return
+        issued.then(lambda f: _settle(done, f))
+
+    first.then(issue_next)
+    return done
 
 
 def _settle(target: torch.futures.Future, source: torch.futures.Future) -> None:

@@ -19,8 +19,8 @@ the last (on NCCL a stream wait that does not block the CPU).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,7 @@ import torch.distributed as dist
 from ..agreement import RankMismatch, check_agreement, digest, explained
 from ..communicators import Bucket, Communicator
 from ..ranks import Ranks
-from ..telemetry import BucketRecord, mark, seconds_between
+from ..telemetry import BucketRecord, mark, span
 from .inside import Inside, shard_shapes
 from .nodes import Nodes, find_nodes, node_groups
 
@@ -42,22 +42,20 @@ class TierRecord(BucketRecord):
     """A bucket's telemetry on both tiers: the fields of `BucketRecord` describe the shard
     across nodes (`numel`, `bytes_original`: the shard; `bytes_sent`: what this rank's method
     sent across; encode, communication and decode seconds), the rest the node: the bucket's
-    size, the bytes this rank sent inside its node and the reduce-scatter's and all-gather's
-    seconds."""
+    size, the bytes this rank sent inside its node, and when its reduce-scatter started and
+    ended (`scatter_started`, `scattered`) and its all-gather ended (`gathered`)."""
 
     bucket_numel: int = 0
     intra_bytes: int = 0
-    intra: list = field(default_factory=list)  # scatter start, scattered, gathered
+    scatter_started: Any = None
+    scattered: Any = None
+    gathered: Any = None
 
     def row(self) -> dict:
-        row = super().row()
-        scatter = gather = float("nan")
-        if len(self.intra) >= 2:
-            scatter = seconds_between(self.intra[0], self.intra[1])
-        if len(self.intra) == 3 and len(self.marks) == 4:
-            gather = seconds_between(self.marks[3], self.intra[2])
-        return {**row, "bucket_numel": self.bucket_numel, "intra_bytes": self.intra_bytes,
-                "scatter_s": scatter, "gather_s": gather}
+        return {**super().row(), "bucket_numel": self.bucket_numel,
+                "intra_bytes": self.intra_bytes,
+                "scatter_s": span(self.scatter_started, self.scattered),
+                "gather_s": span(self.decoded, self.gathered)}
 
 
 class TwoTiers:
@@ -109,27 +107,29 @@ class TwoTiers:
         chained = self.chained(device)
         node, across = self.groups(bucket.index, chained)
         bind = (lambda c: self.bound(c, across, bucket.index)) if chained else None
-        intra = [mark(device)]
+        scatter_started = mark(device)
         shard, scattered = self.inside.scatter(buf, bucket.index, node)
+        record = TierRecord(iteration, bucket.index, "", shard.numel(),
+                            shard.numel() * shard.element_size(), 0, bucket_numel=buf.numel(),
+                            intra_bytes=self.inside.sent_bytes(buf.numel(), buf.dtype),
+                            scatter_started=scatter_started)
 
         def describe(name: str) -> TierRecord:
-            return TierRecord(iteration, bucket.index, name, shard.numel(),
-                              shard.numel() * shard.element_size(), 0, bucket_numel=buf.numel(),
-                              intra_bytes=self.inside.sent_bytes(buf.numel(), buf.dtype),
-                              intra=intra)
+            record.method = name
+            return record
 
         start, stop = self.inside.shard_range(buf.numel())
         shard_bucket = Bucket(shard, bucket.index,
                               lambda: shard_shapes(bucket.tensor_shapes(), start, stop))
 
         def across_nodes() -> torch.futures.Future:
-            intra.append(mark(device))
+            record.scattered = mark(device)
             return exchange(state, shard_bucket, iteration, bind, describe)
 
         def gather() -> torch.futures.Future:
             def gathered(fut):
                 fut.value()  # raises if the all-gather failed
-                intra.append(mark(device))
+                record.gathered = mark(device)
                 return buf
             return self.inside.gather(shard, buf, bucket.index, node).then(gathered)
 

@@ -1,13 +1,15 @@
 """The hook-path benchmark: what gradcomp's DDP hook computes for one bucket, phase by phase,
 on this device, without the network. The method's own communicator
 (`gradcomp.comm.communicators.build`, as the hook builds it) encodes a bucket as the hook
-does (compression with error feedback, the division by the world size, packing for an
-all-gather, PowerSGD's P = M Q on the tensors' own matrices), then decodes what the exchange
-would deliver: for an all-gather `world_size` payloads (this rank's, copied into the
-communicator's receive buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire tensors (this rank's), and
-writes the average back into the bucket. PowerSGD's work between its rounds (orthogonalise
-P, Q = M^T P) is timed on its own (``middle_s``). `compress` prices one compress and one
-decompress of a flat tensor; this prices what the hook really does per bucket.
+does (`Communicator.start`, as its `average` calls it: compression with error feedback, the
+division by the world size, packing for an all-gather, PowerSGD's P = M Q on the tensors'
+own matrices), then decodes (`Communicator.end`) what the exchange would deliver: for an
+all-gather `world_size` payloads (this rank's, copied into the communicator's receive
+buffers; the aggregation decodes and combines them all), for an all-reduce the summed wire
+tensors (this rank's), and writes the average back into the bucket. PowerSGD's work between
+its rounds (orthogonalise P, Q = M^T P) is timed on its own (``middle_s``). `compress`
+prices one compress and one decompress of a flat tensor; this prices what the hook really
+does per bucket.
 
 Memory as in training: between two hook calls, backward and the exchange pass through
 memory, so every timed phase starts after a scratch buffer of `EVICT_FACTOR` x the bucket's
@@ -169,7 +171,7 @@ def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> di
     """One bucket through the hook's phases, each called as ``timed(fn, *args)`` (which
     returns (seconds, fn's result)); {phase: seconds} (middle NaN but for two rounds). What
     the exchange would deliver is made outside the timed calls."""
-    encode_s, sent = timed(communicator.encode, bucket)
+    encode_s, sent = timed(communicator.start, bucket)
     middle_s = math.nan
     if isinstance(communicator, TwoRounds):
         plain, first = sent.wire
@@ -182,7 +184,7 @@ def run_phases(comp, communicator, bucket: Bucket, world_size: int, timed) -> di
             buffer.copy_(sent.wire[0])
     else:
         received = [t.clone() for t in sent.wire]
-    decode_s, _ = timed(communicator.decode, sent, received)
+    decode_s, _ = timed(communicator.end, sent, received)
     return {"encode": encode_s, "middle": middle_s, "decode": decode_s}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...comm.auto import DEFAULT_CANDIDATES, AutoState
+from ...comm.auto import DEFAULT_CANDIDATES, AutoRoute
 from ...comm.hooks import build_state
 from ..common.store import write_atomic
 from ..common.units import format_rate
@@ -40,7 +40,7 @@ def auto_warmup(warmup: int) -> int:
     """Untimed iterations for an `auto` run with its defaults so that its timed iterations
     are its steady state: `warmup`, plus its start iteration, its exploration of every
     default candidate (`explore_iters` each) and `DECISION_LAG`."""
-    params = inspect.signature(AutoState).parameters
+    params = inspect.signature(AutoRoute).parameters
     start = inspect.signature(build_state).parameters["start_iter"].default
     return (warmup + start + len(DEFAULT_CANDIDATES) * params["explore_iters"].default
             + DECISION_LAG)

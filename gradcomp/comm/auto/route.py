@@ -1,8 +1,9 @@
-"""`AutoState`: the hook state that carries each bucket with the candidate `choice` picks."""
+"""`AutoRoute`: the route that carries each bucket with the candidate `choice` picks, and
+`AutoState`, the hook state that holds it."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Hashable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -11,9 +12,10 @@ from ...checks import check_int, check_number
 from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
 from .choice import Chooser, Sample, Transfer
 from .guard import Guard, guard_settings
-from ..communicators import Bucket, Communicator, DenseAllReduce, Sent, build
-from ..state import HookState
-from ..telemetry import BucketRecord, Telemetry, mark, seconds_between
+from ..communicators import Bucket, Communicator, build
+from ..ranks import Ranks
+from ..state import HookState, Route
+from ..telemetry import BucketRecord, seconds_between
 
 #: Methods that preserved convergence in gradcomp's measured runs (with error feedback where
 #: they need it): uncompressed, 16-bit, PowerSGD, top-k.
@@ -50,14 +52,14 @@ def settings_of(options: dict) -> dict[str, Any]:
     the candidates with their options, and every option of `auto` (defaults filled in)."""
     given = dict(options)
     members = build_candidates(given.pop("candidates", DEFAULT_CANDIDATES))
-    defaults = {k: p.default for k, p in inspect.signature(AutoState).parameters.items()
+    defaults = {k: p.default for k, p in inspect.signature(AutoRoute).parameters.items()
                 if k in AUTO_OPTIONS and k != "candidates"}
     return {"candidates": Candidates(members).options()["candidates"], **defaults, **given}
 
 
-class Candidates(Compressor):
-    """The candidate methods as one compressor for the hook state's bookkeeping (name,
-    options, shared random state, checkpoints); it never compresses anything itself."""
+class Candidates:
+    """The candidate methods, as the hook state checkpoints them and compares them across
+    ranks (the method "auto": its options, shared random state and `state_dict`)."""
 
     name = "auto"
 
@@ -78,15 +80,6 @@ class Candidates(Compressor):
     def shared_state(self) -> bytes:
         return b"".join(m.shared_state() for m in self.members)
 
-    def take_residual(self, key: Hashable):
-        raise TypeError("take a residual from one of the candidates (`members`)")
-
-    def compress(self, tensor, key=None):
-        raise TypeError("'auto' chooses a candidate per bucket; it does not compress itself")
-
-    def wire_nbytes(self, numel: int, dtype: torch.dtype = torch.float32) -> int:
-        raise TypeError("'auto' sends what the candidate chosen for a bucket sends")
-
     def state_dict(self) -> dict[str, Any]:
         return {"members": [m.state_dict() for m in self.members]}
 
@@ -95,8 +88,8 @@ class Candidates(Compressor):
             m.load_state_dict(s)
 
 
-class AutoState(HookState):
-    """The hook state of `auto` (see the module docstring and `choice`).
+class AutoRoute(Route):
+    """The route of `auto` (see the module docstring and `choice`).
 
     candidates: the methods to choose among (default `DEFAULT_CANDIDATES`).
     explore_iters: iterations each candidate carries every bucket while exploring (the first
@@ -111,13 +104,17 @@ class AutoState(HookState):
         iteration's first bucket and read an iteration later: `choice`).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
-    Other options as `HookState`'s (no communicator option: each candidate travels its way).
+    start_iter: the hook state's (the first iteration that explores).
     """
+
+    learns = True
+    reports = ("chooser", "guard", "switches", "label", "choices", "choices_text",
+               "exploration_order")
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
                  check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
-                 slowdown: float | None = 2.0, guard=None, **hook_options):
-        members = build_candidates(candidates)
+                 slowdown: float | None = 2.0, guard=None, start_iter: int = 1):
+        self.method = Candidates(build_candidates(candidates))
         check_int(explore_iters, "explore_iters", 2)
         check_int(check_every, "check_every", 1)
         check_int(redecide_every, "redecide_every", 1)
@@ -128,32 +125,32 @@ class AutoState(HookState):
                              redecide_every=redecide_every, drift=float(drift),
                              slowdown=slowdown)
         self._guard = guard_settings(guard)
-        self.guard = (Guard(**self._guard, start=hook_options.get("start_iter", 1))
-                      if self._guard else None)
+        self.start_iter = start_iter
+        self.guard = Guard(**self._guard, start=start_iter) if self._guard else None
         self.chooser: Chooser | None = None
         #: (iteration, bucket, candidate's `label`) each time a bucket changed candidate
         self.switches: list[tuple[int, int, str]] = []
-        super().__init__(Candidates(members), **hook_options)
 
-    def hook_options(self) -> dict[str, Any]:
-        return {**super().hook_options(), **self._explore, "guard": self._guard}
+    @property
+    def warns(self) -> bool:
+        return False  # an uncompressed bucket is auto's choice, not a silent no-op
 
-    def _connect(self, process_group) -> None:
-        self.connect_tiers(process_group)
-        self.communicators = [build(m, self.exchange_ranks) for m in self.compressor.members]
-        self.dense = DenseAllReduce(self.exchange_ranks)
-        self.compressed = None
-        self.telemetry = Telemetry(self.telemetry_limit) if self.telemetry_limit else None
+    def options(self) -> dict[str, Any]:
+        return {**self._explore, "guard": self._guard}
+
+    def connect(self, ranks: Ranks, exchange_ranks: Ranks) -> None:
+        self.ranks, self.exchange_ranks = ranks, exchange_ranks
+        self.communicators = [build(m, exchange_ranks) for m in self.method.members]
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
-        self._pending: list[tuple[BucketRecord, int, int, float]] = []
+        self._pending: list[tuple[BucketRecord, int]] = []
         self._stepped: int | None = None
 
     def _chooser(self) -> Chooser:
         if self.chooser is None:
             transfers = [Transfer("allreduce" if m.aggregation == "allreduce" else "allgather",
                                   2 if isinstance(m, TwoRoundCompressor) else 1)
-                         for m in self.compressor.members]
+                         for m in self.method.members]
             # priced on the ranks that exchange: hierarchical, the slow tier's (one per node)
             self.chooser = Chooser(transfers, self.exchange_ranks.world_size, self.start_iter,
                                    **self._explore, order=self.exploration_order())
@@ -163,14 +160,14 @@ class AutoState(HookState):
         """The candidates, most compressing first (by what each sends of 2**20 float32
         elements), so that on a slow link the uncompressed ones come last, when a faster
         candidate has been measured and their warm-up can end their exploration."""
-        members = self.compressor.members
+        members = self.method.members
         return sorted(range(len(members)), key=lambda c: members[c].wire_nbytes(2 ** 20))
 
     # -- the hook's questions ---------------------------------------------------------------
     def prepare(self, iteration: int, device) -> None:
         """At an iteration's first bucket: collect the finished samples and step the choice
         and the guard (collectives over every rank)."""
-        if iteration < self.start_iter or self._stepped == iteration:
+        if self._stepped == iteration:
             return
         self._stepped = iteration
         chooser = self._chooser()
@@ -179,9 +176,9 @@ class AutoState(HookState):
         if self.guard is not None:
             self.guard.step(iteration, self._reduce(device))
 
-    def communicator_for(self, bucket: Bucket, iteration: int) -> Communicator:
-        if iteration < self.start_iter:
-            return self.dense
+    def pick(self, bucket: Bucket, iteration: int) -> Communicator:
+        """The communicator of the bucket's candidate: explored, decided, or narrowed by the
+        guard; a switch hands the previous candidate's residual over."""
         self.prepare(iteration, bucket.buffer.device)
         chooser = self._chooser()
         candidate = chooser.choice(bucket.index, iteration)
@@ -192,8 +189,7 @@ class AutoState(HookState):
                 candidate = self.guard.choice(chooser, bucket.index)
         self._hand_over(bucket, candidate, iteration)
         self._given[bucket.index] = candidate
-        chosen = self.communicators[candidate]
-        return chosen if chosen.pays(bucket, self.min_compression_rate) else self.dense
+        return self.communicators[candidate]
 
     def _hand_over(self, bucket: Bucket, candidate: int, iteration: int) -> None:
         """Add what the bucket's previous candidate kept for it to the gradient now; note
@@ -205,34 +201,22 @@ class AutoState(HookState):
         self.switches.append((iteration, bucket.index, self.label(candidate)))
         if before is None:
             return
-        residual = self.compressor.members[before].take_residual(bucket.index)
+        residual = self.method.members[before].take_residual(bucket.index)
         if residual is not None and residual.numel() == bucket.buffer.numel():
             bucket.buffer.add_(residual.reshape(bucket.buffer.shape).to(bucket.buffer))
 
-    def start_record(self, record: BucketRecord, device) -> BucketRecord:
-        """Always a record: `auto` learns from them, telemetry or not."""
-        if self.telemetry is not None:
-            return self.telemetry.start(record, device)
-        record.marks.append(mark(device))
-        return record
-
-    def end_iteration(self, iteration: int) -> None:
-        """No warning: an uncompressed bucket is `auto`'s choice, not a silent no-op."""
-        self._iteration_reasons.clear()
-
-    def finished(self, record: BucketRecord, communicator: Communicator, sent: Sent) -> None:
+    def learn(self, record: BucketRecord) -> None:
         """Keep the record as a sample of the candidate the bucket was given (also when it
         travelled uncompressed: "none", or a method that would not shrink it)."""
         candidate = self._given.get(record.bucket)
-        if (record.iteration >= self.start_iter and candidate is not None
-                and self._chooser().measured(record.iteration)):
-            self._pending.append((record, candidate, sent.nbytes, sent.between_s))
+        if candidate is not None and self._chooser().measured(record.iteration):
+            self._pending.append((record, candidate))
 
     # -- reports ----------------------------------------------------------------------------
     def label(self, candidate: int) -> str:
         """A candidate's name in reports: its method's, "#position" added where two share
         it."""
-        names = [m.name for m in self.compressor.members]
+        names = [m.name for m in self.method.members]
         name = names[candidate]
         return name if names.count(name) == 1 else f"{name}#{candidate}"
 
@@ -259,15 +243,16 @@ class AutoState(HookState):
         self._pending = [p for p in self._pending if p[0].iteration >= iteration]
         done.sort(key=lambda p: (p[0].iteration, p[0].bucket))
         previous = None
-        for record, candidate, nbytes, between in done:
-            m = record.marks
+        for record, candidate in done:
             idle = (previous is None or previous.iteration != record.iteration
-                    or seconds_between(previous.marks[2], m[1]) >= 0)
+                    or seconds_between(previous.exchanged, record.encoded) >= 0)
+            between = record.between_s
+            codec = (seconds_between(record.started, record.encoded)
+                     + seconds_between(record.exchanged, record.decoded) + between)
+            comm = max(seconds_between(record.encoded, record.exchanged) - between, 0.0)
             self.chooser.samples.append(Sample(
-                record.iteration, record.bucket, candidate, seconds_between(m[0], m[1])
-                + seconds_between(m[2], m[3]) + between,
-                max(seconds_between(m[1], m[2]) - between, 0.0), nbytes, idle,
-                self.chooser.warmup(record.iteration)))
+                record.iteration, record.bucket, candidate, codec, comm, record.bytes_sent,
+                idle, self.chooser.warmup(record.iteration)))
             previous = record
 
     def _reduce(self, device):
@@ -297,17 +282,18 @@ class AutoState(HookState):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "auto": self._chooser().state_dict(),
-                "carrier": dict(self._carrier), "switches": list(self.switches),
+        return {"auto": self._chooser().state_dict(), "carrier": dict(self._carrier),
+                "switches": list(self.switches),
                 **({"guard": self.guard.state_dict()} if self.guard is not None else {})}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if isinstance(state, dict) and "auto" in state and (self.guard is None) != (
-                "guard" not in state):
+    def check_checkpoint(self, state: dict[str, Any]) -> None:
+        if "auto" in state and (self.guard is None) != ("guard" not in state):
             raise ValueError("this checkpoint was saved with guard="
                              f"{'on' if 'guard' in state else 'None'}; this hook runs guard="
                              f"{self._guard}: build the hook with the same guard before loading")
-        super().load_state_dict(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.start_iter = state["start_iter"]
         self._chooser().load_state_dict(state["auto"])
         self._carrier = dict(state["carrier"])
         self.switches = [(i, b, self.label(c) if isinstance(c, int) else c)  # ints: older
@@ -316,6 +302,15 @@ class AutoState(HookState):
             self.guard.load_state_dict(state["guard"])
 
     def __getstate__(self):
-        return {k: v for k, v in super().__getstate__().items()
-                if k not in ("communicators", "_carrier", "_given", "_pending", "_stepped")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("ranks", "exchange_ranks", "communicators", "_carrier", "_given",
+                             "_pending", "_stepped")}
 
+
+def AutoState(candidates=DEFAULT_CANDIDATES, **options) -> HookState:  # noqa: N802 - the API's
+    """The hook state of `auto`: a `HookState` holding an `AutoRoute`; `options` of
+    `AUTO_OPTIONS` go to the route, the others to `HookState` (no communicator option: each
+    candidate travels its way)."""
+    auto = {k: options.pop(k) for k in AUTO_OPTIONS if k in options}
+    route = AutoRoute(candidates, **auto, start_iter=options.get("start_iter", 1))
+    return HookState(route, **options)
