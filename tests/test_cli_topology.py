@@ -5,6 +5,12 @@ import json
 from test_cli import run_here as run
 
 
+def run_json(*args):
+    proc = run(*args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_topology_command_compares_algorithms_and_plots(tmp_path):
     plot = tmp_path / "times.png"
     out = run("topology", "--topology", "two-racks", "--topology", "random:1", "--workers", "6",
@@ -19,8 +25,8 @@ def test_topology_command_compares_algorithms_and_plots(tmp_path):
 
 
 def test_whatif_on_a_topology():
-    forest = json.loads(run("whatif", "--topology", "two-racks", "--method", "fp16",
-                            "--json").stdout)
+    forest = run_json("whatif", "--topology", "two-racks", "--method", "fp16",
+                      "--json")
     assert forest["method"] == "fp16" and 0 < forest["sf"] < 1
     assert "break_even_bandwidth_bps" not in forest  # one bandwidth does not describe it
     text = run("whatif", "--topology", "two-racks", "--algorithm", "ring")
@@ -31,8 +37,8 @@ def test_whatif_on_a_topology():
 
 
 def test_advise_on_a_topology():
-    out = json.loads(run("advise", "--topology", "random:2", "--algorithms", "ring,forest",
-                         "--methods", "fp16", "--json").stdout)
+    out = run_json("advise", "--topology", "random:2", "--algorithms", "ring,forest",
+                   "--methods", "fp16", "--json")
     assert {r["algorithm"] for r in out["ranking"]} == {"ring", "forest"}
     # fp16 and the baseline none, on each algorithm (fp16 is the V100's 16-bit baseline)
     assert len(out["ranking"]) == 4
@@ -68,11 +74,11 @@ def test_a_topology_file_sets_workers_and_latency(tmp_path):
     path = tmp_path / "three.json"
     path.write_text(json.dumps({"bandwidth_bps": [[0, 1e9, 1e9], [1e9, 0, 1e9], [1e9, 1e9, 0]],
                                 "latency_s": 0.01}))
-    own = json.loads(run("whatif", "--topology", str(path), "--algorithm", "ring",
-                         "--json").stdout)
+    own = run_json("whatif", "--topology", str(path), "--algorithm", "ring",
+                   "--json")
     assert own["workers"] == 3
-    given = json.loads(run("whatif", "--topology", str(path), "--algorithm", "ring",
-                           "--latency", "0", "--workers", "3", "--json").stdout)
+    given = run_json("whatif", "--topology", str(path), "--algorithm", "ring",
+                     "--latency", "0", "--workers", "3", "--json")
     assert given["workers"] == 3 and own["t_iter_s"] > given["t_iter_s"]
     out = run("whatif", "--workers", "8", "--topology", str(path))
     assert out.returncode == 2 and "workers=8 is not allowed" in out.stderr
@@ -80,9 +86,9 @@ def test_a_topology_file_sets_workers_and_latency(tmp_path):
 
 
 def test_switched_homogeneous_matches_the_plain_model_and_ps_is_slower():
-    plain = json.loads(run("whatif", "--bandwidth", "1gbit", "--json").stdout)
-    ring, ps = (json.loads(run("whatif", "--bandwidth", "1gbit", "--topology", "homogeneous",
-                               "--algorithm", a, "--json").stdout) for a in ("ring", "ps"))
+    plain = run_json("whatif", "--bandwidth", "1gbit", "--json")
+    ring, ps = (run_json("whatif", "--bandwidth", "1gbit", "--topology", "homogeneous",
+                         "--algorithm", a, "--json") for a in ("ring", "ps"))
     assert abs(ring["t_iter_s"] / plain["t_iter_s"] - 1) < 2e-3
     assert ps["t_iter_s"] > ring["t_iter_s"]
 
