@@ -93,3 +93,14 @@ def test_without_error_feedback_the_matrix_is_the_input_itself():
     assert payload.meta["step"].work.data_ptr() == x.data_ptr()  # no copy of the gradient
     # warm start keeps the Q it sent
     assert torch.equal(c.memories[0][(64, 300)].reshape(-1), payload.tensors[2])
+
+
+@pytest.mark.parametrize("ef", [False, True])
+def test_sent_q_is_m_transposed_times_p(ef):
+    # On the CPU Q = M^T P is computed as (P^T M)^T: the same products, another order.
+    c = gradcomp.compressor("powersgd", rank=4, error_feedback=ef)
+    x = torch.randn(64, 300, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    for _ in range(2):
+        corrected = x + c.residuals.get(0, torch.zeros(x.numel(), dtype=x.dtype)).view_as(x)
+        _, p, q = c.compress(x, key=0).tensors
+        torch.testing.assert_close(q.view(300, 4), corrected.T @ p.view(64, 4))
