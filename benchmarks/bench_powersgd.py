@@ -280,7 +280,8 @@ def _ortho_timings(rank: int, reps: int = 50) -> dict:
     """Milliseconds to orthogonalise all of ResNet-50's P matrices once (every compressed
     weight, grouped by shape as gradcomp groups them), with each implementation."""
     from gradcomp import kernels
-    from gradcomp.compressors import orthogonalize, powersgd
+    from gradcomp.compressors import powersgd
+    from gradcomp.kernels.orthogonal import reference as orthogonalize
 
     comp = gradcomp.compressor("powersgd", rank=rank)
     lay = comp.layout([p.shape for p in resnet50().parameters()])

@@ -20,9 +20,6 @@ MAX_LINES = 450
 #: The parts of a kernel family's package (`gradcomp/kernels/<family>/`): the torch reference,
 #: the Python entry points and the `@triton.jit` sources, side by side.
 FAMILY_PARTS = ("reference", "launcher", "jit")
-#: Families whose torch reference lives elsewhere for now: PowerSGD's orthogonalisation
-#: (`compressors/orthogonalize.py`, under rework on another branch).
-REFERENCE_ELSEWHERE = {"orthogonal"}
 #: The collectives of their own, in `gradcomp.collectives` (module: what it defines).
 COLLECTIVES = {"blocksparse": "block_sparse_all_reduce", "forest": "forest_all_reduce",
                "forest_packing": "pack_forest"}
@@ -175,13 +172,12 @@ def test_no_kernel_tree_mirrors_another():
 
 def test_each_kernel_family_holds_its_parts_side_by_side():
     """A family package holds its launcher and its `@triton.jit` source, and its torch
-    reference (but for `REFERENCE_ELSEWHERE`); only the families' `jit` modules and the shared
+    reference; only the families' `jit` modules and the shared
     `tiles` and `stats` import Triton when they load."""
     families = kernel_families()
     assert families, "no kernel family packages under gradcomp/kernels"
     missing = [(f, part) for f in families for part in FAMILY_PARTS
-               if f"gradcomp.kernels.{f}.{part}" not in MODULES
-               and not (part == "reference" and f in REFERENCE_ELSEWHERE)]
+               if f"gradcomp.kernels.{f}.{part}" not in MODULES]
     triton_users = {n for n in MODULES for target, _ in imports(n, top_level_only=True)
                     if target.split(".")[0] == "triton"}
     allowed = {"gradcomp.kernels.tiles", "gradcomp.kernels.stats"}

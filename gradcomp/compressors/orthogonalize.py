@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
+from ..kernels.orthogonal.reference import identity_if_not_finite, orthogonalize_torch
 
 
 def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
@@ -22,20 +23,6 @@ def orthogonalize_(matrices: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor
     if use_kernel(matrices):
         return kernels.orthogonalize_(matrices, epsilon)
     return orthogonalize_torch(matrices, epsilon)
-
-
-def orthogonalize_torch(matrices: torch.Tensor, epsilon: float) -> torch.Tensor:
-    rank = matrices.shape[2]
-    if rank > 2:
-        q, _ = torch.linalg.qr(matrices)
-        return matrices.copy_(q)
-    for i in range(rank):
-        col = matrices[:, :, i : i + 1]
-        col /= torch.linalg.vector_norm(col, dim=1, keepdim=True) + epsilon
-        if i + 1 < rank:
-            rest = matrices[:, :, i + 1 :]
-            rest -= torch.sum(col * rest, dim=1, keepdim=True) * col
-    return matrices
 
 
 def use_kernel(t: torch.Tensor, max_rank: int | None = None) -> bool:
@@ -63,11 +50,3 @@ def orthogonalize_all(flat: torch.Tensor, views: dict, shapes: list, epsilon: fl
             v.copy_(orthogonalize_torch(identity_if_not_finite(v), epsilon))
         else:
             orthogonalize_torch(v, epsilon)
-
-
-def identity_if_not_finite(q: torch.Tensor) -> torch.Tensor:
-    """A copy of the stacked Qs (b, m, r) where a Q that holds NaN/Inf (after a non-finite
-    gradient) is replaced by the first r columns of the identity, so warm start recovers; the
-    same on every rank, since Q was all-reduced, and without a host sync."""
-    eye = torch.eye(q.shape[1], q.shape[2], dtype=q.dtype, device=q.device).expand_as(q)
-    return torch.where(torch.isfinite(q).all(dim=(1, 2), keepdim=True), q, eye)

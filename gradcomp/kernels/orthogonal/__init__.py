@@ -1,3 +1,3 @@
-"""PowerSGD's orthogonalisation in one launch per call: `launcher` (entry point) and `jit` (the
-`@triton.jit` source). Its torch reference is `gradcomp.compressors.orthogonalize` (Gram-Schmidt
-for rank <= 2, QR above), which tests/test_kernels_orthogonal.py compares it with."""
+"""PowerSGD's orthogonalisation in one launch per call: `reference` (the torch code: Gram-Schmidt
+for rank <= 2, QR above), `launcher` (entry point) and `jit` (the `@triton.jit` source);
+tests/test_kernels_orthogonal.py compares the kernel with the reference."""
