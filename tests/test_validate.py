@@ -104,14 +104,21 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
     # Resumed with other methods and batch size: what is new is measured (training,
-    # codec costs, the profile), only what was asked is reported.
-    other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8"], "tiny", batch_size=32,
-                           iterations=3, progress=False)
-    assert list(other["method"]) == ["fp16", "int8"]
+    # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
+    # in the same job (its options through the sub-job's --methods), priced per inner step.
+    other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
+                           "tiny", batch_size=32, iterations=3, progress=False)
+    assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
+    variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
+    assert variant["bytes_sent"] == pytest.approx(other.iloc[1]["bytes_sent"] / 2, rel=0.01)
+    assert variant["predicted"] > variant["t_iter_single"] and variant["tokens_per_step"] == 32
+    md = (tmp_path / "validation.md").read_text()
+    assert "DiLoCo variants" in md and "| diloco(H=2, method=int8) |" in md
+    assert "diloco" not in pd.read_csv(tmp_path / "regret.csv")["pick"].str.cat()
     train = pd.read_csv(tmp_path / "train-2.5gbit.csv")
     assert sorted(zip(train["method"], train["batch_size"])) == \
-        [("auto", 64), ("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
+        [("auto", 64), ("ddp", 64), ("diloco", 32), ("fp16", 32), ("fp16", 64), ("int8", 32)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
     assert {"int8", "none"} <= set(hook["method"])
@@ -124,7 +131,8 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     small = json.loads((tmp_path / "profile-tiny-b32-2.5gbit.json").read_text())
     assert small != json.loads((tmp_path / "profile-tiny-b64-2.5gbit.json").read_text())
     assert (other["t_iter_single"] != rows["t_iter_single"].iloc[0]).all()
-    assert list(pd.read_csv(tmp_path / "validation.csv")["method"]) == ["fp16", "int8"]
+    assert list(pd.read_csv(tmp_path / "validation.csv")["method"]) == \
+        ["fp16", "int8", "diloco(H=2, method=int8)"]
 
 
 def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path):
