@@ -262,3 +262,44 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
             f"{lambdas[100e6]:.3f} (fitted to the ddp and none runs at 500 Mbit/s, 1 Gbit/s, "
             "2.5 Gbit/s);")
     assert line in (tmp_path / "validation.md").read_text() and line in out.stdout
+
+
+def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
+    # The committed testbed run of DiLoCo variants (GPT, 100 Mbit/s and 1 Gbit/s), predicted
+    # again (every table measured: nothing runs): the variants, given with their options on
+    # the command line, are priced by the DiLoCo timeline and reported with utilisation and
+    # bytes per token against the none hook's.
+    import shutil
+    from pathlib import Path
+
+    from gradcomp.evaluation.model.fit import fit_collectives, hook_costs, network_from_fit
+    from gradcomp.evaluation.model.methods import resolve
+    from gradcomp.evaluation.model.timeline import predict
+    from gradcomp.evaluation.profiles.profiles import load_profile
+
+    source = Path(__file__).parent.parent / "benchmarks/results/testbed-diloco-2026-11-28"
+    for name in (*source.glob("*-*bit*"), source / "conditions.csv"):
+        shutil.copy(name, tmp_path)
+    out = cli("--rates", "100mbit,1gbit", "--methods", DILOCO_METHODS, "--model", "gpt",
+              "--iterations", "200", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rows = pd.read_csv(tmp_path / "validation.csv")
+    variants = rows[rows["method"].str.startswith("diloco")]
+    assert list(variants["method"][:5]) == [
+        "diloco(H=10, method=none)", "diloco(H=100, method=none)", "diloco(H=10, method=int8)",
+        "diloco(H=100, method=int8)", "diloco(H=100, method=int8, fragments=4, delay=5)"]
+    for _, row in variants.iterrows():  # the DiLoCo timeline on the rate's fitted network
+        tag = "100mbit" if row["rate_bps"] == 1e8 else "1gbit"
+        fits = fit_collectives(pd.read_csv(tmp_path / f"collective-{tag}.csv"))
+        costs = hook_costs(pd.read_csv(tmp_path / f"hook-{tag}.csv"))
+        variant = "diloco:" + row["method"][7:-1].replace(" ", "")
+        pred = predict(load_profile(tmp_path / f"profile-gpt-b16-{tag}.json"),
+                       network_from_fit(fits, 2, row["rate_bps"]), resolve(variant, costs))
+        assert pred.bucketing == "diloco" and row["predicted"] == pytest.approx(pred.t_iter_s)
+    md = (tmp_path / "validation.md").read_text()
+    assert "DiLoCo variants" in md and "fewer_bytes" in md
+    assert not pd.read_csv(tmp_path / "regret.csv")["pick"].str.startswith("diloco").any()
+
+
+DILOCO_METHODS = ("ddp,none,int8,diloco:H=10,diloco:H=100,diloco:H=10,method=int8,"
+                  "diloco:H=100,method=int8,diloco:H=100,method=int8,fragments=4,delay=5")
