@@ -290,7 +290,8 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
                         contention, baseline_s=math.nan))
         label = method.name if method is not None and method.diloco else run["method"]
         rows.append({**compared(rate_bps, run, pred, profile), "method": label,
-                     "bytes_sent": run["bytes_sent"],
+                     "bytes_sent": run["bytes_sent"], "exchange_s": sum(
+                         run.get(c, math.nan) for c in ("encode_s", "comm_s", "decode_s")),
                      "allreduce_bandwidth_bps": fits["allreduce"].params["bandwidth_bps"],
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],

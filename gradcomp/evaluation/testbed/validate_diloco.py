@@ -6,7 +6,9 @@ hide), and reported beside the per-step methods with
 
 * utilisation: compute time over wall time, the profile's ``t_iter_single`` (the step as
   every worker computes it at once, without communicating) over the measured (predicted)
-  time per inner step;
+  time per inner step; and by telemetry, within the same run: the exchange's share of the
+  time (its encode, collective and decode seconds per inner step over the measured time; with
+  a delay the collective runs beside the next steps, so one minus it is a lower bound);
 * bytes per token: the telemetry's bytes sent per inner step over the tokens of a step (a
   rank's token ids, or samples where the inputs are not token ids), and how many times fewer
   than fp32 data parallelism's: the ``none`` hook's telemetry at the same rate (DDP's
@@ -40,9 +42,9 @@ def is_diloco(methods: pd.Series) -> pd.Series:
 
 def diloco_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per DiLoCo variant and rate of a validation table (columns rate_bps, method,
-    measured, predicted, rel_error, t_iter_single, bytes_sent, tokens_per_step): rate,
-    variant, measured_ms, predicted_ms, rel_error, utilisation, predicted_utilisation,
-    bytes_per_token, fp32_bytes_per_token, fewer_bytes (fp32's over the variant's)."""
+    measured, predicted, rel_error, t_iter_single, bytes_sent, exchange_s, tokens_per_step):
+    rate, variant, measured_ms, predicted_ms, rel_error, utilisation, predicted_utilisation,
+    exchange_share, bytes_per_token, fp32_bytes_per_token, fewer_bytes (fp32's over the variant's)."""
     rows = []
     for rate, runs in table.groupby("rate_bps", sort=True):
         fp32 = runs.loc[runs["method"] == "none", "bytes_sent"]
@@ -56,6 +58,7 @@ def diloco_table(table: pd.DataFrame) -> pd.DataFrame:
                          "predicted_ms": run["predicted"] * 1e3, "rel_error": run["rel_error"],
                          "utilisation": run["t_iter_single"] / run["measured"],
                          "predicted_utilisation": run["t_iter_single"] / run["predicted"],
+                         "exchange_share": run["exchange_s"] / run["measured"],
                          "bytes_per_token": per_token,
                          "fp32_bytes_per_token": fp32_bytes / run["tokens_per_step"],
                          "fewer_bytes": fp32_bytes / run["bytes_sent"]})
@@ -69,6 +72,7 @@ def diloco_markdown(table: pd.DataFrame) -> str:
         return ""
     return ("\nDiLoCo variants: time per inner step (measured over whole syncs) against the "
             "model's, compute utilisation (the profile's compute per step over the time per "
-            "step, measured and predicted) and bytes sent per token by telemetry, with how "
+            "step, measured and predicted; the profile measured after the training runs), the "
+            "outer exchange's share of the measured time by telemetry, and bytes sent per token by telemetry, with how "
             "many times fewer than fp32 data parallelism's (the `none` hook's telemetry):\n\n"
             + rows.to_markdown(index=False, floatfmt=".4g") + "\n")
