@@ -335,3 +335,21 @@ def test_run_quick_end_to_end_resumes_after_an_interruption(tmp_path, monkeypatc
     run(out, **small)
     assert not calls
     pd.testing.assert_frame_equal(ResultTable(out / COMPRESS).frame(), after)
+
+
+def test_the_report_recommends_a_diloco_variant_and_draws_it(tmp_path):
+    # `run --methods ...,diloco:H=10,method=int8`: the committed GPT convergence runs
+    # (DiLoCo variants beside DDP) with this machine's tables; at 100 Mbit/s a DiLoCo variant
+    # is the fastest to the target, and its what-if curves are drawn with its options.
+    import shutil
+
+    folder = make_results(tmp_path, methods=("none", "fp16", "int8"))
+    source = Path(__file__).parent.parent / "benchmarks/results/converge-diloco-gpt-2026-11-28"
+    for name in (CONVERGE, "converge_curve.csv"):
+        shutil.copy(source / name, folder / name)
+    report = write_report(folder, "gpt2", 8, "100mbit",
+                          methods=["none", "fp16", "int8", "diloco:H=10,method=int8"])
+    assert "**diloco(H=50, method=none)**" in report.verdicts[0]
+    assert "| diloco(H=10, method=int8) |" in (folder / "report.md").read_text()
+    heat = pd.read_csv(folder / "scaling_sweep.csv")
+    assert set(heat["method"]) == {"none", "diloco(H=50, method=none)"}

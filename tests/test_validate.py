@@ -104,14 +104,21 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
     # Resumed with other methods and batch size: what is new is measured (training,
-    # codec costs, the profile), only what was asked is reported.
-    other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8"], "tiny", batch_size=32,
-                           iterations=3, progress=False)
-    assert list(other["method"]) == ["fp16", "int8"]
+    # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
+    # in the same job (its options through the sub-job's --methods), priced per inner step.
+    other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
+                           "tiny", batch_size=32, iterations=3, progress=False)
+    assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
+    variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
+    assert variant["bytes_sent"] == pytest.approx(other.iloc[1]["bytes_sent"] / 2, rel=0.01)
+    assert variant["predicted"] > variant["t_iter_single"] and variant["tokens_per_step"] == 32
+    md = (tmp_path / "validation.md").read_text()
+    assert "DiLoCo variants" in md and "| diloco(H=2, method=int8) |" in md
+    assert "diloco" not in pd.read_csv(tmp_path / "regret.csv")["pick"].str.cat()
     train = pd.read_csv(tmp_path / "train-2.5gbit.csv")
     assert sorted(zip(train["method"], train["batch_size"])) == \
-        [("auto", 64), ("ddp", 64), ("fp16", 32), ("fp16", 64), ("int8", 32)]
+        [("auto", 64), ("ddp", 64), ("diloco", 32), ("fp16", 32), ("fp16", 64), ("int8", 32)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
     assert {"int8", "none"} <= set(hook["method"])
@@ -124,7 +131,8 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     small = json.loads((tmp_path / "profile-tiny-b32-2.5gbit.json").read_text())
     assert small != json.loads((tmp_path / "profile-tiny-b64-2.5gbit.json").read_text())
     assert (other["t_iter_single"] != rows["t_iter_single"].iloc[0]).all()
-    assert list(pd.read_csv(tmp_path / "validation.csv")["method"]) == ["fp16", "int8"]
+    assert list(pd.read_csv(tmp_path / "validation.csv")["method"]) == \
+        ["fp16", "int8", "diloco(H=2, method=int8)"]
 
 
 def test_the_model_buckets_as_torch_does_when_bench_train_sets_the_cap(tmp_path):
@@ -254,3 +262,48 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
             f"{lambdas[100e6]:.3f} (fitted to the ddp and none runs at 500 Mbit/s, 1 Gbit/s, "
             "2.5 Gbit/s);")
     assert line in (tmp_path / "validation.md").read_text() and line in out.stdout
+
+
+def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
+    # The committed testbed run of DiLoCo variants (GPT, its 100 Mbit/s tables), predicted
+    # again (every table measured: nothing runs): the variants, given with their options on
+    # the command line, are priced by the DiLoCo timeline and reported with utilisation and
+    # bytes per token against the none hook's.
+    import shutil
+    from pathlib import Path
+
+    from gradcomp.evaluation.model.fit import fit_collectives, hook_costs, network_from_fit
+    from gradcomp.evaluation.model.methods import resolve
+    from gradcomp.evaluation.model.timeline import predict
+    from gradcomp.evaluation.profiles.profiles import load_profile
+
+    source = Path(__file__).parent.parent / "benchmarks/results/testbed-diloco-2026-11-28"
+    for name in (*source.glob("*-*bit*"), source / "conditions.csv"):
+        shutil.copy(name, tmp_path)
+    out = cli("--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
+              "--iterations", "200", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rows = pd.read_csv(tmp_path / "validation.csv")
+    variants = rows[rows["method"].str.startswith("diloco")]
+    assert list(variants["method"]) == [
+        "diloco(H=10, method=none)", "diloco(H=100, method=none)", "diloco(H=10, method=int8)",
+        "diloco(H=100, method=int8)", "diloco(H=100, method=int8, fragments=4, delay=5)"]
+    fits = fit_collectives(pd.read_csv(tmp_path / "collective-100mbit.csv"))
+    costs = hook_costs(pd.read_csv(tmp_path / "hook-100mbit.csv"))
+    profile = load_profile(tmp_path / "profile-gpt-b16-100mbit.json")
+    train = pd.read_csv(tmp_path / "train-100mbit.csv")
+    for _, row in variants.iterrows():  # the DiLoCo timeline on the rate's fitted network
+        variant = "diloco:" + row["method"][7:-1].replace(" ", "")
+        pred = predict(profile, network_from_fit(fits, 2, 1e8), resolve(variant, costs))
+        assert pred.bucketing == "diloco" and row["predicted"] == pytest.approx(pred.t_iter_s)
+        run = train[train["options"].map(lambda o: resolve("diloco", None, **json.loads(o))
+                                         .name if o.startswith('{"H"') else "") == row["method"]]
+        assert row["exchange_s"] == pytest.approx(  # the telemetry's seconds per inner step
+            float(run[["encode_s", "comm_s", "decode_s"]].sum(axis=1).iloc[0]))
+    md = (tmp_path / "validation.md").read_text()
+    assert "DiLoCo variants" in md and "fewer_bytes" in md and "exchange_share" in md
+    assert not pd.read_csv(tmp_path / "regret.csv")["pick"].str.startswith("diloco").any()
+
+
+DILOCO_METHODS = ("ddp,none,int8,diloco:H=10,diloco:H=100,diloco:H=10,method=int8,"
+                  "diloco:H=100,method=int8,diloco:H=100,method=int8,fragments=4,delay=5")

@@ -58,12 +58,16 @@ def method_list(text):
     """--methods: each method with its options (`methods.parse_methods`: ``topk:ratio=0.001,
     powersgd:rank=16,bf16``) as the ``name:key=value`` text the library takes; None when
     not given. An unknown method or option is a ValueError naming it (`methods.resolve`)."""
-    if not text:
-        return None
-    methods = [method_spec(n, o) for n, o in parse_methods(text)]
-    for method in methods:
+    methods = method_texts(text)
+    for method in methods or ():
         resolve(method)
     return methods
+
+
+def method_texts(text):
+    """--methods as `method_list` gives them, unchecked (names the model does not price, such
+    as ``ddp`` and ``auto``, among them); None when not given."""
+    return [method_spec(n, o) for n, o in parse_methods(text)] if text else None
 
 
 METHODS_HELP = ("comma-separated methods, each with options as name:key=value,... (e.g. "

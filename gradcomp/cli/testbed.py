@@ -12,7 +12,8 @@ from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summa
 from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
-from .common import default_of, emit, exits_on, positive_int, rate, split, table
+from .common import (default_of, emit, exits_on, method_texts, positive_int, rate, split,
+                     table)
 
 FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
 
@@ -138,7 +139,7 @@ def _validate(args) -> None:
 
     out = args.out or f"results/validate-{time.strftime('%Y%m%d-%H%M%S')}"
     fsdp = args.parallelism == "fsdp"
-    methods = (args.methods.split(",") if args.methods is not None else
+    methods = ((method_texts(args.methods) or []) if args.methods is not None else
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
     options = {} if args.iterations is None else {"iterations": args.iterations}

@@ -9,7 +9,7 @@ optimizer applies them.
 """
 from .diloco import FORMAT, DiLoCo, check_schedule
 from .fragments import bounds, split
-from .variant import NAME, Variant, outer_method
+from .variant import NAME, Variant, outer_case, outer_method
 
-__all__ = ["DiLoCo", "FORMAT", "NAME", "Variant", "bounds", "check_schedule", "outer_method",
-           "split"]
+__all__ = ["DiLoCo", "FORMAT", "NAME", "Variant", "bounds", "check_schedule", "outer_case",
+           "outer_method", "split"]

@@ -103,6 +103,14 @@ class Variant:
                       self.fragments, self.delay, self.error_feedback, **self.method_options)
 
 
+def outer_case(options: dict) -> tuple[str, dict]:
+    """(method, options) of the outer gradients' compressor of the variant with `options`
+    (as `--methods` gives them; error_feedback left out): what its exchange encodes, priced
+    like a per-step method's bucket."""
+    variant = Variant.from_options({k: v for k, v in options.items() if k != "error_feedback"})
+    return variant.method, dict(variant.method_options)
+
+
 def outer_method(text: str) -> str | None:
     """The outer method of a variant named by `text` (``diloco:H=50,method=int8``, or its
     label ``diloco(H=50, method=int8)``; "none" when it names none); None when `text` names

@@ -64,9 +64,7 @@ def codec_cases(cases):
     out = []
     for name, options in cases:
         if name == diloco.NAME:
-            variant = diloco.Variant.from_options(
-                {k: v for k, v in options.items() if k != "error_feedback"})
-            name, options = variant.method, dict(variant.method_options)
+            name, options = diloco.outer_case(options)
         if (name, options) not in out:
             out.append((name, options))
     return out

@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from ... import diloco
 from ...checks import check_device, check_int
 from ...comm.communicators import AllGather, Bucket, DenseAllReduce, TwoRounds, build
 from ...comm.ranks import Ranks
@@ -349,12 +350,14 @@ def quarter_sizes(largest: int) -> list[int]:
 def hook_methods(methods) -> list[tuple[str, dict]]:
     """The (method, options) whose hook path prices training runs of `methods` (names or
     (name, options) pairs): "ddp" (DDP's own all-reduce, which divides its buckets by the
-    world size as the hook's uncompressed path does) by "none"; "auto" and DiLoCo variants
-    are left out (neither is predicted from the hook path)."""
+    world size as the hook's uncompressed path does) by "none", a DiLoCo variant by its
+    outer method (its exchange is one bucket of it, `diloco.outer_case`); "auto" is left out
+    (it is not predicted from the hook path)."""
     cases = []
     for name, options in method_cases(list(methods)):
-        case = ("none", {}) if name == "ddp" else (name, options)
-        if name not in ("auto", "diloco") and case not in cases:
+        case = (("none", {}) if name == "ddp" else diloco.outer_case(options)
+                if name == diloco.NAME else (name, options))
+        if name != "auto" and case not in cases:
             cases.append(case)
     return cases
 

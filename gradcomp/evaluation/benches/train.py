@@ -60,6 +60,7 @@ from ..common.env import (barrier, check_backend, environment, launch, local_dev
 from ..common.store import ResultTable, as_table
 from ..common.timing import Clock
 from ..common.units import parse_rate
+from ..model.methods import parse_methods
 from ..profiles.measure import measure_ddp_profile, profile_workload
 from ..profiles.profiles import Profile, save_profile
 from ..workloads.contract import AUTOCAST, autocast
@@ -334,7 +335,9 @@ def main(argv=None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--out", required=True, help="result table (.csv or .parquet)")
     args.add_argument("--methods", default=None,
-                      help="comma-separated methods (default: ddp and every registered one)")
+                      help="comma-separated methods, each with options as name:key=value,... "
+                      "(DiLoCo: diloco:H=50,method=int8; default: ddp and every registered "
+                      "one)")
     args.add_argument("--backend", choices=("gloo", "nccl"), default=None)
     args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
     args.add_argument("--batch-size", type=int, default=None)
@@ -349,8 +352,9 @@ def main(argv=None) -> int:
                       "method, e.g. '{\"hierarchical\": true, \"gpus_per_node\": 2}'")
     a = args.parse_args(argv)
     extra = json.loads(a.hook_options) if a.hook_options else {}
-    methods = None if a.methods is None else [
-        (m, {} if m == "ddp" else extra) for m in a.methods.split(",")]
+    methods = None if a.methods is None else [  # the hook options to every hooked method
+        (m, o if m in ("ddp", diloco.NAME) else {**o, **extra})
+        for m, o in parse_methods(a.methods, "methods")]
     bench_train(methods, None, a.backend, a.model,
                 a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
                 a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out)

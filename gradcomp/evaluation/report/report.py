@@ -12,12 +12,13 @@ its curve table (`converge`). Outputs: ``advise.csv``, ``speedup_sweep.csv``,
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from ... import names
+from ... import diloco, names
 from ..analyses import weighed
 from ..analyses.evidence import Evidence, evidence_of, network_spread, with_intervals
 from ..analyses.measured import NOT_PREDICTED, train_predictions
@@ -31,6 +32,7 @@ from ..common.store import ResultTable, write_atomic
 from ..model.cost_tables import ASSUMED  # noqa: F401 - the notebook's label for assumed costs
 from ..model.cluster import Cluster, resolve_cluster
 from ..model.cost_tables import CostTable, cost_table, default_costs, measured_table, same_gpu
+from ..model.methods import method_spec
 from ..model.fit import codec_costs, fit_codec, fit_collectives, poor_fits, summary
 from ..profiles.profiles import load_profile
 from . import plots
@@ -108,6 +110,14 @@ def _text(v) -> str:
 
 def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, frame.to_csv(index=False))
+
+
+def _as_method(row) -> str:
+    """A ranked variant's method as `resolve` takes it: a DiLoCo variant with its options
+    (``diloco:H=10,method=int8,...``), else its name."""
+    if row["method"] != diloco.NAME:
+        return row["method"]
+    return method_spec(row["method"], json.loads(row["options"]))
 
 
 def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
@@ -365,7 +375,7 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
         verdict = recommend_by_accuracy(tta, table, device, question, evidence, flips,
                                         compute_device=prof.device)
         best = choose(tta, table, device).row
-        best_method = None if best is None else best["method"]
+        best_method = None if best is None else _as_method(best)
     else:
         verdict = recommend_by_iteration(ranking, table, device, question, evidence,
                                          weighed.ranking_flips(profile, net, table, device,

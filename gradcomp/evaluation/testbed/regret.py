@@ -3,7 +3,9 @@ slower training runs than with the method that was measured fastest.
 
 For every configuration of a validation table (`CONFIG`: the rate and, on two tiers, the
 layout, nodes and GPUs per node; columns absent are left out), among the rows with a
-prediction (`auto` has none):
+prediction (`auto` has none) of per-step methods (a DiLoCo variant's inner step is no
+per-step method's: it takes other steps to converge; `advise --convergence` ranks them by time
+to the target):
 
 * pick: the method of least predicted time (ties: the first in the table's order), and its
   measured time;
@@ -28,6 +30,7 @@ from ...comm.auto import DEFAULT_CANDIDATES, AutoRoute
 from ...comm.hooks import build_state
 from ..common.store import write_atomic
 from ..common.units import format_rate
+from .validate_diloco import is_diloco
 
 CONFIG = ("rate_bps", "layout", "nodes", "gpus_per_node")
 AUTO_CANDIDATES = tuple(c if isinstance(c, str) else c[0] for c in DEFAULT_CANDIDATES)
@@ -64,7 +67,7 @@ def advice_regret(table: pd.DataFrame) -> pd.DataFrame:
     pick_predicted, pick_measured, fastest, fastest_measured, regret."""
     rows = []
     config = config_columns(table)
-    predicted = table[table["predicted"].notna()]
+    predicted = table[table["predicted"].notna() & ~is_diloco(table["method"])]
     for key, runs in predicted.groupby(config, sort=False):
         pick = runs.loc[runs["predicted"].idxmin()]
         best = runs.loc[runs["measured"].idxmin()]

@@ -56,6 +56,7 @@ from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import collective_key
+from ..benches.converge import tokens_in
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hook_methods,
                                 hook_sizes, quarter_sizes, workload_gradient)
@@ -66,13 +67,14 @@ from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
 from ..model.fit import fit_collectives, hook_costs, network_from_fit
-from ..model.methods import resolve
+from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
 from ..profiles.profiles import load_profile
-from ..workloads.load import describe
+from ..workloads.load import describe, load_workload
 from .regret import regret_markdown, steady_state_jobs, write_regret
 from .slowdown import predict_with_slowdowns, slowdown_line
 from .testbed import Testbed
+from .validate_diloco import diloco_markdown, priced
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
@@ -113,6 +115,7 @@ def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[st
     """The table keys (as stored) a rate's measurements of `methods` need, per table:
     "collective", "train" and "hook" (`spec` from `benches.train.make_spec`). The
     testbed's workers are CPU processes on gloo, as the sub-jobs key them."""
+    methods = [parse_methods(m)[0] for m in methods]  # diloco:H=10,method=int8 with options
     sizes = hook_sizes(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
     coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
     codec = ResultTable("hook.csv", CODEC_KEYS)
@@ -249,7 +252,7 @@ def concurrent_job(argv=None) -> int:
                 save_profile(profile, a.profile_out)
         if a.codec_out:
             dist.barrier()
-            methods = hook_methods(m for m in a.methods.split(",") if m)
+            methods = hook_methods(parse_methods(a.methods) if a.methods else [])
             gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
             bench_hook_path(methods, quarter_sizes(gradient.values.numel()),
                             dist.get_world_size(), repeats=HOOK_REPEATS, warmup=HOOK_WARMUP,
@@ -280,18 +283,21 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
     for _, run in train.iterrows():
         network = replace(network_from_fit(fits, int(run["workers"]), rate_bps),
                           compute_slowdown=compute_slowdown)
-        name = "none" if run["method"] == "ddp" else run["method"]
+        method = None if run["method"] == "auto" else priced(run, costs)
         # bench_train passes bucket_cap_mb to DDP explicitly: torch then gives the first
         # bucket the same cap (its 1 MiB first bucket applies to the default only).
         cap = float(run["bucket_cap_mb"])
-        pred = (_NO_PREDICTION if name == "auto" else
-                predict(profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
+        pred = (_NO_PREDICTION if method is None else
+                predict(profile, network, method, DDP(cap, first_bucket_mb=cap),
                         contention, baseline_s=math.nan))
-        rows.append({**compared(rate_bps, run, pred, profile),
+        label = method.name if method is not None and method.diloco else run["method"]
+        rows.append({**compared(rate_bps, run, pred, profile), "method": label,
+                     "bytes_sent": run["bytes_sent"], "exchange_s": sum(
+                         run.get(c, math.nan) for c in ("encode_s", "comm_s", "decode_s")),
                      "allreduce_bandwidth_bps": fits["allreduce"].params["bandwidth_bps"],
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
-                     "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
+                     "auto_choices": run.get("auto_choices", "") if method is None else "",
                      **load})
     return pd.DataFrame(rows)
 
@@ -369,6 +375,7 @@ def markdown(table: pd.DataFrame) -> str:
             f" max {overall['max_abs_rel_error']:.1%}.\n")
     if "compute_slowdown" in table:
         text += "\n" + slowdown_line(table) + "\n"
+    text += diloco_markdown(table)
     auto = auto_comparison(table)
     if len(auto):
         text += ("\n`auto` (its default candidates) against the fastest fixed run of a "
@@ -406,7 +413,9 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
 
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
                          collective_sizes)  # the runs lambda is fitted to, priced alone
-    table = predict_with_slowdowns(rates, predict_at, planned, plain)
+    tokens = tokens_in(load_workload(model, "model", batch_size=batch_size).batch(0, 0, "cpu")[0])
+    table = predict_with_slowdowns(rates, predict_at, planned, plain).assign(
+        tokens_per_step=tokens)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_regret(out, table)
     write_atomic(out / "validation.md", markdown(table) + regret_markdown(table))
