@@ -46,6 +46,8 @@ def diloco_table(table: pd.DataFrame) -> pd.DataFrame:
     rate, variant, measured_ms, predicted_ms, rel_error, utilisation, predicted_utilisation,
     exchange_share, bytes_per_token, fp32_bytes_per_token, fewer_bytes (fp32's over the variant's)."""
     rows = []
+    if not is_diloco(table["method"]).any():  # e.g. FSDP's and two tiers' tables
+        return pd.DataFrame(rows)
     for rate, runs in table.groupby("rate_bps", sort=True):
         fp32 = runs.loc[runs["method"] == "none", "bytes_sent"]
         if not len(fp32):
