@@ -1,6 +1,7 @@
 """The documentation site builds with `mkdocs build --strict` (a broken link, a missing page or an
 API reference that does not resolve fails), and its API reference lists every public name of
-`gradcomp.comm` and `gradcomp.fsdp`."""
+`gradcomp.comm` and `gradcomp.fsdp`; the results page lists every run folder of
+benchmarks/results, and each run's README is a page of the site."""
 import os
 import subprocess
 import sys
@@ -29,3 +30,8 @@ def test_the_site_builds_strict_and_the_api_lists_every_public_name(tmp_path):
                  "evaluation", "diloco", "collectives", "kernels", "architecture",
                  "contributing"):
         assert (tmp_path / "site" / page / "index.html").exists(), page
+    results = (tmp_path / "site" / "results" / "index.html").read_text()
+    for run in sorted(p for p in (ROOT / "benchmarks" / "results").iterdir() if p.is_dir()):
+        assert run.name in results, run.name
+        if (run / "README.md").exists():
+            assert (tmp_path / "site" / "results" / run.name / "index.html").exists(), run.name
