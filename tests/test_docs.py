@@ -3,6 +3,7 @@ API reference that does not resolve fails), and its API reference lists every pu
 `gradcomp.comm` and `gradcomp.fsdp`; the results page lists every run folder of
 benchmarks/results, and each run's README is a page of the site."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,11 @@ def test_the_site_builds_strict_and_the_api_lists_every_public_name(tmp_path):
         assert run.name in results, run.name
         if (run / "README.md").exists():
             assert (tmp_path / "site" / "results" / run.name / "index.html").exists(), run.name
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        assert (ROOT / link).exists(), link
