@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench
+.PHONY: run test bench docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,3 +19,6 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m pytest -q benchmarks --benchmark-enable --benchmark-only
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict

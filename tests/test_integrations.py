@@ -1,4 +1,4 @@
-"""gradcomp inside trainers, run for real: the README's Lightning and Accelerate examples, as
+"""gradcomp inside trainers, run for real: the docs' Lightning and Accelerate examples, as
 written, on 2 CPU processes each; a run resumed from the trainer's checkpoint in fresh processes
 ends with the same parameters, bit for bit, as the straight run, and one resumed without the
 hook state does not. Plus the callbacks' refusals and the import boundary."""
@@ -19,9 +19,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_example(name: str) -> str:
-    """The README's python block that starts with `# name`."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def docs_example(name: str) -> str:
+    """The python block of docs/trainers.md that starts with `# name`."""
+    text = (ROOT / "docs" / "trainers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     (block,) = [b for b in blocks if b.startswith(f"# {name}")]
     return block
 
@@ -46,7 +47,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def lightning_runs(tmp_path_factory):
     pytest.importorskip("lightning")
-    script = readme_example("train_lightning.py")
+    script = docs_example("train_lightning.py")
     dirs = {k: tmp_path_factory.mktemp(f"lightning_{k}") for k in ("straight", "resumed", "bare")}
     for d in dirs.values():
         (d / "train_lightning.py").write_text(script)
@@ -114,7 +115,7 @@ def test_lightning_callback_refuses_what_it_cannot_do():
 @pytest.fixture(scope="module")
 def accelerate_runs(tmp_path_factory):
     pytest.importorskip("accelerate")
-    script = readme_example("train_accelerate.py")
+    script = docs_example("train_accelerate.py")
     dirs = {k: tmp_path_factory.mktemp(f"accelerate_{k}") for k in ("straight", "resumed", "bare")}
     for d in dirs.values():
         (d / "train_accelerate.py").write_text(script)

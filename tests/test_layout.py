@@ -1,10 +1,8 @@
-"""The package's shape, as DESIGN.md states it: small folders and modules, no module using
-another's private names, imports pointing down the layers (cli -> evaluation -> diloco -> fsdp -> comm ->
-collectives ->
-compressors -> kernels, `checks` for all; integrations above fsdp, imported by nothing; inside
-evaluation run -> testbed -> report -> analyses -> benches -> model -> profiles -> workloads ->
-common) and
-no import circles."""
+"""The package's shape, as docs/architecture.md states it: small folders and modules, no module
+using another's private names, imports pointing down the layers (cli -> evaluation -> diloco ->
+fsdp -> comm -> collectives -> compressors -> kernels, `checks` for all; integrations above fsdp,
+imported by nothing; inside evaluation run -> testbed -> report -> analyses -> benches -> model ->
+profiles -> workloads -> common) and no import circles."""
 import ast
 from collections import defaultdict
 from pathlib import Path

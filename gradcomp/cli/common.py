@@ -189,7 +189,7 @@ def cluster_options(p) -> None:
     per node, one NIC of --bandwidth each)."""
     g = p.add_argument_group("cluster (default: flat, one GPU per node)")
     g.add_argument("--cluster", help=f"a node kind: a preset ({', '.join(PRESETS)}) or a "
-                   ".json file (see README: Your cluster); --nodes or --workers says how many")
+                   ".json file (see docs/workload.md); --nodes or --workers says how many")
     g.add_argument("--nodes", type=positive_int, help="nodes (workers = nodes x GPUs per node)")
     g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node (default: 1)")
     g.add_argument("--intra-bandwidth", type=rate, help="one GPU's bandwidth to the others of "

@@ -42,11 +42,11 @@ S/B)``, broadcast ``(p-1) alpha + S/B``, reduce-scatter and all-to-all ``(p-1)(a
 S/(pB))`` (`ring_factors`: the latency steps and bytes factor that `auto` and
 `fit_collectives` fit measurements with).
 
-Validation: the flat formulas are validated against measurement on the testbed (README,
+Validation: the flat formulas are validated against measurement on the testbed (docs/evaluation.md,
 "Testbed and validation"); each two-tier formula agrees with the link-matrix simulator
 (`evaluation.model.tiers`) on the same cluster (tests/test_collectives.py); the ring's
 two-tier step and the hierarchical hook's phases were measured on the two-tier testbed (2
-nodes x 2 ranks, gloo; README, "Two tiers on one machine"), not on GPU hardware.
+nodes x 2 ranks, gloo; docs/evaluation.md, "Two tiers on one machine"), not on GPU hardware.
 """
 from __future__ import annotations
 

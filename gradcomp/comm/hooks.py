@@ -75,7 +75,7 @@ def _raise_explained(exc: RuntimeError, state: HookState):
     raise why from exc
 
 
-#: Why DDP's python reducer is refused (README: torch.compile).
+#: Why DDP's python reducer is refused (docs/trainers.md: torch.compile).
 PYTHON_REDUCER = (
     "torch._dynamo.config.optimize_ddp='python_reducer' (the mode compiled autograd needs) makes "
     "DDP call comm hooks once per parameter, not per bucket, and gradcomp's hooks compress and "

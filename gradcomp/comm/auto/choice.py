@@ -10,7 +10,7 @@ fastest candidate explored so far took for it in all (encode + communication + d
 cannot win: its other iterations are skipped, and it is priced from its warm-up (on a slow
 link the uncompressed candidates cost one iteration each, not `explore_iters`).
 
-Model (DESIGN.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
+Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
 codec the measured encode + decode seconds and comm the evaluation model's price of the
 collective (`gradcomp.collectives.costs.cost`, the same function) on a flat ring of p workers
 at latency alpha and 1/x bytes/s, once per round (each round its share of the bytes): rounds *

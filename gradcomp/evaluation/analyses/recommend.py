@@ -33,7 +33,7 @@ MARGIN = 0.05
 interval to be recommended (1.05x). The interval holds only what was measured (codec fits,
 seeds, the network fit); what it leaves out moves a prediction by about this much: the
 model's median error on the testbed's compressed runs is 4-5% with the fitted slowdown, 7-8%
-without (README, "Your cluster": fitted, not assumed), the proxy task stands in for the real
+without (docs/workload.md: fitted, not assumed), the proxy task stands in for the real
 model's convergence, and contention is one fitted factor. A lossy method also brings tuning
 and state that a 16-bit all-reduce does not, so a gain inside that error is not worth acting
 on."""

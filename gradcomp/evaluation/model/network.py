@@ -23,7 +23,7 @@ payload and B = efficiency * bandwidth / 8 bytes/s:
 
 The flat formulas are validated on the testbed; the two-tier ones against the link-matrix
 simulator (`tiers.two_tier`) and, for 2 nodes x 2 ranks on gloo, on the two-tier testbed
-(`testbed.validate_tiers`; README, "Two tiers on one machine"), not on a GPU cluster. `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
+(`testbed.validate_tiers`; docs/evaluation.md), not on a GPU cluster. `compute_slowdown` (>= 1) is how much slower a distributed worker computes than
 a single one: the timelines multiply forward, backward and optimizer by it.
 
 With a `topology` (`topology.Topology`: a matrix of dedicated links between pairs of workers,
