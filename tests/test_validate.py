@@ -171,14 +171,15 @@ def test_a_compute_slowdown_slows_every_predicted_iteration_by_its_compute():
     from pathlib import Path
 
     from gradcomp.evaluation.profiles.profiles import load_profile
-    from gradcomp.evaluation.testbed.validate import predict_rate
+    from gradcomp.evaluation.testbed.validate import pooled_inputs, predict_rate
 
     out = Path(__file__).parent.parent / "benchmarks/results/testbed-2026-11-27"
     every = {"train": None, "hook": None, "collective": None}
-    base = predict_rate(out, 1e9, every, "mlp", 64)
-    pd.testing.assert_frame_equal(base, predict_rate(out, 1e9, every, "mlp", 64,
+    shared = pooled_inputs(out, [1e9], None, "mlp", 64)
+    base = predict_rate(out, 1e9, every, shared)
+    pd.testing.assert_frame_equal(base, predict_rate(out, 1e9, every, shared,
                                                      compute_slowdown=1.0))
-    slow = predict_rate(out, 1e9, every, "mlp", 64, compute_slowdown=1.5)
+    slow = predict_rate(out, 1e9, every, shared, compute_slowdown=1.5)
     profile = load_profile(out / "profile-mlp-b64-1gbit.json")
     fixed = profile.forward_s + profile.optimizer_s
     grew = (slow["predicted"] - base["predicted"]).dropna()
@@ -186,7 +187,7 @@ def test_a_compute_slowdown_slows_every_predicted_iteration_by_its_compute():
     assert (grew >= 0.5 * fixed - 1e-12).all()
     assert (grew <= 0.5 * (fixed + profile.backward_s) + 1e-12).all()
     with pytest.raises(ValueError, match="compute_slowdown"):
-        predict_rate(out, 1e9, every, "mlp", 64, compute_slowdown=0.5)
+        predict_rate(out, 1e9, every, shared, compute_slowdown=0.5)
 
 
 def test_each_rates_lambda_is_fitted_on_the_other_rates_uncompressed_runs_only():
@@ -219,8 +220,10 @@ def test_each_rates_lambda_is_fitted_on_the_other_rates_uncompressed_runs_only()
 
 def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path):
     # The committed testbed run of 2026-11-27, predicted again (every table measured, so
-    # nothing is run): each rate's lambda is the one fitted to the other three rates' ddp and
-    # none runs (as benchmarks/results/slowdown-validation found: 1.162, 1.168, 1.140,
+    # nothing is run): every rate is predicted from the least disturbed of the four rates'
+    # profiles (2.5 Gbit/s') and hook-path costs; each rate's lambda is the one fitted to the
+    # other three rates' ddp and none runs against it (1.202, 1.194, 1.167, 1.333; with each
+    # rate's own profile benchmarks/results/slowdown-validation found 1.162, 1.168, 1.140,
     # 1.187), applied to every method, and reported.
     import shutil
     from pathlib import Path
@@ -229,7 +232,7 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     from gradcomp.evaluation.benches.train import make_spec
     from gradcomp.evaluation.common.store import ResultTable
     from gradcomp.evaluation.testbed.validate import (model_collective_sizes, planned_keys,
-                                                      predict_rate)
+                                                      pooled_inputs, predict_rate)
 
     source = Path(__file__).parent.parent / "benchmarks/results/testbed-2026-11-27"
     for name in source.glob("*-*bit*"):
@@ -248,11 +251,13 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     assert out.returncode == 0, out.stderr
     rows = pd.read_csv(tmp_path / "validation.csv")
     lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
-    assert list(lambdas) == pytest.approx([1.162, 1.168, 1.140, 1.187], abs=2e-3)
+    assert list(lambdas) == pytest.approx([1.202, 1.194, 1.167, 1.333], abs=2e-3)
     every = {"train": None, "hook": None, "collective": None}
-    for rate in (100e6, 500e6, 1e9, 2.5e9):
-        expected = predict_rate(tmp_path, rate, every, "mlp", 64,
-                                compute_slowdown=lambdas[rate])
+    rates = (100e6, 500e6, 1e9, 2.5e9)
+    shared = pooled_inputs(tmp_path, rates, None, "mlp", 64)  # the least disturbed of the four
+    assert shared.profile_file.name == "profile-mlp-b64-2.5gbit.json"
+    for rate in rates:
+        expected = predict_rate(tmp_path, rate, every, shared, compute_slowdown=lambdas[rate])
         here = rows[rows["rate_bps"] == rate].reset_index(drop=True)
         assert list(here["predicted"].dropna()) == pytest.approx(
             list(expected["predicted"].dropna()), rel=1e-12)

@@ -27,7 +27,8 @@ from gradcomp.evaluation.common.store import write_atomic
 from gradcomp.evaluation.common.units import format_rate, parse_rate
 from gradcomp.evaluation.model.fit import fit_collectives, fit_slowdown
 from gradcomp.evaluation.profiles.profiles import load_profile
-from gradcomp.evaluation.testbed.validate import DEFAULT_RATES, predict_rate, rate_tag
+from gradcomp.evaluation.testbed.validate import (DEFAULT_RATES, pooled_inputs, predict_rate,
+                                                  rate_tag)
 
 HERE = Path(__file__).parent
 RESULTS = HERE.parent
@@ -45,7 +46,8 @@ def readable(folder: Path) -> bool:
 
 
 def predicted(folder: Path, rate: float, slowdown: float) -> pd.DataFrame:
-    table = predict_rate(folder, rate, EVERY_ROW, "mlp", 64, compute_slowdown=slowdown)
+    shared = pooled_inputs(folder, [rate], None, "mlp", 64)  # each rate's own, as in this study
+    table = predict_rate(folder, rate, EVERY_ROW, shared, compute_slowdown=slowdown)
     return table[table["method"] != "auto"]
 
 

@@ -15,8 +15,10 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    PowerSGD's work between its rounds, decode and aggregation of every rank's payload and the
    write-back; each phase the slowest rank's, as the collective after it waits for that
    rank), over bucket sizes, on the workload's own gradients (`workload_gradient`);
-4. the model predicts each iteration from that profile, that network (alpha and the fitted
-   bandwidth per collective) and those per-bucket costs (`fit.hook_costs`), with DDP's
+4. the model predicts each iteration from the profile and per-bucket costs
+   (`fit.hook_costs`) least disturbed among those measured at the sweep's rates (`pooled`:
+   neither depends on the rate), that rate's network (alpha and the fitted bandwidth per
+   collective), with DDP's
    buckets as torch forms them, every method's compute slowed by the rate's lambda
    (`slowdown.fit_slowdowns`: fitted to the other rates' ddp and none runs).
 
@@ -69,8 +71,8 @@ from ..model.bucketing import DDP
 from ..model.fit import fit_collectives, hook_costs, network_from_fit
 from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
-from ..profiles.profiles import load_profile
 from ..workloads.load import describe, load_workload
+from .pooled import Pooled, least_disturbed_costs, least_disturbed_profile, profile_line
 from .regret import regret_markdown, steady_state_jobs, write_regret
 from .slowdown import predict_with_slowdowns, slowdown_line
 from .testbed import Testbed
@@ -264,20 +266,16 @@ def concurrent_job(argv=None) -> int:
     return 0
 
 
-def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str,
-                 batch_size: int, contention: float = 1.0,
-                 compute_slowdown: float = 1.0) -> pd.DataFrame:
+def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Pooled,
+                 contention: float = 1.0, compute_slowdown: float = 1.0) -> pd.DataFrame:
     """Predicted against measured for the training rows of `planned` (`planned_keys`; a
-    table's None: all its rows) at `rate_bps`, from the collectives, hook-path costs and
-    profile measured for them; `compute_slowdown`: the network's (`Network.compute_slowdown`,
-    1: the profile's compute as measured)."""
-    tag = rate_tag(rate_bps)
-    codecs = ResultTable(out / f"hook-{tag}.csv", CODEC_KEYS).frame(planned["hook"])
-    costs = hook_costs(codecs) if len(codecs) else {}
+    table's None: all its rows) at `rate_bps`, from the collectives measured at that rate and
+    the profile and hook-path costs of `shared` (`pooled_inputs`); `compute_slowdown`: the
+    network's (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
+    tag, costs, profile = rate_tag(rate_bps), shared.costs, shared.profile
     train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"])
     fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
                            .frame(planned["collective"]))
-    profile = load_profile(profile_path(out, rate_bps, model, batch_size))
     load = conditions_at(out / "conditions.csv", rate_bps)
     rows = []
     for _, run in train.iterrows():
@@ -298,8 +296,18 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], model: str
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
                      "auto_choices": run.get("auto_choices", "") if method is None else "",
-                     **load})
+                     "profile_file": shared.profile_file.name, **load})
     return pd.DataFrame(rows)
+
+
+def pooled_inputs(out: Path, rates, hook_keys, model: str, batch_size: int) -> Pooled:
+    """The profile and hook-path costs (rows of `hook_keys`) least disturbed among those
+    measured at `rates` (`pooled`)."""
+    codecs = least_disturbed_costs([ResultTable(out / f"hook-{rate_tag(r)}.csv", CODEC_KEYS)
+                                    .frame(hook_keys) for r in rates], CODEC_KEYS)
+    profile, path = least_disturbed_profile([profile_path(out, r, model, batch_size)
+                                             for r in rates])
+    return Pooled(profile, path, hook_costs(codecs) if len(codecs) else {})
 
 
 def compared(rate_bps: float, run, pred, profile) -> dict:
@@ -375,6 +383,8 @@ def markdown(table: pd.DataFrame) -> str:
             f" max {overall['max_abs_rel_error']:.1%}.\n")
     if "compute_slowdown" in table:
         text += "\n" + slowdown_line(table) + "\n"
+    if "profile_file" in table:
+        text += "\n" + profile_line(table) + "\n"
     text += diloco_markdown(table)
     auto = auto_comparison(table)
     if len(auto):
@@ -408,8 +418,10 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress)
 
+    shared = pooled_inputs(out, rates, planned["hook"], model, spec["batch_size"])
+
     def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
-        return predict_rate(out, rate, keys, model, spec["batch_size"], contention, slowdown)
+        return predict_rate(out, rate, keys, shared, contention, slowdown)
 
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
                          collective_sizes)  # the runs lambda is fitted to, priced alone
