@@ -53,6 +53,9 @@ def test_every_python_block_of_the_docs_is_run():
     for page in sorted(p.name for p in DOCS.glob("*.md")):
         for found in python_blocks(page):
             assert found in claimed, f"{page}: a python block no test runs:\n{found}"
+    integrations = (ROOT / "tests" / "test_integrations.py").read_text()
+    for script in ELSEWHERE:  # runs each as written, under the trainer's own launcher
+        assert f'docs_example("{script}")' in integrations, script
     (script,) = python_blocks("README.md", ROOT)  # the DDP script: tests/test_readme_ddp.py
     assert "## Add compression to a DDP training script\n\n```python\n" + script in (
         ROOT / "README.md").read_text()
