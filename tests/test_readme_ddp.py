@@ -1,7 +1,7 @@
 """The README's DDP script, as written, under torchrun on 2 gloo processes (CPU): it registers
 the hook, every training step runs through it, and the ranks end with the same weights from
-different data; the snippet of docs/ddp.md on 2 gloo ranks too. Plus the README's promise to a
-busy reader: short, the script on its first screen."""
+different data (docs/ddp.md's snippet runs in tests/test_docs_examples.py). Plus the README's
+promise to a busy reader: short, the script on its first screen."""
 import os
 import re
 import subprocess
@@ -9,9 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-
-from ddp_workers import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -27,33 +24,10 @@ dist.destroy_process_group()
 """
 
 
-def ddp_script(page: Path = README) -> str:
-    """The first python block of the page's section on DDP training scripts."""
-    section = page.read_text().split(DDP_SECTION, 1)[1]
+def ddp_script() -> str:
+    """The first python block of the README's section on DDP training scripts."""
+    section = README.read_text().split(DDP_SECTION, 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-def run_snippet(rank, world_size, out_dir, snippet):
-    torch.manual_seed(0)
-    scope = {"torch": torch, "local_rank": rank,  # what a training script has by then
-             "model": torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))}
-    exec(snippet, scope)  # noqa: S102 - the docs' own code
-    ddp_model, state = scope["ddp_model"], scope["state"]
-    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))
-    for _ in range(3):
-        ddp_model.zero_grad()
-        ddp_model(x).square().mean().backward()
-    return {"method": state.compressor.name,
-            "grad": [p.grad.clone() for p in ddp_model.parameters()]}
-
-
-def test_docs_ddp_snippet_runs_on_cpu_as_written():
-    snippet = ddp_script(ROOT / "docs" / "ddp.md")
-    assert "DistributedDataParallel" in snippet and "gradcomp.comm.register" in snippet
-    ranks = spawn(run_snippet, 2, snippet)
-    assert [r["method"] for r in ranks] == ["powersgd", "powersgd"]
-    for a, b in zip(ranks[0]["grad"], ranks[1]["grad"]):  # the hook averaged them
-        torch.testing.assert_close(a, b)
 
 
 def test_readme_is_short_and_shows_the_ddp_script_on_its_first_screen():
