@@ -1,6 +1,7 @@
-"""Evidence weighed (issue 36) beyond DDP on one network: the FSDP timeline's `whatif` and
-`advise` carry the same intervals, margin and evidence as DDP's answers, and an answer on a
-topology says where it flips within 2x; every `--json` of them is strict JSON."""
+"""Evidence weighed (issue 36) beyond DDP's `advise` on one network: DDP's `whatif` (on a
+network, a cluster, a topology) and the FSDP timeline's `whatif` and `advise` carry the same
+intervals, margin and evidence as DDP's `advise`, and an answer on a topology says where it
+flips within 2x; every `--json` of them is strict JSON."""
 import json
 import math
 import re
@@ -170,3 +171,74 @@ def test_advise_on_a_topology_file_says_it_searched_nowhere(tmp_path):
     assert data["verdict"].endswith(f"Where the answer flips is not searched: topology file "
                                     f"{path} fixes its workers and link rates.")
     assert not any(math.isnan(r["speedup"]) for r in data["ranking"])
+
+
+def test_whatif_states_the_interval_advise_gives():
+    argv = ("whatif", "--profile", "gpt2", "--costs", "v100", "--method", "powersgd:rank=4")
+    row = strict(run_here(*argv, "--json"))
+    table = cost_table("v100")
+    net = dict(workers=8, bandwidth="10gbit", latency_s=0.0, efficiency=1.0, tiers={})
+    same = weighed.ranking("gpt2", net, table, evidence_of(table), ["powersgd:rank=4"]) \
+        .set_index("method").loc["powersgd(rank=4)"]  # as advise ranks it
+    for column in ("t_iter_s", "speedup", "t_iter_low_s", "t_iter_high_s", "speedup_low",
+                   "speedup_high", "vs_16bit", "vs_16bit_low", "vs_16bit_high",
+                   "codec_spread"):
+        assert row[column] == pytest.approx(same[column]), column
+    assert row["t_iter_low_s"] < row["t_iter_s"] < row["t_iter_high_s"]
+    assert within(row, "speedup") and within(row, "vs_16bit")
+    assert row["speedup_low"] < row["speedup_high"] and row["codec_spread"] > 0
+    assert row["margin"] == MARGIN and row["evidence"]["codec_table"].startswith("`v100`")
+    assert row["evidence"]["network_source"] == "stated"
+    assert re.match(r"(Where the answer flips \(searched|The answer holds over) 4-16 workers",
+                    row["flips"])
+    text = run_here(*argv).stdout
+    assert f"({row['t_iter_low_s'] * 1e3:.1f}-{row['t_iter_high_s'] * 1e3:.1f} ms)" in text
+    assert (f"speedup vs none {row['speedup']:.3g} ({row['speedup_low']:.3g}-"
+            f"{row['speedup_high']:.3g}), vs the fp16 all-reduce {row['vs_16bit']:.3g} "
+            f"({row['vs_16bit_low']:.3g}-{row['vs_16bit_high']:.3g})") in text
+    assert "intervals from: codec costs of table `v100`" in text and "powersgd(rank=4) +-" \
+        in text and "the network as stated (no spread)" in text
+    assert row["flips"] in text
+    out = run_here("whatif", "--profile", "gpt2", "--method", "bf16")
+    assert out.returncode == 2 and "method='bf16' is not allowed: the NVIDIA V100 has no " \
+                                   "bf16" in out.stderr
+    bare = run_here("whatif", "--compression", "10").stdout
+    assert "(a bare ratio: no codec cost to fit, the network as stated: no interval)" in bare
+
+
+def test_whatif_and_advise_on_one_algorithm_of_a_topology_carry_intervals():
+    # on a topology, speedups are over the uncompressed run on ring, or on the one algorithm
+    # asked for: whatif's forest (its default) and advise --algorithms forest
+    row = strict(run_here("whatif", "--topology", "two-racks", "--method", "fp16",
+                          "--json"))
+    none = strict(run_here("whatif", "--topology", "two-racks", "--json"))
+    assert row["speedup"] == pytest.approx(none["t_iter_s"] / row["t_iter_s"])
+    assert row["vs_16bit"] == 1.0 and within(row, "speedup")
+    assert row["speedup_low"] < row["speedup_high"]
+    data = strict(run_here("advise", "--topology", "two-racks", "--algorithms", "forest",
+                           "--methods", "fp16", "--json"))
+    ranking = pd.DataFrame(data["ranking"]).set_index("method")
+    assert ranking.loc["none", "speedup"] == 1.0
+    fp16 = ranking.loc["fp16"]
+    assert fp16["speedup"] == pytest.approx(row["speedup"])
+    assert within(fp16, "speedup") and fp16["vs_16bit"] == 1.0
+    assert "nan" not in data["verdict"]
+
+
+def test_whatif_sweep_gives_each_bandwidths_speedup_with_its_interval():
+    argv = ("whatif", "--sweep", "--profile", "gpt2", "--costs", "v100", "--method", "int8")
+    rows = strict(run_here(*argv, "--json"))
+    assert len(rows) == 25
+    for row in rows:
+        assert within(row, "speedup") and within(row, "vs_16bit")
+        assert row["speedup_low"] < row["speedup_high"]
+    table = cost_table("v100")
+    at = rows[12]
+    net = dict(workers=8, bandwidth=at["bandwidth_bps"], latency_s=0.0, efficiency=1.0,
+               tiers={})
+    same = weighed.ranking("gpt2", net, table, evidence_of(table), ["int8"]).set_index(
+        "method").loc["int8"]
+    for column in ("speedup", "speedup_low", "speedup_high", "vs_16bit_low", "vs_16bit_high"):
+        assert at[column] == pytest.approx(same[column]), column
+    text = run_here(*argv).stdout
+    assert "vs_16bit" in text and re.search(r"int8 .* \d\.\d+ \(\d\.\d+-\d\.\d+\)", text)

@@ -38,7 +38,8 @@ def parallelism_option(p) -> None:
 
 def add_whatif(sub) -> None:
     wi = sub.add_parser("whatif", help="scaling factor and iteration time for a profile, "
-                        "network and method; the compression needed and the break-even bandwidth")
+                        "network and method (its speedups with the intervals advise gives); "
+                        "the compression needed and the break-even bandwidth")
     network_options(wi)
     wi.add_argument("--method", default=default_of(scenario, "method"),
                     help="a gradcomp method name, with options as name:key=value,... "
@@ -149,19 +150,27 @@ def _whatif(args) -> None:
     costs = chosen_costs(args) if codecs or args.costs is not None else None
     if codecs:
         resolve(args.method)  # an unknown name or option is an error naming it
+        _runnable(args.method, question_device(args))
     if costs is not None and codecs and not costs.priced(args.method):
         raise ValueError(f"method={args.method!r} is not priced by costs={costs.name!r}: "
                          + costs.excluded.get(args.method.split("+")[0],
                                               "it is not in the table"))
     fitted = None if costs is None else costs.costs
     note = resolve(args.method, fitted).costs_note if codecs else ""
+    evidence = evidence_of(costs) if codecs else None
     if args.sweep:
         frame = sweep(args.profile, workers=workers, methods=[args.method],
                       ratios=[args.compression] if args.compression else (), costs=fitted,
                       **common)
+        if codecs:  # each bandwidth's speedups with their intervals, as for one bandwidth
+            bounds = [_weighed_whatif(args, costs, evidence, {**net, "workers": workers,
+                                                              "bandwidth": bw}, method)[0]
+                      for bw, method in zip(frame["bandwidth_bps"], frame["method"])]
+            frame = frame.assign(**{c: [b[c] for b in bounds] for c in bounds[0]})
         emit(args, frame.to_dict("records"),
-             table(frame, ["workers", "bandwidth_bps", "method", "ratio", "t_iter_s", "sf",
-                           "speedup"]))
+             table(with_intervals(frame), ["workers", "bandwidth_bps", "method", "ratio",
+                                           "t_iter_s", "sf", "speedup",
+                                           *(["vs_16bit"] if codecs else [])]))
         return
     pred = scenario(args.profile, workers, bandwidth, args.method,
                     ratio=args.compression, costs=fitted, **common, **on)
@@ -170,12 +179,25 @@ def _whatif(args) -> None:
     row = {**pred.as_row(), "required_compression": need.ratio,
            "required_compression_reason": need.reason, "target_sf": args.target_sf,
            "costs": None if costs is None else costs.name, "costs_note": note}
+    speed = f"iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, " \
+            f"speedup vs none {pred.speedup:.2f}x"
+    if codecs:  # weighed as advise weighs its ranking: the same intervals and evidence
+        half = sixteen_bit(question_device(args))
+        fields, shown = _weighed_whatif(args, costs, evidence, {**net, "workers": workers,
+                                                                "bandwidth": bandwidth},
+                                        pred.method)
+        row.update(fields, margin=MARGIN, evidence=evidence_record(evidence))
+        speed = (f"iteration {pred.t_iter_s * 1e3:.1f} ms ({row['t_iter_low_s'] * 1e3:.1f}-"
+                 f"{row['t_iter_high_s'] * 1e3:.1f} ms), scaling factor {pred.sf:.3f}, "
+                 f"speedup vs none {shown['speedup']}, vs the {half} all-reduce "
+                 f"{shown['vs_16bit']}")
+    elif args.compression is not None:
+        speed += " (a bare ratio: no codec cost to fit, the network as stated: no interval)"
     lines = [f"{question}, method {pred.method}"
              + (f", codec costs {costs.label}" if codecs else "")
              + (f" ({note})" if note else "")
              + (f", {args.algorithm or ALGORITHM} all-reduce" if args.topology else "") + ":",
-             f"  iteration {pred.t_iter_s * 1e3:.1f} ms, scaling factor {pred.sf:.3f}, "
-             f"speedup vs none {pred.speedup:.2f}x",
+             f"  {speed}",
              f"  compression needed for SF {args.target_sf}: "
              + (f"{need.ratio:.3g}x" if need.ratio != float("inf")
                 else f"unreachable ({need.reason})")]
@@ -190,7 +212,35 @@ def _whatif(args) -> None:
             args.profile, dict(workers=pred.workers, bandwidth=bandwidth, **net), args.method,
             args.compression, fitted, args.bucketing, **on)
         lines.append(f"  {row['flips']}")
+    if codecs:
+        lines.append(f"  intervals from: {evidence.describe([pred.method, half])}")
     emit(args, row, "\n".join(lines))
+
+
+def _weighed_whatif(args, costs, evidence, at: dict, method: str) -> tuple[dict, dict]:
+    """`_weighed_row` of `method` (the label of --method) in the ranking `advise` weighs
+    (`weighed.ranking` of --method, with both baselines) at network keywords `at`; on a
+    --topology, of its --algorithm alone, so that speedups are over none on that algorithm."""
+    ranking = weighed.ranking(args.profile, at, costs, evidence, [args.method],
+                              question_device(args), args.bucketing, args.topology,
+                              [args.algorithm or ALGORITHM] if args.topology else None)
+    return _weighed_row(ranking, method)
+
+
+def _weighed_row(ranking, method: str) -> tuple[dict, dict]:
+    """`method`'s row of a weighed ranking (`weighed.ranking`, `weighed.fsdp_ranking`) as
+    the interval fields whatif adds to its answer (the time's, each speedup's, the codec
+    spread), and its speedups written with their intervals (`with_intervals`)."""
+    mine = ranking[ranking["method"] == method]
+    fields = ["t_iter_low_s", "t_iter_high_s", "speedup_low", "speedup_high", "vs_16bit",
+              "vs_16bit_low", "vs_16bit_high", "codec_spread"]
+    return mine.iloc[0][fields].to_dict(), with_intervals(mine).iloc[0].to_dict()
+
+
+def _runnable(method: str, device: str) -> None:
+    """A ValueError where `method` cannot run on the question's `device` (`unsupported`)."""
+    if unsupported(method, device):
+        raise ValueError(f"method={method!r} is not allowed: {unsupported(method, device)}")
 
 
 def _priced(costs, method: str) -> None:
@@ -206,9 +256,7 @@ def _whatif_fsdp(args) -> None:
     net, question, _ = _asked(args)
     costs, device = chosen_costs(args), question_device(args)
     _priced(costs, args.method)
-    if unsupported(args.method, device):
-        raise ValueError(f"method={args.method!r} is not allowed: "
-                         f"{unsupported(args.method, device)}")
+    _runnable(args.method, device)
     evidence = evidence_of(costs)
     ranking = weighed.fsdp_ranking(args.profile, net, costs, evidence, [args.method], device)
     row = {**ranking[ranking["method"] == args.method].iloc[0].drop("rank"),

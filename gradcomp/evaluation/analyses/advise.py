@@ -28,6 +28,12 @@ from .time_to_accuracy import time_to_accuracy, tta_verdict
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
 
 
+def reference_algorithm(algorithms=None) -> str:
+    """The all-reduce algorithm on a topology whose uncompressed run the speedups are
+    against: ring when ranked (None: every algorithm), else the first of `algorithms`."""
+    return "ring" if not algorithms or "ring" in algorithms else algorithms[0]
+
+
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
@@ -47,7 +53,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     With a `topology` (`topology.load_topology`: a built-in name or a bandwidth-matrix file,
     built for `workers` and `bandwidth`): one row per method and all-reduce algorithm of
     `algorithms` (default: ring, tree, ps, forest), column `algorithm`; speedups are against
-    uncompressed ring all-reduce. `workers` None: the topology file's (else a file of another
+    uncompressed ring all-reduce (the first of `algorithms` where ring is not among them:
+    `reference_algorithm`). `workers` None: the topology file's (else a file of another
     count is a ValueError); `latency_s` None: the topology's, else 0. `convergence` and
     `topology` do not combine (ValueError). `tiers`: the two-tier fields of a `Network` (a
     `cluster.Cluster`'s `tiers()`; None: one GPU per node)."""
@@ -79,7 +86,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
         if not any(m == baseline or getattr(m, "name", None) == baseline for m in chosen):
             chosen.insert(i, baseline)
     base = predict(profile, next(iter(networks.values())) if topology is None else
-                   network_on(topology, "ring", latency_s, efficiency, workers, bandwidth),
+                   network_on(topology, reference_algorithm(algorithms), latency_s, efficiency,
+                              workers, bandwidth),
                    "none", bucketing, contention).t_iter_s
     rows = []
     for (algorithm, network), m in ((n, m) for n in networks.items() for m in chosen):

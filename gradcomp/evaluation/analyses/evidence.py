@@ -153,23 +153,24 @@ def _factors(evidence: Evidence) -> tuple:
     return (1.0,) if not r else (1 / (1 + r), 1.0, 1 / max(1 - r, 0.1))
 
 
-def _baseline(table: pd.DataFrame, method: str):
+def _baseline(table: pd.DataFrame, method: str, algorithm: str):
     """The row position of `method`'s plain run in `table` (its variant without options or
-    error feedback; on a topology: its ring all-reduce, advise's baseline there), else
-    None."""
+    error feedback; on a topology: on `algorithm`, advise's baseline there), else None."""
     hit = table["variant" if "variant" in table else "method"] == method
     if "algorithm" in table:
-        hit &= table["algorithm"] == "ring"
+        hit &= table["algorithm"] == algorithm
     where = np.flatnonzero(hit.to_numpy())
     return int(where[0]) if len(where) else None
 
 
-def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str) -> pd.DataFrame:
+def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
+          algorithm: str = "ring") -> pd.DataFrame:
     """`ask(costs, net)` (an `advise` ranking or a `time_to_accuracy` table at the network
     keywords `net`, with codec `costs`) with intervals: the time's (``t_iter_low_s`` /
     ``_high_s``, or ``time_to_target_low_s`` / ``_high_s``), each speedup's of `SPEEDUPS`
     present (``<column>_low`` / ``_high``), ``vs_16bit`` (over the `half` all-reduce) and
-    ``codec_spread``; NaN where the baseline is not in the table."""
+    ``codec_spread``; NaN where the baseline is not in the table. On a topology the
+    baselines are the runs on `algorithm` (`advise.reference_algorithm`)."""
     table = ask(costs, net).reset_index(drop=True)
     key = ["variant"] if "variant" in table else \
         ["method", "algorithm"] if "algorithm" in table else ["method"]
@@ -192,7 +193,7 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str) -> pd.Data
     for column, method in SPEEDUPS.items():
         if column not in table:
             continue
-        b = _baseline(table, method or half)
+        b = _baseline(table, method or half, algorithm)
         with np.errstate(divide="ignore", invalid="ignore"):
             if column == "vs_16bit" and b is not None:
                 table[column] = point[b] / point

@@ -12,7 +12,7 @@ import pandas as pd
 from ..model.cost_tables import CostTable
 from ..model.topology import BUILTINS
 from ..profiles.profiles import load_profile
-from .advise import advise
+from .advise import advise, reference_algorithm
 from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
 from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
@@ -43,7 +43,8 @@ def ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=No
                                      topology=topology, algorithms=algorithms, device=device,
                                      task=task, target=target, **at), table)
 
-    return weigh(ask, net, table.costs, evidence, sixteen_bit(device))
+    return weigh(ask, net, table.costs, evidence, sixteen_bit(device),
+                 reference_algorithm(algorithms))
 
 
 def ranking_flips(profile, net: dict, table: CostTable, device: str | None = None,
