@@ -183,8 +183,9 @@ def command(*args):
 
 
 def test_version_closed_pipe_and_ctrl_c_end_without_a_traceback(tmp_path):
-    argv, env = command("--version")
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    # --version in this process (argparse's exit status and output); a closed pipe and Ctrl-C
+    # on the real command line, in processes of their own.
+    out = run_here("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"gradcomp {__version__}"
 
     # `gradcomp whatif --json | head -c 10`, where head has gone before the output comes (a
@@ -196,10 +197,14 @@ def test_version_closed_pipe_and_ctrl_c_end_without_a_traceback(tmp_path):
     assert writer.wait(timeout=120) == 141
     assert err == "", err  # no traceback, no "Exception ignored ... BrokenPipeError"
 
-    # Ctrl-C in the middle of a bench: a line, status 130, and the rows so far kept.
+    # Ctrl-C in the middle of a bench: a line, status 130, and the rows so far kept. A
+    # CI-sized sweep of two blocks of methods (`bench_compress.BLOCK`, 4, measured together,
+    # their rows written when the block is done): four cheap methods whose rows come within
+    # a second or two, then four costlier ones still being measured when the signal comes.
     table = tmp_path / "compress.csv"
-    argv, env = command("bench", "compress", "--methods", "none,fp16,int8,topk", "--repeats",
-                        "2", "--out", str(table))
+    argv, env = command("bench", "compress", "--methods", "none,fp16,bf16,powersgd,"
+                        "qsgd,terngrad,natural,int8", "--quick", "--repeats", "20",
+                        "--out", str(table))
     # As from an interactive shell: SIGINT at its default (a shell starting this suite as a
     # background job hands its children SIGINT ignored, and Python then never raises
     # KeyboardInterrupt).

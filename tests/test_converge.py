@@ -38,6 +38,16 @@ def sweep(tmp_path_factory):
     return out, frame
 
 
+@pytest.fixture(scope="module")
+def section(sweep):
+    """The report's convergence section of the sweep (resnet50, 8 workers, 10 Gbit/s, assumed
+    codec costs): (its lines, its table), its table and figures written beside the sweep."""
+    out, _ = sweep
+    assumed = cost_table("assumed")
+    return convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"),
+                               assumed, evidence_of(assumed))
+
+
 def one(frame, method, ef, **options):
     rows = frame[(frame["method"] == method) & (frame["error_feedback"] == ef)]
     rows = rows[[all(json.loads(o).get(k) == v for k, v in options.items())
@@ -224,11 +234,9 @@ def test_tasks_are_fixed_by_their_seed_and_digits_needs_scikit_learn(monkeypatch
         digits()
 
 
-def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep):
+def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep, section):
     out, frame = sweep
-    assumed = cost_table("assumed")
-    lines, table = convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"),
-                                       assumed, evidence_of(assumed))
+    lines, table = section
     text = "\n".join(lines)
     tta = pd.read_csv(out.parent / TTA)
     assert "## Convergence" in text and list(table["variant"]) == list(tta["variant"])
@@ -245,13 +253,10 @@ def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep)
     assert "convergence_time.png" not in text and "wall time" not in text.lower()
 
 
-def test_notebook_draws_the_convergence_section(sweep, tmp_path, monkeypatch):
+def test_notebook_draws_the_convergence_section(sweep, section, tmp_path, monkeypatch):
     from test_notebook import execute, images
 
     out, _ = sweep
-    assumed = cost_table("assumed")
-    convergence_section(out.parent, "resnet50", dict(workers=8, bandwidth="10gbit"), assumed,
-                        evidence_of(assumed))
     outputs = execute(tmp_path, monkeypatch, out.parent)
     assert images(outputs) == 3  # the model-only speedup curves and two convergence figures
     markdown = [o["data"].get("text/markdown", "") for o in outputs if "data" in o]

@@ -1,6 +1,7 @@
 """Figures, the markdown report and the main job `run` (quick, end to end, resumed after an
 interruption)."""
 import re
+import shutil
 import struct
 from pathlib import Path
 
@@ -52,6 +53,18 @@ def make_results(folder: Path, methods=METHODS) -> Path:
                       "bucket_cap_mb": 25.0, "warmup": 3, "iterations": 2,
                       "t_iter_s": 0.002 * (i + 1), **env})
     return folder
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    """`make_results` and its report on the question most tests ask (resnet50, 8 workers, 10
+    Gbit/s), written once: (the folder, the `Report`). Tests write into a copy (`copy_of`)."""
+    folder = make_results(tmp_path_factory.mktemp("results"))
+    return folder, write_report(folder, "resnet50", 8, "10gbit")
+
+
+def copy_of(folder: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(folder, tmp_path / folder.name))
 
 
 def png_size(path) -> tuple[int, int]:
@@ -148,11 +161,11 @@ def test_convergence_curves_are_drawn_against_the_tasks_own_iterations():
                 assert list(line.get_xdata()) == [0, 10, 20, 30, 40]
 
 
-def test_report_holds_the_verdict_fits_validation_and_figures(tmp_path):
-    folder = make_results(tmp_path)
-    report = write_report(folder, "resnet50", 8, "10gbit")
-    path = report.path
-    assert report.folder == folder and path == folder / "report.md"
+def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path):
+    source, report = reported
+    assert report.folder == source and report.path == source / "report.md"
+    folder = copy_of(source, tmp_path)  # the measured-costs report below is written here
+    path = folder / "report.md"
     text = path.read_text()
     # One recommendation: no convergence runs, so among fp32/fp16/bf16 only, priced with
     # the table of the (V100) profile's GPU, scaled from the H200's, which is said first.
@@ -259,9 +272,9 @@ def test_a_cluster_report_prices_codecs_and_the_16_bit_baseline_on_the_clusters_
     assert "codec costs from table `v100`" in flat and "bf16 is not an option" in flat
 
 
-def test_report_prices_the_question_with_its_latency_and_bucketing(tmp_path):
-    folder = make_results(tmp_path)
-    plain = write_report(folder, "resnet50", 8, "10gbit")
+def test_report_prices_the_question_with_its_latency_and_bucketing(reported, tmp_path):
+    source, plain = reported
+    folder = copy_of(source, tmp_path)
     ranking = pd.read_csv(folder / "advise.csv")
     slow = write_report(folder, "resnet50", 8, "10gbit", bucketing="horovod", latency_s=1e-3)
     assert "latency 1000 us per hop; network efficiency" in slow.path.read_text()
