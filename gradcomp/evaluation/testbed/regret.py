@@ -149,6 +149,7 @@ def auto_regret(table: pd.DataFrame) -> pd.DataFrame:
 def _against(t: float, runs: pd.DataFrame, what: str, suffix: str) -> dict:
     """fastest_<what>, fastest_<what>_measured and regret<suffix> of time `t` against the
     fastest of `runs`."""
+    runs = runs.reset_index(drop=True)  # a table concatenated from others repeats labels
     best = runs.loc[runs["measured"].idxmin()] if len(runs) else None
     return {f"fastest_{what}": "" if best is None else best["method"],
             f"fastest_{what}_measured": math.nan if best is None else best["measured"],
