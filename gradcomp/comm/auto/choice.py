@@ -15,7 +15,7 @@ after another, and on a busy machine a single iteration's time varies by 30-50% 
 testbed under load), more than the 3-10% between the best candidates there; measured in
 separate stretches, a candidate explored while the machine was busier loses by that alone.
 So when more than one candidate is priced within `confirm_margin` of a bucket's best (the
-contenders: every candidate within it for some bucket), they carry every bucket in turn, one
+contenders: those candidates, over every such bucket), they carry every bucket in turn, one
 iteration each, for `confirm_rounds` rounds (each round in the order rotated by one, so no
 contender always follows the same one), and the decision is taken from the medians of all
 their samples, the scan's and the rounds' (whatever load the machine had, every contender
@@ -241,12 +241,14 @@ class Chooser:
         return True
 
     def _contenders(self, buckets) -> list[int]:
-        """The candidates priced within `confirm_margin` of some bucket's best."""
+        """The candidates priced within `confirm_margin` of a bucket's best where more than
+        one is (a bucket with a clear winner adds none)."""
         close = set()
         for b in buckets:
             best = self.predict(b, self.decisions[b])
-            close |= {c for c in range(len(self.transfers))
-                      if self.predict(b, c) <= (1 + self.confirm_margin) * best}
+            near = {c for c in range(len(self.transfers))
+                    if self.predict(b, c) <= (1 + self.confirm_margin) * best}
+            close |= near if len(near) > 1 else set()
         return sorted(close)
 
     def _reduced(self, reduce: Reduce) -> list[Sample]:
