@@ -29,10 +29,12 @@ OPTIONS = {
     "powersgd": dict(rank=2),
     "efsignsgd": dict(error_feedback=True),
     "onebit": dict(error_feedback=True),
-    # decided after 4 candidates x 2 iterations at most, before the checkpoint; no re-decision
-    # (no drift check, periodic or after a slowdown: timing would decide);
-    # the guard's intervals end at 5, 9, 13, ...: the checkpoint falls inside one
-    "auto": dict(explore_iters=2, check_every=10_000, slowdown=None, guard={"every": 4}),
+    # decided after 4 candidates x 2 iterations at most (no confirmation rounds: timing would
+    # decide how many), before the checkpoint; no re-decision (no drift check, periodic or
+    # after a slowdown: timing would decide); the guard's intervals end at 5, 9, 13, ...: the
+    # checkpoint falls inside one
+    "auto": dict(explore_iters=2, confirm_rounds=0, check_every=10_000, slowdown=None,
+                 guard={"every": 4}),
 }
 LR = {"signsgd": 0.002}
 LR_DEFAULT = 0.02
@@ -122,6 +124,7 @@ def train(rank, method=None, options=None, steps=STEPS, lr=LR_DEFAULT, dtype=tor
             "after": full_loss(), "rows": state.telemetry_rows() if state else [],
             "decisions": dict(chooser.decisions) if chooser else None,
             "decided_at": chooser.decided_at if chooser else None,
+            "confirm": (chooser.confirm_start, list(chooser.contenders)) if chooser else None,
             "launched": chooser.pending[0] if chooser and chooser.pending else None,
             "guard": list(state.guard.engaged) if getattr(state, "guard", None) else None}
 
@@ -159,9 +162,11 @@ def slowdown_cases(rank):
                 comm = (steps * 20e-6 + per_byte * nbytes * x) * (10 if (rank, i) == (1, 12) else 1)
                 ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
         res[f"drop{drop}{how}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
-    run = train(rank, "auto", dict(explore_iters=2), steps=20)
+    # every candidate within the margin: 2 confirmation rounds of all 4 after the scan
+    run = train(rank, "auto", dict(explore_iters=2, confirm_rounds=2, confirm_margin=1e9),
+                steps=20)
     res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at",
-                                                   "launched")}
+                                                   "launched", "rows", "confirm")}
     return res
 
 

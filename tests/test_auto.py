@@ -65,6 +65,37 @@ def test_a_candidate_that_cannot_win_ends_its_exploration_after_its_warm_up():
         assert ch.decisions == {0: 1 if x > 1e-9 else 0}
 
 
+def test_close_candidates_take_turns_and_the_decision_takes_the_medians_of_all_turns():
+    """Top-k's (1) scan falls into a busy stretch (+1.5 ms of codec) and prices it 12% over
+    the all-reduce (0), which it beats by 13% on a quiet machine: decided after the scan
+    alone, the all-reduce would win. Priced within the margin, both carry the bucket in turns, 5
+    rounds of one iteration each, in an order rotated every round; the decision, from the
+    medians over all their samples, is top-k. A resumed chooser keeps the turns; a clear
+    winner decides after the scan."""
+    codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]  # 6.0 ms and 5.2 ms at x = 1e-8, 4 workers
+    ch = chooser()
+    seen, changed, i = [], [], 1
+    while ch.decided_at is None:
+        if ch.step(i, same):
+            changed.append(i)
+        if i == 10:
+            resumed = chooser()
+            resumed.load_state_dict(ch.state_dict())
+            assert [resumed.choice(0, j) for j in range(10, 17)] == [ch.choice(0, j)
+                                                                     for j in range(10, 17)]
+        seen.append(ch.choice(0, i))
+        busy = [[0.0, 5.5e-3 if i <= 6 else 4e-3]]
+        feed(ch, [i], alpha=0.0, x=1e-8, codec=busy, nbytes=nbytes)
+        i += 1
+    assert ch.contenders == [0, 1] and ch.confirm_start == 7
+    assert seen == [0, 0, 0, 1, 1, 1] + [0, 1, 1, 0, 0, 1, 1, 0, 0, 1] + [1]  # then decided
+    assert ch.decided_at == 17 and changed == [17] and ch.decisions == {0: 1}
+    assert ch.codec[0, 1] == pytest.approx(4e-3)  # median of 2 busy and 5 quiet samples
+    clear = chooser()
+    feed(clear, range(1, 7), alpha=0.0, x=1e-8, codec=codec, nbytes=[[4e7, 4e4]])
+    assert clear.step(7, same) and clear.decided_at == 7 and clear.contenders == []
+
+
 def test_the_network_fit_recovers_latency_and_bandwidth():
     points = [(6, b, 6 * 50e-6 + b * 1e-9) for b in (1e3, 1e5, 1e7)]
     alpha, x = fit_network(points)
@@ -177,6 +208,8 @@ def test_checkpoint_keeps_decisions_and_tables():
     (dict(candidates="topk"), "candidates="),
     (dict(candidates=[("topk", "ratio")]), "candidates: "),
     (dict(explore_iters=1), "explore_iters"),
+    (dict(confirm_rounds=-1), "confirm_rounds"),
+    (dict(confirm_margin=-0.1), "confirm_margin"),
     (dict(drift=0), "drift"),
     (dict(check_every=0), "check_every"),
     (dict(slowdown=1), "slowdown"),

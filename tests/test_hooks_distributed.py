@@ -77,6 +77,16 @@ def test_auto_reacts_to_a_slowdown_within_two_iterations_on_every_rank(runs):
     assert runs[0]["dropNone"]["changed"] == [7] and runs[0]["dropNone"]["decisions"] == {0: 0}
     on, other = runs[0]["auto_slowdown_on"], runs[1]["auto_slowdown_on"]
     assert on["decided_at"] is not None and on["decisions"] == other["decisions"]
+    # confirmation: after the scan every rank ran the same contenders in the same turns, one
+    # iteration each, and decided after them
+    start, contenders = on["confirm"]
+    assert on["confirm"] == other["confirm"] and len(contenders) == 4
+    assert on["decided_at"] == other["decided_at"] == start + 2 * 4
+    turns = [r["method"] for r in sorted(on["rows"], key=lambda r: r["iteration"])
+             if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
+    assert turns == [r["method"] for r in sorted(other["rows"], key=lambda r: r["iteration"])
+                     if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
+    assert len(turns) == 8 and all(turns.count(m) == 2 for m in turns)
     # the hook's last step (19) launched the agreement on 18's samples, not waited for
     assert on["launched"] == other["launched"] == 18
     assert same(on["params"], other["params"])

@@ -6,8 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gradcomp.evaluation.testbed.regret import (advice_regret, auto_regret, regret_markdown,
-                                                regret_summary)
+from gradcomp.evaluation.testbed.regret import (advice_regret, auto_regret, candidate_labels,
+                                                regret_markdown, regret_summary, spec_label,
+                                                with_auto_candidates)
 
 MEASURED = Path(__file__).parents[1] / "benchmarks/results/testbed-2026-11-27/validation.csv"
 
@@ -35,13 +36,39 @@ def test_the_pick_is_the_least_predicted_and_regret_is_its_measured_over_the_fas
     assert summary["max_regret"] == pytest.approx(at["regret"])
 
 
-def test_auto_is_held_against_its_fastest_candidate(table):
+def test_auto_is_held_against_its_own_candidates_and_against_every_fixed_method(table):
+    """That table's fixed topk has no error feedback and its powersgd rank 1: neither is one
+    of auto's candidates (top-k with error feedback, PowerSGD rank 4), so by name they stood
+    for methods auto cannot run. Its candidates there: none and bf16 only, until a fixed run
+    of auto's top-k is added."""
+    assert candidate_labels() == {"none", "bf16", "powersgd(rank=4)",
+                                  "topk(error_feedback=True)"}
     auto = auto_regret(table).set_index("rate")
-    # auto's candidates are none, bf16, powersgd and topk (by name).
     at = auto.loc["100 Mbit/s"]
-    assert at["fastest_candidate"] == "powersgd"
-    assert at["regret"] == pytest.approx(0.09981020600025658 / 0.08685175500067999 - 1)
-    assert auto.loc["2.5 Gbit/s", "fastest_candidate"] == "topk"
+    assert at["fastest_candidate"] == "bf16"
+    assert at["regret"] == pytest.approx(0.09981020600025658 / 0.7534780169989972 - 1)
+    assert at["fastest_fixed"] == "randomk"  # any fixed per-step method, auto's or not
+    assert at["regret_vs_fixed"] == pytest.approx(0.09981020600025658 / 0.07707572200160939 - 1)
+    ef = table[table["method"] == "topk"].assign(method="topk(error_feedback=True)",
+                                                 measured=lambda t: t["measured"] * 1.2)
+    auto = auto_regret(pd.concat([table, ef])).set_index("rate")
+    assert (auto["fastest_candidate"] == "topk(error_feedback=True)").all()
+    assert auto.loc["2.5 Gbit/s", "regret"] == pytest.approx(
+        0.06934610800090013 / (0.05298478599797818 * 1.2) - 1)
+    assert auto.loc["2.5 Gbit/s", "fastest_fixed"] == "topk"
+
+
+def test_validate_runs_autos_candidates_fixed_with_its_options():
+    methods = ["ddp", "none", "bf16", "topk", "powersgd", "auto"]
+    assert with_auto_candidates(methods) == [
+        "ddp", "none", "bf16", "topk", "powersgd", "powersgd:rank=4",
+        "topk:ratio=0.01,error_feedback=true", "auto"]
+    assert with_auto_candidates(["topk:error_feedback=true", "auto"]) == [
+        "topk:error_feedback=true", "none", "bf16", "powersgd:rank=4", "auto"]
+    assert with_auto_candidates(["topk", "powersgd"]) == ["topk", "powersgd"]  # no auto
+    assert [spec_label(m) for m in ("topk:ratio=0.01,error_feedback=true", "topk:ratio=0.01",
+                                    "powersgd:rank=1", "ddp", "auto")] == [
+        "topk(error_feedback=True)", "topk", "powersgd", "ddp", "auto"]
 
 
 def test_each_layout_is_its_own_configuration_and_auto_without_candidates_is_nan(table):

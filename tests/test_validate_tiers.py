@@ -26,9 +26,9 @@ def test_the_layouts_runs():
         ("topk", {"hierarchical": True, "gpus_per_node": 4}),
         ("auto", {"hierarchical": True, "gpus_per_node": 4})]
     # auto trains alone, its untimed iterations covering its exploration of 4 candidates.
-    assert auto_warmup(5) == 5 + 1 + 4 * 3 + 2
+    assert auto_warmup(5) == 5 + 1 + 4 * (3 + 5) + 2
     assert steady_state_jobs(["ddp", "auto", "topk"], 5) == [(["ddp", "topk"], 5),
-                                                             (["auto"], 20)]
+                                                             (["auto"], 40)]
 
 
 def test_the_two_tier_network_is_fitted_per_tier():
@@ -73,7 +73,8 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
 
 
 LOADED = Path(__file__).parent.parent / "benchmarks/results/testbed-two-tier-2026-11-28"
-METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd,auto".split(",")
+# auto left out: its settings changed since that run, so validate would measure it again
+METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd".split(",")
 
 
 def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other_rates(
@@ -125,6 +126,8 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
             here = rows[(rows["rate_bps"] == rate) & (rows["layout"] == layout)]
             expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
                                     compute_slowdown=lambdas[layout, rate])
+            expected = expected[expected["method"] != "auto"]  # (every row: auto's too)
+            assert list(here["method"]) == list(expected["method"])
             assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
                                                             rel=1e-12, nan_ok=True)
     # fitted on the layout's own uncompressed runs at the other rate: hierarchical has no ddp

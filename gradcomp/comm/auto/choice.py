@@ -10,6 +10,18 @@ fastest candidate explored so far took for it in all (encode + communication + d
 cannot win: its other iterations are skipped, and it is priced from its warm-up (on a slow
 link the uncompressed candidates cost one iteration each, not `explore_iters`).
 
+Confirmation: that scan leaves each candidate `explore_iters` - 1 measured iterations, one
+after another, and on a busy machine a single iteration's time varies by 30-50% (the 2-core
+testbed under load), more than the 3-10% between the best candidates there; measured in
+separate stretches, a candidate explored while the machine was busier loses by that alone.
+So when more than one candidate is priced within `confirm_margin` of a bucket's best (the
+contenders: those candidates, over every such bucket), they carry every bucket in turn, one
+iteration each, for `confirm_rounds` rounds (each round in the order rotated by one, so no
+contender always follows the same one), and the decision is taken from the medians of all
+their samples, the scan's and the rounds' (whatever load the machine had, every contender
+saw it within a few iterations). The rounds are decided on the scan's reduced samples: every
+rank runs the same ones.
+
 Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
 codec the measured encode + decode seconds and comm the evaluation model's price of the
 collective (`gradcomp.collectives.costs.cost`, the same function) on a flat ring of p workers
@@ -51,7 +63,6 @@ decided again (codec times are left to the periodic check).
 """
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -59,7 +70,7 @@ from typing import Callable
 
 import torch
 
-from ...collectives import costs
+from .pricing import Sample, Transfer, fit_network
 
 #: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
@@ -69,60 +80,6 @@ Launch = Callable[[torch.Tensor], Callable[[], torch.Tensor]]
 #: margin for the noise of single samples: the uncompressed candidates skipped on a slow link
 #: communicate 10-30x longer than a compressed one takes).
 SKIP_FACTOR = 2.0
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """How a candidate's bytes travel: all-reduce or all-gather, in how many rounds."""
-
-    kind: str  # "allreduce" or "allgather"
-    rounds: int = 1
-
-    def factors(self, workers: int) -> tuple[float, float]:
-        """(latency steps, bytes factor) of one transfer of this route (all its rounds)."""
-        steps, per_byte = costs.ring_factors(self.kind, workers)
-        return self.rounds * steps, per_byte
-
-    def seconds(self, workers: int, nbytes: float, alpha: float, x: float) -> float:
-        """The collectives' price of sending `nbytes` this way (each round its share) on a
-        flat ring of `workers` at latency `alpha` and `x` seconds per byte."""
-        return self.rounds * costs.cost(self.kind, _flat_ring(workers, alpha, x),
-                                        nbytes / self.rounds)
-
-
-@dataclass
-class Sample:
-    """One bucket carried by one candidate in one measured iteration."""
-
-    iteration: int
-    bucket: int
-    candidate: int
-    codec_s: float
-    comm_s: float
-    nbytes: int
-    idle_link: bool  # its collective started after the previous bucket's had finished
-    warmup: bool = False  # the first iteration of its candidate in an exploration
-
-
-def fit_network(points: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """(alpha, x) >= 0 minimising sum (a alpha + b x - t)^2 over points (a, b, t)."""
-    if not points:
-        return 0.0, 0.0
-    saa = sum(a * a for a, _, _ in points)
-    sbb = sum(b * b for _, b, _ in points)
-    sab = sum(a * b for a, b, _ in points)
-    sat = sum(a * t for a, _, t in points)
-    sbt = sum(b * t for _, b, t in points)
-    det = saa * sbb - sab * sab
-    if det > 1e-12 * max(saa * sbb, 1e-300):
-        alpha, x = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
-        if alpha >= 0 and x >= 0:
-            return alpha, x
-    only_x = max(sbt / sbb, 0.0) if sbb else 0.0
-    only_alpha = max(sat / saa, 0.0) if saa else 0.0
-    err_x = sum((b * only_x - t) ** 2 for _, b, t in points)
-    err_alpha = sum((a * only_alpha - t) ** 2 for a, _, t in points)
-    return (0.0, only_x) if err_x <= err_alpha else (only_alpha, 0.0)
 
 
 @dataclass
@@ -138,6 +95,10 @@ class Chooser:
     drift: float = 0.2
     slowdown: float | None = 2.0  # None: periodic checks only
     order: list[int] | None = None  # exploration order of the candidates (None: as given)
+    confirm_rounds: int = 5
+    confirm_margin: float = 0.25
+    contenders: list[int] = field(default_factory=list)  # confirmed from `confirm_start` on
+    confirm_start: int | None = None
     explore_start: int | None = None  # None: explore from `start`
     skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
     decisions: dict[int, int] = field(default_factory=dict)
@@ -158,9 +119,17 @@ class Chooser:
         return self.start if self.explore_start is None else self.explore_start
 
     @property
-    def explore_end(self) -> int:
+    def scan_end(self) -> int:
+        """The first iteration after every candidate's stretch of the exploration."""
         position, since = self.skips[-1] if self.skips else (0, self.first)
         return since + (len(self.transfers) - position) * self.explore_iters
+
+    @property
+    def explore_end(self) -> int:
+        """The first iteration after the exploration (its confirmation rounds included)."""
+        if self.confirm_start is None:
+            return self.scan_end
+        return self.confirm_start + self.confirm_rounds * len(self.contenders)
 
     def _slot(self, iteration: int) -> tuple[int, int]:
         """(position in the order, first iteration) of the candidate exploring `iteration`."""
@@ -178,6 +147,9 @@ class Chooser:
     def choice(self, bucket: int, iteration: int) -> int:
         """The candidate that carries `bucket` in `iteration`."""
         if self.exploring(iteration):
+            if self.confirm_start is not None and iteration >= self.confirm_start:
+                turn, n = iteration - self.confirm_start, len(self.contenders)
+                return self.contenders[(turn + turn // n) % n]
             return self._candidate_at(self._slot(iteration)[0])
         return self.decisions.get(bucket, 0)
 
@@ -187,25 +159,28 @@ class Chooser:
         return self.exploring(iteration) or self.decided_at is not None
 
     def warmup(self, iteration: int) -> bool:
-        """Whether `iteration` is a candidate's first in an exploration."""
-        return self.exploring(iteration) and self._slot(iteration)[1] == iteration
+        """Whether `iteration` is a candidate's first in an exploration (confirmation
+        rounds have none: every contender ran already)."""
+        return (self.exploring(iteration) and iteration < self.scan_end
+                and self._slot(iteration)[1] == iteration)
 
     def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
         for drift, start a periodic exploration. True when the decisions changed. With `launch`
         the samples after a decision are reduced without waiting, read an iteration later
         (module docstring)."""
-        if self.decided_at is None and self.exploring(iteration - 1):
+        if self.decided_at is None and self.first <= iteration - 1 < self.scan_end:
             self._skip_if_hopeless(iteration, reduce)
         if iteration == self.explore_end and self.decided_at is None:
-            self._decide_from_exploration(reduce)
-            self.decided_at = iteration
-            return True
+            if self._decide_from_exploration(reduce, iteration):
+                self.decided_at = iteration
+                return True
         if self.decided_at is None or self.exploring(iteration):
             self.pending = None
             return False
         if iteration - self.decided_at >= self.redecide_every:
             self.explore_start, self.decided_at, self.codec_moved = iteration, None, False
+            self.contenders, self.confirm_start = [], None
             self.samples.clear()
             self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
@@ -239,9 +214,11 @@ class Chooser:
                         for s in warm):
             self.skips.append((position + 1, iteration))
 
-    def _decide_from_exploration(self, reduce: Reduce) -> None:
+    def _decide_from_exploration(self, reduce: Reduce, iteration: int) -> bool:
+        """Price every candidate from the exploration's samples and decide; at the scan's
+        end, when contenders are close, start their confirmation rounds instead (the
+        samples kept for the decision after them): False."""
         samples = self.explored + self._reduced(reduce)
-        self.explored = []
         measured = {s.candidate for s in samples if not s.warmup}
         # a skipped candidate has its warm-up only: priced from it (an upper bound)
         samples = [s for s in samples if not s.warmup or s.candidate not in measured]
@@ -256,6 +233,23 @@ class Chooser:
                                     else math.inf)
                 self.nbytes[b, c] = statistics.median(s.nbytes for s in mine) if mine else 0.0
         self._decide(buckets)
+        contenders = self._contenders(buckets)
+        if self.confirm_start is None and self.confirm_rounds and len(contenders) > 1:
+            self.explored, self.contenders, self.confirm_start = samples, contenders, iteration
+            return False
+        self.explored = []
+        return True
+
+    def _contenders(self, buckets) -> list[int]:
+        """The candidates priced within `confirm_margin` of a bucket's best where more than
+        one is (a bucket with a clear winner adds none)."""
+        close = set()
+        for b in buckets:
+            best = self.predict(b, self.decisions[b])
+            near = {c for c in range(len(self.transfers))
+                    if self.predict(b, c) <= (1 + self.confirm_margin) * best}
+            close |= near if len(near) > 1 else set()
+        return sorted(close)
 
     def _reduced(self, reduce: Reduce) -> list[Sample]:
         """The samples measured so far, reduced across ranks (module docstring), in the same
@@ -392,6 +386,7 @@ class Chooser:
 
     def state_dict(self) -> dict:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
+                "contenders": list(self.contenders), "confirm_start": self.confirm_start,
                 "decisions": dict(self.decisions),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
                 "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved}
@@ -401,13 +396,6 @@ class Chooser:
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
         self.samples, self.explored, self.window, self.pending = [], [], [], None
-
-
-@functools.lru_cache(maxsize=16)
-def _flat_ring(workers: int, alpha: float, x: float) -> costs.Tiers:
-    """A ring of `workers` at latency `alpha` and `x` seconds per byte (built once per fit:
-    the hook prices every bucket of an iteration with it)."""
-    return costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
 
 
 def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:

@@ -22,8 +22,8 @@ from ..telemetry import BucketRecord, seconds_between
 DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
                       ("topk", {"ratio": 0.01, "error_feedback": True}))
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
-AUTO_OPTIONS = ("candidates", "explore_iters", "check_every", "redecide_every", "drift",
-                "slowdown", "guard")
+AUTO_OPTIONS = ("candidates", "explore_iters", "confirm_rounds", "confirm_margin",
+                "check_every", "redecide_every", "drift", "slowdown", "guard")
 
 
 def build_candidates(candidates) -> list[Compressor]:
@@ -94,6 +94,9 @@ class AutoRoute(Route):
     candidates: the methods to choose among (default `DEFAULT_CANDIDATES`).
     explore_iters: iterations each candidate carries every bucket while exploring (the first
         is a warm-up; a candidate that cannot win ends after it: `choice`).
+    confirm_rounds: rounds in which the candidates priced within `confirm_margin` (relative)
+        of a bucket's best after that carry every bucket in turn, one iteration each, before
+        the decision (0: none; `choice`, "Confirmation").
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
@@ -112,16 +115,20 @@ class AutoRoute(Route):
                "exploration_order")
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
-                 check_every: int = 10, redecide_every: int = 1000, drift: float = 0.2,
-                 slowdown: float | None = 2.0, guard=None, start_iter: int = 1):
+                 confirm_rounds: int = 5, confirm_margin: float = 0.25, check_every: int = 10,
+                 redecide_every: int = 1000, drift: float = 0.2, slowdown: float | None = 2.0,
+                 guard=None, start_iter: int = 1):
         self.method = Candidates(build_candidates(candidates))
         check_int(explore_iters, "explore_iters", 2)
+        check_int(confirm_rounds, "confirm_rounds", 0)
+        check_number(confirm_margin, "confirm_margin", 0)
         check_int(check_every, "check_every", 1)
         check_int(redecide_every, "redecide_every", 1)
         check_number(drift, "drift", 0, above=True)
         if slowdown is not None:
             slowdown = check_number(slowdown, "slowdown", 1, above=True)
-        self._explore = dict(explore_iters=explore_iters, check_every=check_every,
+        self._explore = dict(explore_iters=explore_iters, confirm_rounds=confirm_rounds,
+                             confirm_margin=float(confirm_margin), check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift),
                              slowdown=slowdown)
         self._guard = guard_settings(guard)

@@ -130,7 +130,7 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
     than the method's defaults (`options` column) are the variant ``name(key=value, ...)``."""
     hook_path = "communicator" in frame
     if "options" in frame:
-        frame = frame.assign(method=[_variant(m, o) for m, o in zip(frame["method"],
+        frame = frame.assign(method=[variant_name(m, o) for m, o in zip(frame["method"],
                                                                      frame["options"])])
     device = str(frame["device_name"].iloc[0]) if "device_name" in frame else ""
     sizes = sorted(int(n) for n in frame["numel"].unique())
@@ -143,16 +143,29 @@ def measured_table(frame: pd.DataFrame, name: str = MEASURED,
         fit_hook_path(frame) if hook_path else fit_codec(frame), per_bucket=hook_path)
 
 
+def variant_name(method: str, options) -> str:
+    """A measured row's method, or its variant's label ``name(key=value, ...)`` where its
+    options (`options`: the row's JSON) are not the method's defaults."""
+    return variant_label(method, changed_options(method, options))
+
+
+def changed_options(method: str, options) -> dict:
+    """The options of a measured row (`options`: its JSON) that differ from `method`'s
+    defaults; none for a method that is not registered (ddp, auto) or no JSON. Options a
+    compressor does not have (the hook's, e.g. ``hierarchical``) are no change, but error
+    feedback: a method without it by default lists no ``error_feedback``."""
+    return dict(_changed(method, options))
+
+
 @lru_cache(maxsize=256)
-def _variant(method: str, options) -> str:
-    """The row's method, or its variant's label where its options are not the defaults."""
+def _changed(method: str, options) -> tuple:
     try:
         defaults = compressor(method).options()
         given = json.loads(options) if isinstance(options, str) and options else {}
     except (ValueError, TypeError):  # not a registered method, or no JSON: as it is
-        return method
-    changed = {k: v for k, v in given.items() if defaults.get(k, v) != v}
-    return variant_label(method, changed)
+        return ()
+    defaults.setdefault("error_feedback", False)
+    return tuple((k, v) for k, v in given.items() if defaults.get(k, v) != v)
 
 
 def builtin_table(name: str) -> CostTable:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..model.fit import hook_costs
 from ..profiles.profiles import Profile, load_profile
 
 @dataclass(frozen=True)
@@ -51,6 +52,16 @@ def least_disturbed_costs(tables, keys) -> pd.DataFrame:
     total = rows[[c for c in PHASES if c in rows]].fillna(0.0).sum(axis=1)
     best = total.groupby([rows[k].astype(str) for k in keys], sort=False).idxmin()
     return rows.loc[sorted(best)].reset_index(drop=True)
+
+
+def least_disturbed(profile_paths, hook_tables, keys, label) -> Pooled:
+    """The least disturbed of the profiles at `profile_paths` and, per key (`keys`), of the
+    rows of `hook_tables`, priced per bucket (`fit.hook_costs`) under the name `label(row)`
+    gives each row (a method with its options)."""
+    profile, path = least_disturbed_profile(profile_paths)
+    codecs = least_disturbed_costs(hook_tables, keys)
+    return Pooled(profile, path, hook_costs(codecs.assign(method=codecs.apply(label, axis=1)))
+                  if len(codecs) else {})
 
 
 def profile_line(table: pd.DataFrame) -> str:

@@ -33,7 +33,9 @@ training runs they are held against; nothing is tuned per method.
 ``auto`` (`gradcomp.comm.auto`, its default candidates) may be among the methods: it has no
 prediction of its own (it chooses among methods at run time) and is trained in a job of its
 own whose untimed iterations cover its exploration (`regret.auto_warmup`), so that its
-timed ones are its steady state. The advice regret (`regret`: the model's pick against the
+timed ones are its steady state; its candidates run fixed too, with its options
+(`regret.with_auto_candidates`: e.g. ``topk(error_feedback=True)`` beside ``topk``, each
+method's variant a row of its own). The advice regret (`regret`: the model's pick against the
 fastest measured method, and auto's against its fastest candidate) goes to ``regret.csv``,
 ``auto-regret.csv`` and the Markdown. The Markdown compares its
 measured time at each rate with the fastest other method's and with DDP's, and gives its
@@ -53,7 +55,6 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from ...comm.auto import DEFAULT_CANDIDATES
 from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
@@ -68,15 +69,16 @@ from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
-from ..model.fit import fit_collectives, hook_costs, network_from_fit
+from ..model.fit import fit_collectives, network_from_fit
 from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
 from ..workloads.load import describe, load_workload
-from .pooled import Pooled, least_disturbed_costs, least_disturbed_profile, profile_line
-from .regret import regret_markdown, steady_state_jobs, write_regret
+from .pooled import Pooled, least_disturbed, profile_line
+from .regret import (candidate_labels, regret_markdown, steady_state_jobs,
+                     with_auto_candidates, write_regret)
 from .slowdown import predict_with_slowdowns, slowdown_line
 from .testbed import Testbed
-from .validate_diloco import diloco_markdown, priced
+from .validate_diloco import diloco_markdown, priced, run_label
 
 DEFAULT_RATES = ("100mbit", "500mbit", "1gbit", "2.5gbit")
 DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "powersgd",
@@ -288,7 +290,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Po
         pred = (_NO_PREDICTION if method is None else
                 predict(profile, network, method, DDP(cap, first_bucket_mb=cap),
                         contention, baseline_s=math.nan))
-        label = method.name if method is not None and method.diloco else run["method"]
+        label = method.name if method is not None and method.diloco else run_label(run)
         rows.append({**compared(rate_bps, run, pred, profile), "method": label,
                      "bytes_sent": run["bytes_sent"], "exchange_s": sum(
                          run.get(c, math.nan) for c in ("encode_s", "comm_s", "decode_s")),
@@ -301,13 +303,11 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Po
 
 
 def pooled_inputs(out: Path, rates, hook_keys, model: str, batch_size: int) -> Pooled:
-    """The profile and hook-path costs (rows of `hook_keys`) least disturbed among those
-    measured at `rates` (`pooled`)."""
-    codecs = least_disturbed_costs([ResultTable(out / f"hook-{rate_tag(r)}.csv", CODEC_KEYS)
-                                    .frame(hook_keys) for r in rates], CODEC_KEYS)
-    profile, path = least_disturbed_profile([profile_path(out, r, model, batch_size)
-                                             for r in rates])
-    return Pooled(profile, path, hook_costs(codecs) if len(codecs) else {})
+    """`pooled.least_disturbed` of the profiles and hook-path tables (rows of `hook_keys`)
+    measured at `rates`."""
+    return least_disturbed([profile_path(out, r, model, batch_size) for r in rates],
+                           [ResultTable(out / f"hook-{rate_tag(r)}.csv", CODEC_KEYS)
+                            .frame(hook_keys) for r in rates], CODEC_KEYS, run_label)
 
 
 def compared(rate_bps: float, run, pred, profile) -> dict:
@@ -340,10 +340,10 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per rate with an `auto` row: its measured time against the fastest of the methods
-    among its default candidates (`comm.auto.DEFAULT_CANDIDATES`, by name: the fixed runs'
-    options may differ) and DDP's, and its choices."""
-    names = {c if isinstance(c, str) else c[0] for c in DEFAULT_CANDIDATES}
+    """Per rate with an `auto` row: its measured time against the fastest fixed run of its
+    default candidates (`regret.candidate_labels`: with auto's options) and DDP's, and its
+    choices."""
+    names = candidate_labels()
     rows = []
     for rate, runs in table.groupby("rate_bps", sort=True):
         auto, others = runs[runs["method"] == "auto"], runs[runs["method"].isin(names)]
@@ -389,8 +389,8 @@ def markdown(table: pd.DataFrame) -> str:
     auto = auto_comparison(table)
     if len(auto):
         text += ("\n`auto` (its default candidates) against the fastest fixed run of a "
-                 "candidate method and DDP, measured (ratios: auto's time over theirs; auto "
-                 "timed after its exploration):\n\n"
+                 "candidate (with auto's options) and DDP, measured (ratios: auto's time over "
+                 "theirs; auto timed after its exploration):\n\n"
                  + auto.to_markdown(index=False, floatfmt=".3g") + "\n")
     return text
 
@@ -406,7 +406,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
-    methods = check_methods(methods)
+    methods = with_auto_candidates(check_methods(methods))
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)

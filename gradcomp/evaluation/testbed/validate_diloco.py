@@ -23,16 +23,27 @@ import pandas as pd
 
 from ...diloco import NAME, outer_method
 from ..common.units import format_rate
+from ..model.cost_tables import changed_options, variant_name
 from ..model.methods import MethodCost, resolve
 
 
 def priced(run, costs: dict) -> MethodCost:
     """The method of a `bench train` row as the model prices it: "ddp" as "none" (DDP's
-    all-reduce), a DiLoCo variant with its options (the row's ``options``), else by name."""
+    all-reduce), a DiLoCo variant with its options (the row's ``options``), else by name with
+    the options that differ from its defaults (`costs` keyed by `run_label`: a variant's own
+    hook-path costs)."""
     name = run["method"]
     if name == NAME:
         return resolve(name, costs, **json.loads(run["options"]))
-    return resolve("none" if name == "ddp" else name, costs)
+    return resolve("none" if name == "ddp" else name, costs,
+                   **changed_options(name, run["options"]))
+
+
+def run_label(run) -> str:
+    """A `bench train` (or hook-path) row's method as validation tables name it: the method,
+    or ``name(key=value, ...)`` where its options are not the method's defaults (two variants
+    of one method are two rows)."""
+    return variant_name(run["method"], run["options"])
 
 
 def is_diloco(methods: pd.Series) -> pd.Series:

@@ -56,15 +56,16 @@ from ..benches.train import make_spec, plan_runs
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
+from ..model.methods import method_spec, parse_methods
 from ..model.fit import fit_collectives, hook_costs
-from ..model.methods import resolve
 from ..model.network import Network
 from ..model.timeline import LAYOUTS, predict
 from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
-from .regret import regret_markdown, steady_state_jobs, write_regret
+from .regret import regret_markdown, steady_state_jobs, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns
+from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        HOOK_WARMUP, batch_args, check_methods, compared, conditions_at,
                        markdown, model_collective_sizes, profile_path, rate_tag,
@@ -76,11 +77,23 @@ _NONE = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan, wire_bytes=m
 
 
 def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, dict]]:
-    """(method, options) of the training runs of `layout`."""
+    """(method, options) of the training runs of `layout`: the method's own (`methods` as
+    ``name[:key=value,...]``), hierarchical with the layout's (`layout_options`)."""
+    cases = [parse_methods(m)[0] for m in methods]
     if layout == "flat":
-        return [(m, {}) for m in methods]
-    return [(m, {"hierarchical": True, "gpus_per_node": gpus_per_node})
-            for m in methods if m != "ddp"]
+        return cases
+    return [(m, {**o, **layout_options(layout, gpus_per_node)}) for m, o in cases if m != "ddp"]
+
+
+def layout_options(layout: str, gpus_per_node: int) -> dict:
+    """The hook's options of `layout`."""
+    return {} if layout == "flat" else {"hierarchical": True, "gpus_per_node": gpus_per_node}
+
+
+def own_options(cases) -> list[tuple[str, dict]]:
+    """`layout_cases` without the layout's options (as the hook-path bench takes them)."""
+    return [(m, {k: v for k, v in o.items() if k not in ("hierarchical", "gpus_per_node")})
+            for m, o in cases]
 
 
 def _train_file(out: Path, rate_bps: float, layout: str) -> Path:
@@ -120,8 +133,8 @@ def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes) -> dic
                                                 ResultTable("train.csv", TRAIN_KEYS)))
         world, numel = codec_plan(spec, nodes, g, layout)
         keys[f"hook-{layout}"] = {
-            codec.key(k) for m, _ in hook_methods(m for m, _ in cases)
-            for k in case_keys(m, {}, numel, world, "cpu", torch.float32, "cpu", source)}
+            codec.key(k) for m, o in hook_methods(own_options(cases))
+            for k in case_keys(m, o, numel, world, "cpu", torch.float32, "cpu", source)}
     return keys
 
 
@@ -168,10 +181,11 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
         for layout in layouts:
             if not todo[f"train-{layout}"]:
                 continue
-            cases = layout_cases(methods, layout, g)
+            cases = own_options(layout_cases(methods, layout, g))
             say(progress, f"{where}: {layout} training with {', '.join(m for m, _ in cases)}")
-            extra = {} if layout == "flat" else cases[0][1]
-            for names, warmup in steady_state_jobs([m for m, _ in cases], spec["warmup"]):
+            extra = layout_options(layout, g)
+            for names, warmup in steady_state_jobs([method_spec(*c) for c in cases],
+                                                   spec["warmup"]):
                 testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
                              "--out", str(_train_file(out, rate_bps, layout)), "--backend",
                              "gloo", "--methods", ",".join(names), "--model", model,
@@ -227,16 +241,18 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
     for layout in layouts:
         hook_path = measured_once(out, rate_bps, spec, layout)
         codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
-        costs = hook_costs(codecs) if len(codecs) else {}
+        costs = hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
+            if len(codecs) else {}
         train = ResultTable(_train_file(out, rate_bps, layout), TRAIN_KEYS).frame(
             planned[f"train-{layout}"])
         for _, run in train.iterrows():
-            name = "none" if run["method"] == "ddp" else run["method"]
+            name = run["method"]
             cap = float(run["bucket_cap_mb"])
             pred = _NONE if name == "auto" else predict(
-                profile, network, resolve(name, costs), DDP(cap, first_bucket_mb=cap),
+                profile, network, priced(run, costs), DDP(cap, first_bucket_mb=cap),
                 contention, baseline_s=math.nan, layout=layout)
-            rows.append({**compared(rate_bps, run, pred, profile), "layout": layout,
+            rows.append({**compared(rate_bps, run, pred, profile), "method": run_label(run),
+                         "layout": layout,
                          "nodes": nodes, "gpus_per_node": g,
                          "inter_bandwidth_bps": network.bandwidth_bps
                          * network.efficiency_of("allreduce"),
@@ -288,7 +304,7 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
     if not rates or not layouts or any(lay not in LAYOUTS for lay in layouts):
         raise ValueError(f"rates={rates!r}, layouts={layouts!r} are not allowed: give at least "
                          f"one rate and layouts of {', '.join(LAYOUTS)}")
-    methods = check_methods(methods)
+    methods = with_auto_candidates(check_methods(methods))
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     sizes = list(collective_sizes or model_collective_sizes(model))
     planned = planned_keys(methods, spec, nodes, gpus_per_node, layouts, sizes)
@@ -370,15 +386,15 @@ def concurrent_job(argv=None) -> int:
                                     ddp_bucket_cap_mb=a.bucket_cap_mb)
             if rank == 0:
                 save_profile(profile, a.profile_out)
-        methods = [m for m in a.methods.split(",") if m]
+        methods = [method_spec(*c) for c in parse_methods(a.methods)] if a.methods else []
         spec = {"model": a.model, "batch_size": a.batch_size, "bucket_cap_mb": a.bucket_cap_mb}
         gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
         for layout, path in (("flat", a.flat_out), ("hierarchical", a.hierarchical_out)):
             if path:
                 dist.barrier()
                 world, sizes = codec_plan(spec, nodes, g, layout)
-                names = [m for m, _ in layout_cases(methods, layout, g)]
-                bench_hook_path(hook_methods(names), sizes, world, repeats=HOOK_REPEATS,
+                cases = own_options(layout_cases(methods, layout, g))
+                bench_hook_path(hook_methods(cases), sizes, world, repeats=HOOK_REPEATS,
                                 warmup=HOOK_WARMUP, out=path if rank == 0 else None,
                                 slowest_rank=True, gradient=gradient)
         dist.barrier()

@@ -1,0 +1,72 @@
+"""What `auto`'s choice measures and how it prices a transfer (`choice`): a `Sample` of one
+bucket, a candidate's `Transfer` priced by the collectives' cost model on a flat ring, and the
+fit of that ring's latency and bandwidth to measured transfers."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from ...collectives import costs
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How a candidate's bytes travel: all-reduce or all-gather, in how many rounds."""
+
+    kind: str  # "allreduce" or "allgather"
+    rounds: int = 1
+
+    def factors(self, workers: int) -> tuple[float, float]:
+        """(latency steps, bytes factor) of one transfer of this route (all its rounds)."""
+        steps, per_byte = costs.ring_factors(self.kind, workers)
+        return self.rounds * steps, per_byte
+
+    def seconds(self, workers: int, nbytes: float, alpha: float, x: float) -> float:
+        """The collectives' price of sending `nbytes` this way (each round its share) on a
+        flat ring of `workers` at latency `alpha` and `x` seconds per byte."""
+        return self.rounds * costs.cost(self.kind, flat_ring(workers, alpha, x),
+                                        nbytes / self.rounds)
+
+
+@dataclass
+class Sample:
+    """One bucket carried by one candidate in one measured iteration."""
+
+    iteration: int
+    bucket: int
+    candidate: int
+    codec_s: float
+    comm_s: float
+    nbytes: int
+    idle_link: bool  # its collective started after the previous bucket's had finished
+    warmup: bool = False  # the first iteration of its candidate in an exploration
+
+
+def fit_network(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(alpha, x) >= 0 minimising sum (a alpha + b x - t)^2 over points (a, b, t)."""
+    if not points:
+        return 0.0, 0.0
+    saa = sum(a * a for a, _, _ in points)
+    sbb = sum(b * b for _, b, _ in points)
+    sab = sum(a * b for a, b, _ in points)
+    sat = sum(a * t for a, _, t in points)
+    sbt = sum(b * t for _, b, t in points)
+    det = saa * sbb - sab * sab
+    if det > 1e-12 * max(saa * sbb, 1e-300):
+        alpha, x = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
+        if alpha >= 0 and x >= 0:
+            return alpha, x
+    only_x = max(sbt / sbb, 0.0) if sbb else 0.0
+    only_alpha = max(sat / saa, 0.0) if saa else 0.0
+    err_x = sum((b * only_x - t) ** 2 for _, b, t in points)
+    err_alpha = sum((a * only_alpha - t) ** 2 for a, _, t in points)
+    return (0.0, only_x) if err_x <= err_alpha else (only_alpha, 0.0)
+
+
+
+@functools.lru_cache(maxsize=16)
+def flat_ring(workers: int, alpha: float, x: float) -> costs.Tiers:
+    """A ring of `workers` at latency `alpha` and `x` seconds per byte (built once per fit:
+    the hook prices every bucket of an iteration with it)."""
+    return costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
