@@ -3,7 +3,8 @@
     python -m pytest benchmarks/bench_kernels.py --benchmark-enable --benchmark-only
 
 * CPU (CI): a CI-sized tensor (65,536 float32 values); the torch backend only, and the Triton
-  kernels too when TRITON_INTERPRET=1 is set (interpreter timings say nothing about a GPU).
+  kernels too when TRITON_INTERPRET=1 is set (interpreter timings say nothing about a GPU),
+  then on 32,768 values: one program of each kernel (the interpreter pays per program).
 * GPU: 25.6M float32 values on CUDA, both backends (triton = the compressor dispatching to its
   kernels, torch = the same compressor with GRADCOMP_KERNELS=0), and a roofline table at the
   end: achieved GB/s = (bytes read + bytes written) / median time, and its fraction of the
@@ -22,7 +23,8 @@ from gpu_roofline import CASES, backend
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
-NUMEL = int(os.environ.get("GRADCOMP_BENCH_NUMEL", 25_600_000 if CUDA else 1 << 16))
+NUMEL = int(os.environ.get("GRADCOMP_BENCH_NUMEL", 25_600_000 if CUDA else
+                           1 << 15 if kernels.interpreting() else 1 << 16))
 BACKENDS = ["torch", "triton"] if CUDA or kernels.interpreting() else ["torch"]
 
 

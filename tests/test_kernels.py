@@ -54,16 +54,26 @@ def torch_path():
             os.environ["GRADCOMP_KERNELS"] = old
 
 
-def run_without_interpreter(args):
-    """`python *args` in a fresh process without TRITON_INTERPRET (to compile kernels for a
-    GPU); skips where this Triton has no NVIDIA backend."""
+def nvidia_backend() -> bool:
+    """Whether this Triton can compile for NVIDIA GPUs."""
     try:
         import triton.backends.nvidia  # noqa: F401
     except ImportError:
+        return False
+    return True
+
+
+def without_interpreter() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+def run_without_interpreter(args):
+    """`python *args` in a fresh process without TRITON_INTERPRET (to compile kernels for a
+    GPU); skips where this Triton has no NVIDIA backend."""
+    if not nvidia_backend():
         pytest.skip("this Triton has no NVIDIA backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, *args], env=without_interpreter(),
+                          capture_output=True, text=True, timeout=600)
 
 
 def reference(name, x, **opt):
@@ -138,14 +148,33 @@ def finite_sample(n, dtype, seed):
 
 
 # -- environment ---------------------------------------------------------------------------------
-def test_importing_gradcomp_never_imports_triton():
-    code = ("import sys, torch, gradcomp\n"
-            "from gradcomp import kernels\n"
-            "c = gradcomp.compressor('int4'); c.decompress(c.compress(torch.randn(100)))\n"
-            "assert kernels.supports(torch.randn(10)) is False\n"
-            "assert 'triton' not in sys.modules, 'triton imported'\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+# One fresh interpreter without TRITON_INTERPRET serves two tests (its start-up, importing torch,
+# costs seconds): it uses a compressor and says whether that imported Triton, then (argument
+# "compile") runs `compile_check.py --smoke` as its command line would.
+FRESH = """
+import sys, torch, gradcomp
+from gradcomp import kernels
+c = gradcomp.compressor('int4'); c.decompress(c.compress(torch.randn(100)))
+assert kernels.supports(torch.randn(10)) is False
+print('triton imported' if 'triton' in sys.modules else 'triton not imported', flush=True)
+if sys.argv[1] == 'compile':
+    import runpy
+    sys.argv = [sys.argv[2], '--smoke']
+    runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_process():
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_check.py")
+    todo = "compile" if nvidia_backend() and not CUDA else "import"  # GPU: the tests run them
+    return subprocess.run([sys.executable, "-c", FRESH, todo, tool], env=without_interpreter(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_importing_gradcomp_never_imports_triton(fresh_process):
+    out = fresh_process.stdout
+    assert out.startswith("triton not imported\n"), out[-3000:] + fresh_process.stderr[-3000:]
 
 
 def test_availability_and_dispatch_test():
@@ -460,7 +489,9 @@ def test_reciprocal_mode_mirrors_torch_cuda_division(monkeypatch):
 
 # -- the compiled (GPU) path, without a GPU ----------------------------------------------------
 @pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
-def test_kernels_compile_for_sm90():
-    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_check.py")
-    res = run_without_interpreter([tool, "--smoke"])
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+def test_kernels_compile_for_sm90(fresh_process):
+    if not nvidia_backend():
+        pytest.skip("this Triton has no NVIDIA backend")
+    res = fresh_process  # ran compile_check.py --smoke after the import check
+    assert res.returncode == 0 and "\n0 failure(s)\n" in res.stdout, (res.stdout[-3000:]
+                                                                      + res.stderr[-3000:])

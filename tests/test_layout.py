@@ -4,6 +4,7 @@ fsdp -> comm -> collectives -> compressors -> kernels, `checks` for all; integra
 imported by nothing; inside evaluation run -> testbed -> report -> analyses -> benches -> model ->
 profiles -> workloads -> common) and no import circles."""
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -35,9 +36,16 @@ def is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(name: str) -> ast.Module:
+    """Module `name`'s syntax tree (parsed once: every test reads the same files; not to be
+    changed)."""
+    return ast.parse(MODULES[name].read_text())
+
+
 def imports(name: str, top_level_only: bool = False):
     """(imported module, imported names) for each import statement of module `name`."""
-    tree = ast.parse(MODULES[name].read_text())
+    tree = parsed(name)
     nodes = tree.body if top_level_only else ast.walk(tree)
     package = name if is_package(name) else name.rpartition(".")[0]
     for node in nodes:
@@ -188,8 +196,8 @@ def test_collectives_live_apart_from_the_hook_path():
     forest packing, the forest all-reduce) are defined in `gradcomp.collectives` and nowhere
     else (comm may re-export them)."""
     where = {}
-    for name, path in MODULES.items():
-        for node in ast.parse(path.read_text()).body:
+    for name in MODULES:
+        for node in parsed(name).body:
             if (isinstance(node, (ast.FunctionDef, ast.ClassDef))
                     and node.name in COLLECTIVES.values()):
                 where.setdefault(node.name, []).append(name)
@@ -198,9 +206,9 @@ def test_collectives_live_apart_from_the_hook_path():
 
 def _defined_in(prefixes: tuple[str, ...]):
     """(module name, its parsed tree) for every module under the packages `prefixes`."""
-    for name, path in MODULES.items():
+    for name in MODULES:
         if name.startswith(prefixes):
-            yield name, ast.parse(path.read_text())
+            yield name, parsed(name)
 
 
 def test_auto_is_a_route_not_a_subclass_of_the_hook_state():

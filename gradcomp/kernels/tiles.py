@@ -39,7 +39,18 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+def device(fn):
+    """`@triton.jit` for a device function (one that kernels call). Under Triton's interpreter
+    it is the function as the interpreter rewrites a jit function, called directly: the
+    interpreter's own call of a jit function first patches triton.language again (milliseconds
+    a call, most of the interpreted tests' time), which the launch of the calling kernel has
+    already done."""
+    jitted = triton.jit(fn)
+    rewrite = getattr(jitted, "rewrite", None)  # only the interpreter's functions have it
+    return jitted if rewrite is None else rewrite()
+
+
+@device
 def tile(pid, n, BS: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr):
     """Indices of a (ROWS, G, 8) tile whose rows start every BS elements (BS <= 8 * G, BS a
     multiple of 8). Returns (row ids, element index, mask, stream group index, group valid)."""
@@ -54,7 +65,7 @@ def tile(pid, n, BS: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr):
     return r, e, mask, grp, gvalid
 
 
-@triton.jit
+@device
 def store_packed(out_ptr, codes, grp, gvalid, nbytes, BITS: tl.constexpr, BP2: tl.constexpr):
     """Pack the (R, G, 8) int32 codes (each < 2**BITS, 0 beyond the tensor) MSB first into
     BITS bytes per group of 8 and store group `grp` at byte grp * BITS."""
@@ -73,7 +84,7 @@ def store_packed(out_ptr, codes, grp, gvalid, nbytes, BITS: tl.constexpr, BP2: t
     tl.store(out_ptr + off, byts.to(tl.uint8), mask=m)
 
 
-@triton.jit
+@device
 def load_codes(packed_ptr, e, mask, nbytes, BITS: tl.constexpr):
     """The BITS-bit codes of elements `e` from an MSB-first bit stream (int32)."""
     if BITS == 8:
@@ -92,7 +103,7 @@ def load_codes(packed_ptr, e, mask, nbytes, BITS: tl.constexpr):
     return c
 
 
-@triton.jit
+@device
 def to_out(v, out_ptr, MANUAL_BF16: tl.constexpr):
     """float32 -> the output dtype, rounding to nearest even. MANUAL_BF16 does the bfloat16
     rounding with integer ops: Triton's interpreter rounds float32 -> bfloat16 ties away."""
@@ -106,7 +117,7 @@ def to_out(v, out_ptr, MANUAL_BF16: tl.constexpr):
     return res
 
 
-@triton.jit
+@device
 def load_corrected(x_ptr, res_ptr, e, mask, RES: tl.constexpr, MANUAL_BF16: tl.constexpr):
     """(corrected, x) as float32 at `e`: with RES, corrected = x + residual and x = corrected
     rounded to x's dtype (what the compressor is given); else both are x."""
@@ -119,13 +130,13 @@ def load_corrected(x_ptr, res_ptr, e, mask, RES: tl.constexpr, MANUAL_BF16: tl.c
     return c, x
 
 
-@triton.jit
+@device
 def store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16: tl.constexpr):
     """newres[e] = c - (dec rounded to x's dtype), non-finite results set to 0."""
     r = c - to_out(dec, x_ptr, MANUAL_BF16).to(tl.float32)
     tl.store(newres_ptr + e, tl.where(tl.abs(r) < float("inf"), r, 0.0), mask=mask)
 
 
-@triton.jit
+@device
 def row_sum(a):
     return tl.sum(tl.sum(a, axis=2), axis=1)

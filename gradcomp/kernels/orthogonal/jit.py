@@ -28,35 +28,37 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..tiles import device
 
-@triton.jit
+
+@device
 def _col(t, cols, i):
     """Column i of a (rows, RP) tile (exactly: one value per row is kept)."""
     return tl.sum(tl.where(cols[None, :] == i, t, 0.0), axis=1)
 
 
-@triton.jit
+@device
 def _nonfinite(t, mask):
     """How many entries of t under mask are NaN or +-Inf."""
     return tl.sum(tl.sum(tl.where(mask & ((t != t) | (tl.abs(t) == float("inf"))), 1, 0),
                          axis=1), axis=0)
 
 
-@triton.jit
+@device
 def _zero():
     """A 0-d int32 zero: the start of a loop over a runtime bound (Triton's interpreter cannot
     iterate `range` over a run-time bound, a while loop works in both)."""
     return tl.full((), 0, tl.int32)
 
 
-@triton.jit
+@device
 def _unit(v, d):
     """v / d, IEEE-rounded, for a scalar d."""
     return tl.math.div_rn(v, tl.zeros_like(v) + d)
 
 
 # -- the whole matrix in registers -----------------------------------------------------------
-@triton.jit
+@device
 def _tile_project(a, c, cols, i):
     """c minus its projection on the columns j < i of the tile a (all dots, then one update)."""
     prev = cols[None, :] < i
@@ -64,7 +66,7 @@ def _tile_project(a, c, cols, i):
     return c - tl.sum(tl.where(prev, a * s[None, :], 0.0), axis=1)
 
 
-@triton.jit
+@device
 def _tile_complete(a, rows, cols, i, n):
     """An unnormalised completion of column i: e_k (k the row where the columns j < i are
     smallest) with the columns j < i projected out twice."""
@@ -76,7 +78,7 @@ def _tile_complete(a, rows, cols, i, n):
     return _tile_project(a, c, cols, i)
 
 
-@triton.jit
+@device
 def _tile_orthogonalize(base, n, r, eps, FIX: tl.constexpr, CHUNK: tl.constexpr,
                         RP: tl.constexpr):
     rows = tl.arange(0, CHUNK)
@@ -111,7 +113,7 @@ def _tile_orthogonalize(base, n, r, eps, FIX: tl.constexpr, CHUNK: tl.constexpr,
 
 
 # -- row chunks in memory --------------------------------------------------------------------
-@triton.jit
+@device
 def _chunk_complete(base, n, r, i, rows0, cols, CHUNK: tl.constexpr, RP: tl.constexpr):
     """`_tile_complete` over row chunks: writes column i, returns its dots with the columns
     j >= i (entry i: its squared norm)."""
@@ -160,7 +162,7 @@ def _chunk_complete(base, n, r, i, rows0, cols, CHUNK: tl.constexpr, RP: tl.cons
     return g
 
 
-@triton.jit
+@device
 def _chunk_orthogonalize(base, n, r, eps, FIX: tl.constexpr, CHUNK: tl.constexpr,
                          RP: tl.constexpr):
     """The same steps as `_tile_orthogonalize`, two passes over the rows per column: (QR mode)

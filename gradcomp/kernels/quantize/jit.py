@@ -5,14 +5,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..tiles import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
-                     to_out)
+from ..tiles import (device, load_codes, load_corrected, row_sum, store_packed, store_residual,
+                     tile, to_out)
 
 # Method ids (constexpr METHOD) of the quantizer kernels.
 ABSMAX, MINMAX, QSGD, TERN = 0, 1, 2, 3
 
 
-@triton.jit
+@device
 def _rint(r):
     """Round half to even (torch.round), exact for |r| < 2**22."""
     f = tl.floor(r)
@@ -23,7 +23,7 @@ def _rint(r):
     return f + up.to(tl.float32)
 
 
-@triton.jit
+@device
 def _round(r, u, STOCH: tl.constexpr):
     """Nearest (half to even), or stochastic: floor(r) + (u < frac(r)), unbiased."""
     if STOCH:
@@ -34,18 +34,18 @@ def _round(r, u, STOCH: tl.constexpr):
     return out
 
 
-@triton.jit
+@device
 def _nan_to_zero(r):
     return tl.where(r != r, 0.0, r)
 
 
-@triton.jit
+@device
 def _divisor(d):
     """d where d > 0, else 1 (zero and NaN scales divide safely)."""
     return tl.where(d > 0, d, 1.0)
 
 
-@triton.jit
+@device
 def _div_scalar(a, C: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr):
     """a / C as the torch reference computes `tensor / python_number` on this device."""
     if RECIP:
@@ -55,7 +55,7 @@ def _div_scalar(a, C: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr):
     return out
 
 
-@triton.jit
+@device
 def _uniform(seed_ptr, r, e, BS: tl.constexpr, ROWS: tl.constexpr, G: tl.constexpr):
     """Uniform [0, 1) floats for a (ROWS, G, 8) tile whose element indices are
     e = r * BS + 8 g + j. Philox gives 4 numbers per call, so where rows start at multiples of 4
@@ -74,7 +74,7 @@ def _uniform(seed_ptr, r, e, BS: tl.constexpr, ROWS: tl.constexpr, G: tl.constex
     return out
 
 
-@triton.jit
+@device
 def _row_max_nan(a, mask):
     """max over axes 1 and 2 of a (ROWS, G, 8) tile (masked entries ignored), NaN if any."""
     m = tl.max(tl.max(tl.where(mask, a, float("-inf")), axis=2), axis=1)
@@ -82,7 +82,7 @@ def _row_max_nan(a, mask):
     return tl.where(bad > 0, float("nan"), m)
 
 
-@triton.jit
+@device
 def _row_min_nan(a, mask):
     m = tl.min(tl.min(tl.where(mask, a, float("inf")), axis=2), axis=1)
     bad = tl.max(tl.max((mask & (a != a)).to(tl.int32), axis=2), axis=1)
@@ -90,7 +90,7 @@ def _row_min_nan(a, mask):
 
 
 # -- quantizers: codes from the wire statistics --------------------------------------------
-@triton.jit
+@device
 def _quant_codes(x, st0, st1, u, METHOD: tl.constexpr, BITS: tl.constexpr,
                  LEVELS: tl.constexpr, INV: tl.constexpr, RECIP: tl.constexpr,
                  STOCH: tl.constexpr):
@@ -121,7 +121,7 @@ def _quant_codes(x, st0, st1, u, METHOD: tl.constexpr, BITS: tl.constexpr,
     return code
 
 
-@triton.jit
+@device
 def _quant_value(c, st0, st1, METHOD: tl.constexpr, BITS: tl.constexpr, LEVELS: tl.constexpr,
                  INV: tl.constexpr, RECIP: tl.constexpr):
     """The decoded float32 value of codes c (int32) given their block's wire statistics (as
@@ -185,7 +185,7 @@ def quant_rows_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbytes
         store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16)
 
 
-@triton.jit
+@device
 def _store_codes(packed_ptr, code, e, mask, grp, gvalid, nbytes, BITS: tl.constexpr,
                  BP2: tl.constexpr):
     """Write quantizer codes: one byte each for 8 bits, else packed (padding codes are 0)."""
@@ -230,7 +230,7 @@ def quant_elem_kernel(x_ptr, packed_ptr, stats_ptr, seed_ptr, n, nblocks, nbytes
         store_residual(newres_ptr, x_ptr, c, dec, e, mask, MANUAL_BF16)
 
 
-@triton.jit
+@device
 def _decoded(packed_ptr, stats_ptr, e, mask, nblocks, nbytes, METHOD: tl.constexpr,
              BS: tl.constexpr, BITS: tl.constexpr, LEVELS: tl.constexpr, INV: tl.constexpr,
              RECIP: tl.constexpr):
@@ -284,7 +284,7 @@ def quant_decode_mean_kernel(packed_ptr, stats_ptr, out_ptr, n, nblocks, nbytes,
 
 
 # -- natural compression ---------------------------------------------------------------------
-@triton.jit
+@device
 def _natural_value(sign, ex):
     """+-2**(ex - 127) (ex = 0: zero, or NaN with the sign set; ex = 255: +-Inf)."""
     mag = (ex << 23).to(tl.float32, bitcast=True)

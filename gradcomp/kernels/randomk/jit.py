@@ -19,6 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..tiles import device
 from .reference import HASH_C1 as _C1, HASH_C2 as _C2
 
 HASH_C1 = tl.constexpr(_C1)
@@ -26,7 +27,7 @@ HASH_C2 = tl.constexpr(_C2)
 _EXP32 = tl.constexpr(0x7F800000)  # float32 exponent bits: all set for NaN and +-Inf
 
 
-@triton.jit
+@device
 def _hash32(x):
     """permutation.hash32 on uint32 (multiplies wrap modulo 2**32)."""
     x ^= x >> 16
@@ -37,7 +38,7 @@ def _hash32(x):
     return x
 
 
-@triton.jit
+@device
 def _feistel(v, m, mask, k0, k1, k2, k3):
     """permutation.feistel with 4 rounds on uint32 values in [0, 4**m)."""
     left = v >> m
@@ -49,7 +50,7 @@ def _feistel(v, m, mask, k0, k1, k2, k3):
     return (left << m) | right
 
 
-@triton.jit
+@device
 def _walk(j, n, m, mask, k0, k1, k2, k3):
     """pi(j) for uint32 lanes j in [0, n): the network, repeated on the lanes still >= n."""
     v = _feistel(j, m, mask, k0, k1, k2, k3)
@@ -58,7 +59,7 @@ def _walk(j, n, m, mask, k0, k1, k2, k3):
     return v
 
 
-@triton.jit
+@device
 def _positions_tile(pos_ptr, t, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constexpr):
     """Positions t * BLOCK, ..., t * BLOCK + BLOCK - 1 (those < k) into pos_ptr, as int64."""
     j = t * BLOCK + tl.arange(0, BLOCK)
@@ -72,7 +73,7 @@ def positions_kernel(out_ptr, n, k, m, mask, k0, k1, k2, k3, BLOCK: tl.constexpr
     _positions_tile(out_ptr, tl.program_id(0), n, k, m, mask, k0, k1, k2, k3, BLOCK)
 
 
-@triton.jit
+@device
 def _tile_flag(x):
     """1 (int8) if the tile x holds a NaN or +-Inf, else 0."""
     bits = x.to(tl.float32).to(tl.int32, bitcast=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..tiles import (load_codes, load_corrected, row_sum, store_packed, store_residual, tile,
-                     to_out)
+from ..tiles import (device, load_codes, load_corrected, row_sum, store_packed, store_residual,
+                     tile, to_out)
 
 # Method ids of the sign kernels.
 SIGN, EFSIGN, ONEBIT = 0, 1, 2
@@ -71,7 +71,7 @@ def sign_elem_kernel(x_ptr, packed_ptr, part_ptr, n, nbytes,
         tl.store(part_ptr + pid * 4 + 2, pc.to(tl.float32))
 
 
-@triton.jit
+@device
 def _sign_value(bit, stats_ptr, e, mask, METHOD: tl.constexpr, BS: tl.constexpr):
     """The decoded float32 value of sign bits at `e`: signsgd +-flag; efsignsgd +-scale[block];
     onebit means[2 block + (bit == 0)]."""
