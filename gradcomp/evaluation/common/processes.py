@@ -16,9 +16,11 @@ import pickle
 
 import torch.multiprocessing as mp
 
-# What the fork server imports once: the cost of a fresh interpreter. Nothing here reads the
-# environment at import time, so a worker that changes its environment first sees it whole.
-PRELOAD = ["torch", "gradcomp.evaluation"]
+# What the fork server imports once: the cost of a fresh interpreter, and torch._dynamo, which
+# DistributedDataParallel's constructor imports (seconds of CPU in every rank otherwise). It
+# reads its settings (TORCHDYNAMO_*, TORCH_COMPILE_*) from the environment when imported: those
+# come from the environment of the first start; the rest a worker reads as it runs.
+PRELOAD = ["torch", "torch._dynamo", "gradcomp.evaluation"]
 
 
 def start_method() -> str:
