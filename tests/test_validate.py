@@ -56,7 +56,8 @@ def test_bad_rates_and_methods_are_named(capsys):
 
     for argv, named in ((["--rates", "fast"], "rates='fast'"),
                         (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
-                        (["--model", "big"], "model='big' is not allowed")):
+                        (["--model", "big"], "model='big' is not allowed"),
+                        (["--hook-repeats", "0"], "--hook-repeats")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
@@ -64,8 +65,9 @@ def test_bad_rates_and_methods_are_named(capsys):
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_validate_measures_predicts_and_resumes(tmp_path):
+    # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
-            "--iterations", "3", "--out", str(tmp_path), "--json")
+            "--iterations", "3", "--hook-repeats", "1", "--out", str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -99,7 +101,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # Resumed: nothing is measured again (no table or profile rewritten), same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
     again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16", "auto"], "tiny",
-                           iterations=3, progress=False)
+                           iterations=3, progress=False, hook_repeats=1)
     again = again[again["method"] != "auto"]
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
@@ -107,7 +109,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
     # in the same job (its options through the sub-job's --methods), priced per inner step.
     other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
-                           "tiny", batch_size=32, iterations=3, progress=False)
+                           "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1)
     assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
@@ -121,7 +123,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
         [("auto", 64), ("ddp", 64), ("diloco", 32), ("fp16", 32), ("fp16", 64), ("int8", 32)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
-    assert {"int8", "none"} <= set(hook["method"])
+    assert {"int8", "none"} <= set(hook["method"]) and set(hook["repeats"]) == {1}
     # Priced on the workload's own gradients, keyed by the batch size the sub-jobs resolve
     # (no --batch-size at first: tiny's own 64).
     assert set(hook["data"]) == {"tiny gradient, batch 64, 25 MB buckets",
