@@ -19,6 +19,16 @@ def cli(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+def validate_here(capsys, *args) -> str:
+    """`gradcomp validate args` in this process (for a folder whose tables are all measured:
+    it only predicts, so no testbed and no process of its own); its stdout."""
+    from gradcomp import cli as command
+
+    capsys.readouterr()
+    assert command.main(["validate", *args]) == 0
+    return capsys.readouterr().out
+
+
 def test_rate_tags_name_files():
     assert [rate_tag(r) for r in (100e6, 500e6, 1e9, 2.5e9, 5e3)] == \
         ["100mbit", "500mbit", "1gbit", "2.5gbit", "5kbit"]
@@ -219,7 +229,7 @@ def test_each_rates_lambda_is_fitted_on_the_other_rates_uncompressed_runs_only()
     assert fit_slowdowns(rates, compressed_only)[1e9] == (1.0, ASSUMED)
 
 
-def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path):
+def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path, capsys):
     # The committed testbed run of 2026-11-27, predicted again (every table measured, so
     # nothing is run): each rate's lambda is the one fitted to the other three rates' ddp and
     # none runs (as benchmarks/results/slowdown-validation found: 1.162, 1.168, 1.140,
@@ -246,8 +256,7 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
         for tag in ("100mbit", "500mbit", "1gbit", "2.5gbit"):
             assert keys <= ResultTable(tmp_path / f"{table}-{tag}.csv",
                                        key_columns[table]).done_keys()
-    out = cli("--methods", methods, "--out", str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    stdout = validate_here(capsys, "--methods", methods, "--out", str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
     assert list(lambdas) == pytest.approx([1.162, 1.168, 1.140, 1.187], abs=2e-3)
@@ -263,10 +272,10 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     line = ("Compute slowdown lambda, applied to every method: 100 Mbit/s "
             f"{lambdas[100e6]:.3f} (fitted to the ddp and none runs at 500 Mbit/s, 1 Gbit/s, "
             "2.5 Gbit/s);")
-    assert line in (tmp_path / "validation.md").read_text() and line in out.stdout
+    assert line in (tmp_path / "validation.md").read_text() and line in stdout
 
 
-def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
+def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):
     # The committed testbed run of DiLoCo variants (GPT, its 100 Mbit/s tables), predicted
     # again (every table measured: nothing runs): the variants, given with their options on
     # the command line, are priced by the DiLoCo timeline and reported with utilisation and
@@ -282,9 +291,8 @@ def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
     source = Path(__file__).parent.parent / "benchmarks/results/testbed-diloco-2026-11-28"
     for name in (*source.glob("*-*bit*"), source / "conditions.csv"):
         shutil.copy(name, tmp_path)
-    out = cli("--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
-              "--iterations", "200", "--out", str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    validate_here(capsys, "--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
+                  "--iterations", "200", "--out", str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     variants = rows[rows["method"].str.startswith("diloco")]
     assert list(variants["method"]) == [
