@@ -67,7 +67,7 @@ def test_bad_rates_and_methods_are_named(capsys):
     for argv, named in ((["--rates", "fast"], "rates='fast'"),
                         (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
                         (["--model", "big"], "model='big' is not allowed"),
-                        (["--hook-repeats", "0"], "--hook-repeats")):
+                        (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
