@@ -1,11 +1,13 @@
 """The bandwidth-emulated testbed: real namespaces, veths, tbf qdiscs and processes (root)."""
+import multiprocessing
 import os
 import signal
-import subprocess
 import sys
+import time
 
 import pytest
 
+from gradcomp.evaluation.common import processes
 from gradcomp.evaluation.testbed import testbed
 from gradcomp.evaluation.testbed.ratecheck import expected_allreduce_s
 from gradcomp.evaluation.testbed.testbed import JobFailed, Testbed, cleanup_stale, leftovers
@@ -16,15 +18,36 @@ needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 EMPTY = {"namespaces": [], "links": [], "qdiscs": []}
 
 
-def _holder(body: str) -> subprocess.Popen:
-    """A real process that sets up a testbed, prints its run id and runs `body` inside."""
-    script = ("import sys, time\n"
-              "from gradcomp.evaluation.testbed.testbed import Testbed\n"
-              "with Testbed(2, '100mbit') as tb:\n"
-              "    print(tb.run_id, flush=True)\n"
-              f"    {body}\n")
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def _sleep_job(tb):
+    tb.run(["sleep", "60"])
+
+
+def _sleep(tb):
+    time.sleep(60)
+
+
+def _hold(body, conn):
+    try:
+        with Testbed(2, "100mbit") as tb:
+            conn.send(tb.run_id)
+            body(tb)
+    except KeyboardInterrupt:  # SIGINT's, after the teardown (SIGTERM's: SystemExit)
+        pass
+
+
+def _holder(body):
+    """A real process (forked from the fork server, which has imported gradcomp: no fresh
+    interpreter's imports) that sets up a testbed, sends its run id and runs `body(tb)`
+    inside: (the process, the end of the pipe its run id comes through)."""
+    method = processes.start_method()
+    if method == "forkserver":
+        multiprocessing.set_forkserver_preload(processes.PRELOAD)
+    context = multiprocessing.get_context(method)
+    ours, theirs = context.Pipe()
+    proc = context.Process(target=_hold, args=(body, theirs))
+    proc.start()
+    theirs.close()  # its end only: should it die first, recv raises EOFError
+    return proc, ours
 
 
 def test_bad_options_name_the_option():
@@ -157,22 +180,23 @@ def test_two_testbeds_at_once_do_not_collide():
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_tears_everything_down(sig):
-    proc = _holder('tb.run(["sleep", "60"])')
-    run_id = proc.stdout.readline().strip()
+    proc, pipe = _holder(_sleep_job)
+    run_id = pipe.recv()
     assert run_id.startswith(testbed.PREFIX) and leftovers(run_id)["namespaces"]
-    proc.send_signal(sig)
-    proc.wait(timeout=30)
+    os.kill(proc.pid, sig)
+    proc.join(timeout=30)
+    assert proc.exitcode is not None  # it ended
     assert leftovers(run_id) == EMPTY
     assert not (testbed.REGISTRY / run_id).exists()
 
 
 @needs_root
 def test_cleanup_stale_removes_a_killed_run_but_not_a_live_one():
-    proc = _holder("time.sleep(60)")
-    dead = proc.stdout.readline().strip()
+    proc, pipe = _holder(_sleep)
+    dead = pipe.recv()
     with Testbed(2, "100mbit") as live:
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.join()
         assert leftovers(dead)["namespaces"]  # SIGKILL gives no chance to clean up
         assert dead in cleanup_stale()
         assert leftovers(dead) == EMPTY

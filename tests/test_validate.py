@@ -19,6 +19,16 @@ def cli(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+def validate_here(capsys, *args) -> str:
+    """`gradcomp validate args` in this process (for a folder whose tables are all measured:
+    it only predicts, so no testbed and no process of its own); its stdout."""
+    from gradcomp import cli as command
+
+    capsys.readouterr()
+    assert command.main(["validate", *args]) == 0
+    return capsys.readouterr().out
+
+
 def test_rate_tags_name_files():
     assert [rate_tag(r) for r in (100e6, 500e6, 1e9, 2.5e9, 5e3)] == \
         ["100mbit", "500mbit", "1gbit", "2.5gbit", "5kbit"]
@@ -56,7 +66,8 @@ def test_bad_rates_and_methods_are_named(capsys):
 
     for argv, named in ((["--rates", "fast"], "rates='fast'"),
                         (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
-                        (["--model", "big"], "model='big' is not allowed")):
+                        (["--model", "big"], "model='big' is not allowed"),
+                        (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
@@ -64,8 +75,9 @@ def test_bad_rates_and_methods_are_named(capsys):
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_validate_measures_predicts_and_resumes(tmp_path):
+    # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
-            "--iterations", "3", "--out", str(tmp_path), "--json")
+            "--iterations", "3", "--hook-repeats", "1", "--out", str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -108,7 +120,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # Resumed: nothing is measured again (no table or profile rewritten), same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
     again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16", "auto"], "tiny",
-                           iterations=3, progress=False)
+                           iterations=3, progress=False, hook_repeats=1)
     again = again[again["method"] != "auto"]
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
@@ -116,7 +128,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
     # in the same job (its options through the sub-job's --methods), priced per inner step.
     other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
-                           "tiny", batch_size=32, iterations=3, progress=False)
+                           "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1)
     assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
@@ -131,7 +143,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
          ("int8", 32), ("none", 64), ("powersgd", 64), ("topk", 64)]
     assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
-    assert {"int8", "none"} <= set(hook["method"])
+    assert {"int8", "none"} <= set(hook["method"]) and set(hook["repeats"]) == {1}
     # Priced on the workload's own gradients, keyed by the batch size the sub-jobs resolve
     # (no --batch-size at first: tiny's own 64).
     assert set(hook["data"]) == {"tiny gradient, batch 64, 25 MB buckets",
@@ -228,7 +240,7 @@ def test_each_rates_lambda_is_fitted_on_the_other_rates_uncompressed_runs_only()
     assert fit_slowdowns(rates, compressed_only)[1e9] == (1.0, ASSUMED)
 
 
-def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path):
+def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_path, capsys):
     # The committed testbed run of 2026-11-27, predicted again (every table measured, so
     # nothing is run): every rate is predicted from the least disturbed of the four rates'
     # profiles (2.5 Gbit/s') and hook-path costs; each rate's lambda is the one fitted to the
@@ -259,8 +271,7 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
         for tag in ("100mbit", "500mbit", "1gbit", "2.5gbit"):
             assert keys <= ResultTable(tmp_path / f"{table}-{tag}.csv",
                                        key_columns[table]).done_keys()
-    out = cli("--methods", methods, "--out", str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    stdout = validate_here(capsys, "--methods", methods, "--out", str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
     assert list(lambdas) == pytest.approx([1.202, 1.194, 1.167, 1.333], abs=2e-3)
@@ -278,10 +289,10 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     line = ("Compute slowdown lambda, applied to every method: 100 Mbit/s "
             f"{lambdas[100e6]:.3f} (fitted to the ddp and none runs at 500 Mbit/s, 1 Gbit/s, "
             "2.5 Gbit/s);")
-    assert line in (tmp_path / "validation.md").read_text() and line in out.stdout
+    assert line in (tmp_path / "validation.md").read_text() and line in stdout
 
 
-def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
+def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):
     # The committed testbed run of DiLoCo variants (GPT, its 100 Mbit/s tables), predicted
     # again (every table measured: nothing runs): the variants, given with their options on
     # the command line, are priced by the DiLoCo timeline and reported with utilisation and
@@ -297,9 +308,8 @@ def test_validate_prices_diloco_variants_per_inner_step(tmp_path):
     source = Path(__file__).parent.parent / "benchmarks/results/testbed-diloco-2026-11-28"
     for name in (*source.glob("*-*bit*"), source / "conditions.csv"):
         shutil.copy(name, tmp_path)
-    out = cli("--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
-              "--iterations", "200", "--out", str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    validate_here(capsys, "--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
+                  "--iterations", "200", "--out", str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     variants = rows[rows["method"].str.startswith("diloco")]
     assert list(variants["method"]) == [

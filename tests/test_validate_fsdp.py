@@ -126,7 +126,8 @@ def test_bad_methods_and_parallelism_are_named(capsys):
 def test_validate_fsdp_measures_predicts_and_resumes(tmp_path):
     out = subprocess.run([sys.executable, "-m", "gradcomp.cli", "validate", "--parallelism",
                           "fsdp", "--rates", "2.5gbit", "--methods", "fsdp,int8", "--model",
-                          "tiny", "--iterations", "2", "--out", str(tmp_path), "--json"],
+                          "tiny", "--iterations", "2", "--hook-repeats", "1", "--out",
+                          str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     rows = pd.DataFrame(json.loads(out.stdout)["rows"])
@@ -145,13 +146,14 @@ def test_validate_fsdp_measures_predicts_and_resumes(tmp_path):
     codec = pd.read_csv(tmp_path / "fsdp-codec-2.5gbit.csv")
     assert set(codec["method"]) == {"int8"} and {650, 4160, 2112} <= set(codec["numel"])
     assert (codec["slowest_rank"]).all() and (codec["encode_s"] > 0).all()
+    assert (codec["repeats"] == 1).all()  # --hook-repeats
     profile = json.loads((tmp_path / "profile-fsdp-tiny-b64-2.5gbit.json").read_text())
     assert "communicate nothing" in profile["assumptions"]
     assert "FSDP2" in (tmp_path / "validation.md").read_text()
     # Resumed: nothing measured again, the same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
     again = validate_fsdp_sweep(tmp_path, ["2.5gbit"], ["fsdp", "int8"], "tiny",
-                                iterations=2, progress=False)
+                                iterations=2, progress=False, hook_repeats=1)
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
 

@@ -7,8 +7,8 @@ from ..evaluation.testbed import validate_fsdp
 from ..evaluation.model.timeline import LAYOUTS
 from ..evaluation.testbed.regret import advice_regret, auto_regret
 from ..evaluation.testbed.slowdown import slowdown_line
-from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, summarize,
-                                           validate_sweep)
+from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
+                                           HOOK_WARMUP, summarize, validate_sweep)
 from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
@@ -72,6 +72,12 @@ def add_validate(sub) -> None:
                     help="timed iterations per method and rate (default "
                     f"{default_of(validate_sweep, 'iterations')}, with --parallelism fsdp "
                     f"{default_of(validate_fsdp.validate_fsdp_sweep, 'iterations')})")
+    va.add_argument("--hook-repeats", type=positive_int,
+                    help="timed repeats of each hook-path cost (with --parallelism fsdp: codec "
+                    f"cost), each after as many untimed ones, at most {HOOK_WARMUP} (fsdp: "
+                    f"{validate_fsdp.CODEC_WARMUP}) (default {HOOK_REPEATS}, with --parallelism "
+                    f"fsdp {validate_fsdp.CODEC_REPEATS}); fewer: a quicker, noisier "
+                    "validation")
     va.add_argument("--nodes", type=positive_int, help="two tiers: this many nodes of "
                     "--gpus-per-node ranks in the testbed, each method measured in both "
                     "layouts (flat, hierarchical) and predicted by the two-tier model")
@@ -142,7 +148,8 @@ def _validate(args) -> None:
     methods = ((method_texts(args.methods) or []) if args.methods is not None else
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
-    options = {} if args.iterations is None else {"iterations": args.iterations}
+    options = {k: v for k, v in (("iterations", args.iterations),
+                                 ("hook_repeats", args.hook_repeats)) if v is not None}
     if args.nodes is not None:
         if fsdp:
             raise ValueError("--nodes is not allowed with --parallelism fsdp: two-tier "

@@ -203,3 +203,26 @@ def write_regret(out, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
         if len(rows):
             write_atomic(Path(out) / f"{name.replace('_', '-')}.csv", rows.to_csv(index=False))
     return tables
+
+
+def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """Per rate with an `auto` row: its measured time against the fastest fixed run of its
+    default candidates (`candidate_labels`: with auto's options) and DDP's, and its
+    choices."""
+    names = candidate_labels()
+    rows = []
+    for rate, runs in table.groupby("rate_bps", sort=True):
+        auto, others = runs[runs["method"] == "auto"], runs[runs["method"].isin(names)]
+        if not len(auto):
+            continue
+        t = float(auto["measured"].iloc[0])
+        best = others.loc[others["measured"].idxmin()] if len(others) else None
+        ddp = runs.loc[runs["method"] == "ddp", "measured"]
+        rows.append({"rate": format_rate(rate), "auto_ms": t * 1e3,
+                     "fastest_candidate": best["method"] if best is not None else "",
+                     "fastest_candidate_ms": best["measured"] * 1e3 if best is not None
+                     else math.nan,
+                     "auto_vs_fastest": t / best["measured"] if best is not None else math.nan,
+                     "auto_vs_ddp": t / float(ddp.iloc[0]) if len(ddp) else math.nan,
+                     "auto_choices": auto["auto_choices"].iloc[0]})
+    return pd.DataFrame(rows)

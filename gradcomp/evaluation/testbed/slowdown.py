@@ -59,6 +59,20 @@ def predict_with_slowdowns(rates, predict_at: Callable[[float, float, dict], pd.
         for rate in rates], ignore_index=True)
 
 
+def read_once(read: Callable[[float, dict], object]) -> Callable[[float, dict], object]:
+    """`read(rate, keys)` (what a rate's prediction reads from the tables and fits) read once
+    per rate and keys (a dict of table keys, as `predict_with_slowdowns` passes): the fit of
+    lambda prices every rate some 50 times, at other lambdas, from the same tables."""
+    seen = {}
+
+    def remembered(rate: float, keys: dict):
+        key = (rate, id(keys))
+        if key not in seen:
+            seen[key] = (keys, read(rate, keys))  # keys held: its id stays its own
+        return seen[key][1]
+    return remembered
+
+
 def slowdown_line(table: pd.DataFrame) -> str:
     """One line: the lambda each rate (and layout, where the table has a ``layout`` column)
     of a validation table (columns rate_bps, rate, compute_slowdown, slowdown_source) was

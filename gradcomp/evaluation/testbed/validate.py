@@ -55,6 +55,7 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
+from ...checks import check_int
 from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
@@ -65,7 +66,6 @@ from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hoo
                                 hook_sizes, quarter_sizes, workload_gradient)
 from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import make_spec, plan_runs
-from ..common.env import environment
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
@@ -73,10 +73,11 @@ from ..model.fit import fit_collectives, network_from_fit
 from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
 from ..workloads.load import describe, load_workload
+from .conditions import conditions_at, record_conditions
 from .pooled import Pooled, least_disturbed, profile_line
-from .regret import (candidate_labels, regret_markdown, steady_state_jobs,
+from .regret import (auto_comparison, regret_markdown, steady_state_jobs,
                      with_auto_candidates, write_regret)
-from .slowdown import predict_with_slowdowns, slowdown_line
+from .slowdown import predict_with_slowdowns, read_once, slowdown_line
 from .testbed import Testbed
 from .validate_diloco import diloco_markdown, priced, run_label
 
@@ -86,6 +87,12 @@ DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "po
 COLLECTIVE_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)
 COLLECTIVE_REPEATS = 10
 HOOK_WARMUP, HOOK_REPEATS = 5, 10
+
+
+def hook_warmup(repeats: int, most: int = HOOK_WARMUP) -> int:
+    """Untimed calls before `repeats` timed ones of a hook-path cost: as many, at most
+    `most` (fewer repeats, a quicker and noisier measurement, warm up less too)."""
+    return min(most, repeats)
 
 
 def rate_tag(rate_bps: float) -> str:
@@ -154,7 +161,7 @@ def run_job(testbed: Testbed, module: str, args: list[str], timeout: float) -> N
 def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: int,
                  warmup: int, iterations: int, bucket_cap_mb: float, workers: int,
                  threads: int, collective_sizes, planned: dict[str, set],
-                 progress: bool) -> None:
+                 progress: bool, hook_repeats: int = HOOK_REPEATS) -> None:
     """Collective sweep, training with every method, then profile and codec costs, in one
     testbed at `rate_bps`; the keys of `planned` (`planned_keys`) the tables already hold
     are skipped."""
@@ -196,30 +203,15 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                     ["--model", model, *batch_args(batch_size), "--methods",
                      ",".join(methods), "--bucket-cap-mb", str(bucket_cap_mb),
                      *(["--profile-out", str(prof)] if need_prof else []),
-                     *(["--codec-out", str(codec)] if need_codec else [])], timeout=900)
+                     *(["--codec-out", str(codec)] if need_codec else []),
+                     "--hook-repeats", str(hook_repeats)], timeout=900)
     record_conditions(out / "conditions.csv", rate_bps, load, start)
-
-
-def record_conditions(path: Path, rate_bps: float, load: float, start: float) -> None:
-    """Other work on the machine disturbs the timings: append the load seen while measuring
-    at `rate_bps` (`load`: the 1-minute load average before, `start`: `time.monotonic()`
-    then)."""
-    ResultTable(path, ("rate_bps",)).append(
-        {"rate_bps": rate_bps, "load_1min_before": load, "load_1min_after": os.getloadavg()[0],
-         "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
-
-
-def conditions_at(path: Path, rate_bps: float) -> dict:
-    """The load averages `record_conditions` kept last for `rate_bps` (NaN when none)."""
-    seen = ResultTable(path, ("rate_bps",)).frame()
-    seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
-    return {c: float(seen[c].iloc[0]) if len(seen) else math.nan
-            for c in ("load_1min_before", "load_1min_after")}
 
 
 def concurrent_parser(doc: str):
     """The options of a testbed's concurrent job on every rank (`concurrent_job`, and
-    `validate_fsdp`'s): --profile-out, --codec-out, --model, --batch-size, --methods."""
+    `validate_fsdp`'s): --profile-out, --codec-out, --model, --batch-size, --methods,
+    --hook-repeats."""
     import argparse
 
     args = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -228,6 +220,7 @@ def concurrent_parser(doc: str):
     args.add_argument("--model", default="mlp", help="a built-in workload or MODULE:FACTORY")
     args.add_argument("--batch-size", type=int, default=None)
     args.add_argument("--methods", default="")
+    args.add_argument("--hook-repeats", type=int, default=None)
     return args
 
 
@@ -258,8 +251,9 @@ def concurrent_job(argv=None) -> int:
             dist.barrier()
             methods = hook_methods(parse_methods(a.methods) if a.methods else [])
             gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
+            repeats = a.hook_repeats or HOOK_REPEATS
             bench_hook_path(methods, quarter_sizes(gradient.values.numel()),
-                            dist.get_world_size(), repeats=HOOK_REPEATS, warmup=HOOK_WARMUP,
+                            dist.get_world_size(), repeats=repeats, warmup=hook_warmup(repeats),
                             out=a.codec_out if rank == 0 else None, slowest_rank=True,
                             gradient=gradient)
         dist.barrier()
@@ -268,17 +262,32 @@ def concurrent_job(argv=None) -> int:
     return 0
 
 
+def rate_inputs(out: Path, rate_bps: float, planned: dict[str, set],
+                shared: Pooled) -> SimpleNamespace:
+    """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the training
+    rows of `planned` (`train`), the fitted collectives (`fits`) and the load while
+    measuring, with `shared`'s profile and hook-path costs (`pooled_inputs`)."""
+    tag = rate_tag(rate_bps)
+    return SimpleNamespace(
+        costs=shared.costs, profile=shared.profile, profile_file=shared.profile_file,
+        train=ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"]),
+        fits=fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
+                             .frame(planned["collective"])),
+        load=conditions_at(out / "conditions.csv", rate_bps))
+
+
 def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Pooled,
-                 contention: float = 1.0, compute_slowdown: float = 1.0) -> pd.DataFrame:
+                 contention: float = 1.0, compute_slowdown: float = 1.0,
+                 inputs: SimpleNamespace | None = None) -> pd.DataFrame:
     """Predicted against measured for the training rows of `planned` (`planned_keys`; a
     table's None: all its rows) at `rate_bps`, from the collectives measured at that rate and
-    the profile and hook-path costs of `shared` (`pooled_inputs`); `compute_slowdown`: the
-    network's (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
-    tag, costs, profile = rate_tag(rate_bps), shared.costs, shared.profile
-    train = ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"])
-    fits = fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
-                           .frame(planned["collective"]))
-    load = conditions_at(out / "conditions.csv", rate_bps)
+    `shared`'s profile and hook-path costs (`inputs`: `rate_inputs`' of these, when read
+    already); `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: as
+    measured)."""
+    if inputs is None:
+        inputs = rate_inputs(out, rate_bps, planned, shared)
+    costs, train, fits, profile, load = (inputs.costs, inputs.train, inputs.fits,
+                                         inputs.profile, inputs.load)
     rows = []
     for _, run in train.iterrows():
         network = replace(network_from_fit(fits, int(run["workers"]), rate_bps),
@@ -339,29 +348,6 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([per, total], ignore_index=True)
 
 
-def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per rate with an `auto` row: its measured time against the fastest fixed run of its
-    default candidates (`regret.candidate_labels`: with auto's options) and DDP's, and its
-    choices."""
-    names = candidate_labels()
-    rows = []
-    for rate, runs in table.groupby("rate_bps", sort=True):
-        auto, others = runs[runs["method"] == "auto"], runs[runs["method"].isin(names)]
-        if not len(auto):
-            continue
-        t = float(auto["measured"].iloc[0])
-        best = others.loc[others["measured"].idxmin()] if len(others) else None
-        ddp = runs.loc[runs["method"] == "ddp", "measured"]
-        rows.append({"rate": format_rate(rate), "auto_ms": t * 1e3,
-                     "fastest_candidate": best["method"] if best is not None else "",
-                     "fastest_candidate_ms": best["measured"] * 1e3 if best is not None
-                     else math.nan,
-                     "auto_vs_fastest": t / best["measured"] if best is not None else math.nan,
-                     "auto_vs_ddp": t / float(ddp.iloc[0]) if len(ddp) else math.nan,
-                     "auto_choices": auto["auto_choices"].iloc[0]})
-    return pd.DataFrame(rows)
-
-
 def markdown(table: pd.DataFrame) -> str:
     """The validation as Markdown: measured and predicted ms and the relative error per rate
     and method, then the median and max |relative error| per method, then `auto` against the
@@ -399,14 +385,16 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
                    batch_size: int | None = None, warmup: int = 5, iterations: int = 20,
                    bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
                    contention: float = 1.0, collective_sizes=None,
-                   progress: bool = True) -> pd.DataFrame:
+                   progress: bool = True, hook_repeats: int = HOOK_REPEATS) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed when
     it holds tables of an earlier run); returns the validation table, also written to
-    ``validation.csv`` with the plot ``validation.png``."""
+    ``validation.csv`` with the plot ``validation.png``. `hook_repeats`: timed repeats of
+    each hook-path cost (after `hook_warmup` untimed ones)."""
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = with_auto_candidates(check_methods(methods))
+    check_int(hook_repeats, "hook_repeats", 1)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
@@ -416,12 +404,12 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
-                     workers, threads, list(collective_sizes), planned, progress)
-
+                     workers, threads, list(collective_sizes), planned, progress, hook_repeats)
     shared = pooled_inputs(out, rates, planned["hook"], model, spec["batch_size"])
+    inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys, shared))
 
     def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
-        return predict_rate(out, rate, keys, shared, contention, slowdown)
+        return predict_rate(out, rate, keys, shared, contention, slowdown, inputs(rate, keys))
 
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
                          collective_sizes)  # the runs lambda is fitted to, priced alone

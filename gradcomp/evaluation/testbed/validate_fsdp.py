@@ -40,12 +40,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import torch
 
 from ... import fsdp
-from ...checks import check_choice
+from ...checks import check_choice, check_int
 from ..benches import train_fsdp
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
 from ..benches.collective import AFTER_COMPUTE_MS, collective_key
@@ -59,10 +60,11 @@ from ..model.fsdp import predict_fsdp, units_of
 from ..model.methods import resolve
 from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
-from .slowdown import predict_with_slowdowns
+from .slowdown import predict_with_slowdowns, read_once
 from .testbed import Testbed
-from .validate import (DEFAULT_RATES, batch_args, compared, concurrent_parser, conditions_at,
-                       markdown, profile_path, rate_tag, record_conditions, run_job, say)
+from .conditions import conditions_at, record_conditions
+from .validate import (DEFAULT_RATES, batch_args, compared, concurrent_parser, hook_warmup,
+                       markdown, profile_path, rate_tag, run_job, say)
 
 DEFAULT_METHODS = train_fsdp.DEFAULT_METHODS
 METHODS = ("fsdp", *fsdp.METHODS)
@@ -71,6 +73,8 @@ COLLECTIVE_SIZES = tuple(2**k for k in range(12, 25, 2))
 #: The uncompressed runs lambda is fitted to: FSDP's own reduce-scatter and gradcomp's
 #: uncompressed one (through the all-to-all).
 BASELINES = ("fsdp", "none")
+#: Timed repeats of each codec cost, after at most `CODEC_WARMUP` untimed ones.
+CODEC_REPEATS, CODEC_WARMUP = 5, 2
 
 
 def check_methods(methods) -> list[str]:
@@ -153,7 +157,7 @@ def paths(out: Path, rate_bps: float, model: str, batch_size: int) -> dict[str, 
 
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, given_batch: int | None,
                  workers: int, threads: int, coll_sizes, codec: list[int], planned: dict,
-                 progress: bool) -> None:
+                 progress: bool, hook_repeats: int = CODEC_REPEATS) -> None:
     """The collective sweep, FSDP training with every method, then the profile and codec
     costs, in one testbed at `rate_bps`; what the tables already hold is skipped."""
     files = paths(out, rate_bps, spec["model"], spec["batch_size"])
@@ -189,7 +193,8 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, given_batch: i
                      "--methods", ",".join(codec_methods(methods)),
                      "--sizes", ",".join(map(str, codec)),
                      *(["--profile-out", str(files["profile"])] if need["profile"] else []),
-                     *(["--codec-out", str(files["codec"])] if need["codec"] else [])],
+                     *(["--codec-out", str(files["codec"])] if need["codec"] else []),
+                     "--hook-repeats", str(hook_repeats)],
                     timeout=900)
     record_conditions(out / "conditions-fsdp.csv", rate_bps, load, start)
 
@@ -217,8 +222,10 @@ def concurrent_job(argv=None) -> int:
         methods = [m for m in a.methods.split(",") if m]
         if a.codec_out and methods:
             dist.barrier()
+            repeats = a.hook_repeats or CODEC_REPEATS
             bench_fsdp_codec(methods, [int(n) for n in a.sizes.split(",")],
-                             dist.get_world_size(), repeats=5, warmup=2,
+                             dist.get_world_size(), repeats=repeats,
+                             warmup=hook_warmup(repeats, CODEC_WARMUP),
                              out=a.codec_out if dist.get_rank() == 0 else None,
                              slowest_rank=True)
         dist.barrier()
@@ -227,19 +234,31 @@ def concurrent_job(argv=None) -> int:
     return 0
 
 
-def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
-                 unit_numels: list[int], compute_slowdown: float = 1.0) -> pd.DataFrame:
-    """Predicted against measured for the training rows of `planned` at `rate_bps`;
-    `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: the profile's compute
-    as measured)."""
+def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict) -> SimpleNamespace:
+    """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the training
+    rows of `planned` (`train`), the fitted collectives (`fits`), the codec costs (`costs`),
+    the profile and the load while measuring."""
     files = paths(out, rate_bps, spec["model"], spec["batch_size"])
     codecs = ResultTable(files["codec"], CODEC_KEYS).frame(planned["codec"])
-    costs = fsdp_codec_costs(codecs) if len(codecs) else {}
-    train = ResultTable(files["train"], train_fsdp.KEY_COLUMNS).frame(planned["train"])
-    fits = fit_collectives(ResultTable(files["collective"], COLLECTIVE_KEYS)
-                           .frame(planned["collective"]), "time_mean_s")
-    profile = load_profile(files["profile"])
-    load = conditions_at(out / "conditions-fsdp.csv", rate_bps)
+    return SimpleNamespace(
+        costs=fsdp_codec_costs(codecs) if len(codecs) else {},
+        train=ResultTable(files["train"], train_fsdp.KEY_COLUMNS).frame(planned["train"]),
+        fits=fit_collectives(ResultTable(files["collective"], COLLECTIVE_KEYS)
+                             .frame(planned["collective"]), "time_mean_s"),
+        profile=load_profile(files["profile"]),
+        load=conditions_at(out / "conditions-fsdp.csv", rate_bps))
+
+
+def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict,
+                 unit_numels: list[int], compute_slowdown: float = 1.0,
+                 inputs: SimpleNamespace | None = None) -> pd.DataFrame:
+    """Predicted against measured for the training rows of `planned` at `rate_bps` (`inputs`:
+    `rate_inputs`' of these, when already read); `compute_slowdown`: the network's
+    (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
+    if inputs is None:
+        inputs = rate_inputs(out, rate_bps, planned, spec)
+    costs, train, fits, profile, load = (inputs.costs, inputs.train, inputs.fits,
+                                         inputs.profile, inputs.load)
     rows = []
     for _, run in train.iterrows():
         network = dataclasses.replace(network_from_fit(fits, int(run["workers"]), rate_bps),
@@ -265,15 +284,17 @@ def timeline_method(name: str, costs: dict):
 
 def validate_fsdp_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str = "mlp",
                         batch_size: int | None = None, warmup: int = 2, iterations: int = 10,
-                        workers: int = 2, threads: int = 1,
-                        progress: bool = True) -> pd.DataFrame:
+                        workers: int = 2, threads: int = 1, progress: bool = True,
+                        hook_repeats: int = CODEC_REPEATS) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed when it
     holds tables of an earlier run); returns the validation table, also written to
-    ``validation.csv``, ``validation.md`` and ``validation.png``."""
+    ``validation.csv``, ``validation.md`` and ``validation.png``. `hook_repeats`: timed
+    repeats of each codec cost (after `validate.hook_warmup` untimed ones)."""
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = check_methods(methods)
+    check_int(hook_repeats, "hook_repeats", 1)
     spec = train_fsdp.make_spec(model, batch_size, warmup, iterations)
     unit_numels = units(model, batch_size)
     coll_sizes = collective_sizes(unit_numels, workers)
@@ -284,9 +305,11 @@ def validate_fsdp_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model
     say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, spec, batch_size, workers, threads, coll_sizes, codec,
-                     planned, progress)
+                     planned, progress, hook_repeats)
+    inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys, spec))
+
     def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
-        return predict_rate(out, rate, keys, spec, unit_numels, slowdown)
+        return predict_rate(out, rate, keys, spec, unit_numels, slowdown, inputs(rate, keys))
 
     plain = planned_keys([m for m in methods if m in BASELINES] or ["fsdp"], spec, workers,
                          coll_sizes, codec)  # the runs lambda is fitted to, priced alone

@@ -63,13 +63,13 @@ from ..model.timeline import LAYOUTS, predict
 from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
+from .conditions import conditions_at, record_conditions
 from .regret import regret_markdown, steady_state_jobs, with_auto_candidates, write_regret
-from .slowdown import predict_with_slowdowns
+from .slowdown import predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
-                       HOOK_WARMUP, batch_args, check_methods, compared, conditions_at,
-                       markdown, model_collective_sizes, profile_path, rate_tag,
-                       record_conditions, say, summarize)
+                       batch_args, check_methods, compared, hook_warmup, markdown,
+                       model_collective_sizes, profile_path, rate_tag, say, summarize)
 
 SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
 
@@ -162,7 +162,8 @@ def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
 
 
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
-                 threads: int, layouts, sizes, planned: dict, progress: bool) -> None:
+                 threads: int, layouts, sizes, planned: dict, progress: bool,
+                 hook_repeats: int = HOOK_REPEATS) -> None:
     """Tier sweep, training in every layout, profile and hook-path costs (module docstring)
     in one testbed at `rate_bps`; what the tables already hold is skipped (`to_measure`)."""
     model = spec["model"]
@@ -202,7 +203,8 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
                          ",".join(methods), "--bucket-cap-mb", str(spec["bucket_cap_mb"]),
                          *(["--profile-out", str(prof)] if todo["profile"] else []),
                          *[a for lay in hooks for a in (
-                             f"--{lay}-out", str(measured_once(out, rate_bps, spec, lay)))]],
+                             f"--{lay}-out", str(measured_once(out, rate_bps, spec, lay)))],
+                         "--hook-repeats", str(hook_repeats)],
                         timeout=1800)
     record_conditions(out / "conditions.csv", rate_bps, load, start)
 
@@ -225,26 +227,40 @@ def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float) -> Ne
                    intra_latency_s=max(inside["alpha_s"], 0.0), algorithm="ring")
 
 
-def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
-                 layouts, contention: float = 1.0, compute_slowdown: float = 1.0
-                 ) -> pd.DataFrame:
-    """Predicted against measured for every layout's training rows at `rate_bps`;
-    `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: the profile's compute
-    as measured)."""
-    network = replace(tier_network(ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv",
-                                               TIER_KEYS).frame(planned["tiers"]),
-                                   nodes, g, rate_bps), compute_slowdown=compute_slowdown)
+def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
+                layouts) -> SimpleNamespace:
+    """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the
+    network, the profile (and its file), the load while measuring, and per layout
+    (`layouts`) the hook-path file, its costs and the training rows of `planned`."""
     profile_file = measured_once(out, rate_bps, spec)
-    profile = load_profile(profile_file)
-    load = conditions_at(out / "conditions.csv", rate_bps)
-    rows = []
+    per_layout = {}
     for layout in layouts:
         hook_path = measured_once(out, rate_bps, spec, layout)
         codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
         costs = hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
             if len(codecs) else {}
-        train = ResultTable(_train_file(out, rate_bps, layout), TRAIN_KEYS).frame(
-            planned[f"train-{layout}"])
+        per_layout[layout] = (hook_path, costs, ResultTable(
+            _train_file(out, rate_bps, layout), TRAIN_KEYS).frame(planned[f"train-{layout}"]))
+    return SimpleNamespace(
+        network=tier_network(ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)
+                             .frame(planned["tiers"]), nodes, g, rate_bps),
+        profile_file=profile_file, profile=load_profile(profile_file),
+        load=conditions_at(out / "conditions.csv", rate_bps), layouts=per_layout)
+
+
+def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
+                 layouts, contention: float = 1.0, compute_slowdown: float = 1.0,
+                 inputs: SimpleNamespace | None = None) -> pd.DataFrame:
+    """Predicted against measured for every layout's training rows at `rate_bps` (`inputs`:
+    `rate_inputs`' of these, when already read); `compute_slowdown`: the network's
+    (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
+    if inputs is None:
+        inputs = rate_inputs(out, rate_bps, planned, spec, nodes, g, layouts)
+    network = replace(inputs.network, compute_slowdown=compute_slowdown)
+    profile_file, profile, load = inputs.profile_file, inputs.profile, inputs.load
+    rows = []
+    for layout in layouts:
+        hook_path, costs, train = inputs.layouts[layout]
         for _, run in train.iterrows():
             name = run["method"]
             cap = float(run["bucket_cap_mb"])
@@ -279,8 +295,13 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
                          g, layouts, sizes)  # the runs lambda is fitted to, priced alone
     tables = []
     for layout in layouts:
-        def predict_at(rate: float, slowdown: float, keys: dict, lay=layout) -> pd.DataFrame:
-            return predict_rate(out, rate, keys, spec, nodes, g, [lay], contention, slowdown)
+        inputs = read_once(lambda rate, keys, lay=layout: rate_inputs(out, rate, keys, spec,
+                                                                      nodes, g, [lay]))
+
+        def predict_at(rate: float, slowdown: float, keys: dict, lay=layout,
+                       inputs=inputs) -> pd.DataFrame:
+            return predict_rate(out, rate, keys, spec, nodes, g, [lay], contention, slowdown,
+                                inputs(rate, keys))
 
         tables.append(predict_with_slowdowns(rates, predict_at, planned, plain,
                                              runs=f" of the {layout} layout"))
@@ -294,10 +315,13 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
                       batch_size: int | None = None, warmup: int = 5, iterations: int = 20,
                       bucket_cap_mb: float = 25.0, nodes: int = 2, gpus_per_node: int = 2,
                       threads: int = 1, contention: float = 1.0, layouts=LAYOUTS,
-                      collective_sizes=None, progress: bool = True) -> pd.DataFrame:
+                      collective_sizes=None, progress: bool = True,
+                      hook_repeats: int = HOOK_REPEATS) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed);
-    returns the validation table."""
+    returns the validation table. `hook_repeats`: timed repeats of each hook-path cost
+    (after `validate.hook_warmup` untimed ones)."""
     check_int(nodes, "nodes", 2)
+    check_int(hook_repeats, "hook_repeats", 1)
     check_int(gpus_per_node, "gpus_per_node", 1)
     rates = [parse_rate(r, "rates") for r in rates]
     layouts = list(layouts)
@@ -313,7 +337,7 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
     say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, spec, nodes, gpus_per_node, threads, layouts, sizes,
-                     planned, progress)
+                     planned, progress, hook_repeats)
     table = predict_sweep(out, rates, methods, spec, nodes, gpus_per_node, layouts, sizes,
                           planned, contention)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
@@ -394,8 +418,9 @@ def concurrent_job(argv=None) -> int:
                 dist.barrier()
                 world, sizes = codec_plan(spec, nodes, g, layout)
                 cases = own_options(layout_cases(methods, layout, g))
-                bench_hook_path(hook_methods(cases), sizes, world, repeats=HOOK_REPEATS,
-                                warmup=HOOK_WARMUP, out=path if rank == 0 else None,
+                repeats = a.hook_repeats or HOOK_REPEATS
+                bench_hook_path(hook_methods(cases), sizes, world, repeats=repeats,
+                                warmup=hook_warmup(repeats), out=path if rank == 0 else None,
                                 slowest_rank=True, gradient=gradient)
         dist.barrier()
     finally:
