@@ -1,18 +1,19 @@
-"""How the suite runs on pytest-xdist workers, as `make test` runs it (`-n 2 --dist loadgroup
---no-loadscope-reorder`); any other run is left as it is.
+"""How the suite runs on pytest-xdist workers, as `make test` runs it (`-n 2 --dist loadfile`);
+a run without `-n` is left as it is.
 
-* A test file is one xdist group, named as the file (`test_x`): its tests run in one worker,
-  in order, so a module-scoped fixture (one spawn of ranks that many tests check) runs once.
-* The files that build a root network-namespace testbed are one group, TESTBED: one testbed
-  at a time. Two at once would not break each other (names unique to the run; `cleanup_stale`
-  keeps the runs whose owner lives), but their checks time an all-reduce at 100 Mbit/s against
-  the link rate, and a second testbed's jobs would share the link-shaping CPU with them.
-* The groups known to be long go first, longest first, the rest after them in the order
-  collected: xdist hands out groups in the collection's order (with --no-loadscope-reorder;
-  its default orders them by number of tests, which says little about their cost here), and
-  a long file handed out last would leave the other worker idle. The list is a hint only
-  (wall seconds per file, benchmarks/results/suite-2026-11-28/files.csv): a stale one costs
-  time, never a result.
+* A test file runs in one worker, its tests in order (xdist's `loadfile`), so a module-scoped
+  fixture (one spawn of ranks that many tests check) runs once.
+* The files that build a root network-namespace testbed (TESTBED_FILES) run as one file, one
+  after the other in one worker: one testbed at a time. Two at once would not break each other
+  (names unique to the run; `cleanup_stale` keeps the runs whose owner lives), but their checks
+  time an all-reduce at 100 Mbit/s against the link rate, and a second testbed's jobs would
+  share the CPU that shapes the links.
+* The files known to be long go first, longest first, the rest after them in the order
+  collected, so that no worker is left with a long file at the end. xdist hands files out in
+  the order its workers collected them (this scheduler does not reorder them by number of
+  tests, which says little about their cost here). LONGEST_FIRST is a hint only (wall seconds
+  per file, benchmarks/results/suite-2026-11-28/files.csv): a stale one costs time, never a
+  result.
 """
 from pathlib import PurePath
 
@@ -26,17 +27,30 @@ LONGEST_FIRST = [TESTBED, "test_report", "test_integrations", "test_teardown", "
                  "test_kernels_ef"]
 
 
-def group_of(item: pytest.Item) -> str:
-    """The xdist group of a test: TESTBED, or its file's name (tests/test_x.py: test_x)."""
-    name = PurePath(item.nodeid.split("::", 1)[0]).stem
+def group_of(nodeid: str) -> str:
+    """What runs in one worker: TESTBED, or the test's file (tests/test_x.py: test_x)."""
+    name = PurePath(nodeid.split("::", 1)[0]).stem
     return TESTBED if name in TESTBED_FILES else name
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker names each test after its group
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's, which a plain run may not have
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadfile":
+        from xdist.scheduler import LoadFileScheduling
+
+        class FileScheduling(LoadFileScheduling):
+            def __init__(self, config, log):
+                super().__init__(config, log)
+                config.option.loadscopereorder = False  # the files in the order collected
+
+            def _split_scope(self, nodeid: str) -> str:
+                return group_of(nodeid)
+
+        return FileScheduling(config, log)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers of a loadgroup run
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
-    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))  # stable: files in order
+    if hasattr(config, "workerinput"):  # an xdist worker: its collection orders the schedule
+        rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable

@@ -7,7 +7,7 @@ as much as wall time:
 
 On pytest-xdist workers too (`make test`'s options after `-p suite_cpu`): each worker measures
 its tests, and the figures travel with the test reports to the controller, which writes the
-file (test ids without xdist's `@group` suffix).
+file.
 """
 import csv
 import os
@@ -61,12 +61,9 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_runtest_logreport(report):
     """Where the reports end up: this process, or the controller of xdist's workers."""
-    nodeid = report.nodeid
-    if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's loadgroup puts the group after an @
-        nodeid = nodeid.rsplit("@", 1)[0]
     for name, value in report.user_properties:
         if name == KEY:
-            _rows.append((nodeid, *value))
+            _rows.append((report.nodeid, *value))
 
 
 def pytest_sessionfinish(session):
