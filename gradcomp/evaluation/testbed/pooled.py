@@ -20,6 +20,7 @@ import pandas as pd
 from ..model.fit import hook_costs
 from ..profiles.profiles import Profile, load_profile
 
+
 @dataclass(frozen=True)
 class Pooled:
     """What a sweep's predictions share: the profile (and the file it was read from) and the

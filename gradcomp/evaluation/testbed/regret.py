@@ -216,13 +216,12 @@ def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
         if not len(auto):
             continue
         t = float(auto["measured"].iloc[0])
-        best = others.loc[others["measured"].idxmin()] if len(others) else None
+        best = _against(t, others, "candidate", "")
         ddp = runs.loc[runs["method"] == "ddp", "measured"]
         rows.append({"rate": format_rate(rate), "auto_ms": t * 1e3,
-                     "fastest_candidate": best["method"] if best is not None else "",
-                     "fastest_candidate_ms": best["measured"] * 1e3 if best is not None
-                     else math.nan,
-                     "auto_vs_fastest": t / best["measured"] if best is not None else math.nan,
+                     "fastest_candidate": best["fastest_candidate"],
+                     "fastest_candidate_ms": best["fastest_candidate_measured"] * 1e3,
+                     "auto_vs_fastest": best["regret"] + 1,
                      "auto_vs_ddp": t / float(ddp.iloc[0]) if len(ddp) else math.nan,
                      "auto_choices": auto["auto_choices"].iloc[0]})
     return pd.DataFrame(rows)

@@ -262,14 +262,11 @@ def concurrent_job(argv=None) -> int:
     return 0
 
 
-def rate_inputs(out: Path, rate_bps: float, planned: dict[str, set],
-                shared: Pooled) -> SimpleNamespace:
-    """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the training
-    rows of `planned` (`train`), the fitted collectives (`fits`) and the load while
-    measuring, with `shared`'s profile and hook-path costs (`pooled_inputs`)."""
+def rate_inputs(out: Path, rate_bps: float, planned: dict[str, set]) -> SimpleNamespace:
+    """What `predict_rate` reads at `rate_bps` from the tables and fits: the training rows of
+    `planned` (`train`), the fitted collectives (`fits`) and the load while measuring."""
     tag = rate_tag(rate_bps)
     return SimpleNamespace(
-        costs=shared.costs, profile=shared.profile, profile_file=shared.profile_file,
         train=ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"]),
         fits=fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
                              .frame(planned["collective"])),
@@ -281,13 +278,13 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Po
                  inputs: SimpleNamespace | None = None) -> pd.DataFrame:
     """Predicted against measured for the training rows of `planned` (`planned_keys`; a
     table's None: all its rows) at `rate_bps`, from the collectives measured at that rate and
-    `shared`'s profile and hook-path costs (`inputs`: `rate_inputs`' of these, when read
-    already); `compute_slowdown`: the network's (`Network.compute_slowdown`, 1: as
-    measured)."""
+    `shared`'s profile and hook-path costs (`pooled_inputs`; `inputs`: `rate_inputs`' of
+    these, when read already); `compute_slowdown`: the network's
+    (`Network.compute_slowdown`, 1: as measured)."""
     if inputs is None:
-        inputs = rate_inputs(out, rate_bps, planned, shared)
-    costs, train, fits, profile, load = (inputs.costs, inputs.train, inputs.fits,
-                                         inputs.profile, inputs.load)
+        inputs = rate_inputs(out, rate_bps, planned)
+    costs, profile = shared.costs, shared.profile
+    train, fits, load = inputs.train, inputs.fits, inputs.load
     rows = []
     for _, run in train.iterrows():
         network = replace(network_from_fit(fits, int(run["workers"]), rate_bps),
@@ -406,7 +403,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
                      workers, threads, list(collective_sizes), planned, progress, hook_repeats)
     shared = pooled_inputs(out, rates, planned["hook"], model, spec["batch_size"])
-    inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys, shared))
+    inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys))
 
     def predict_at(rate: float, slowdown: float, keys: dict) -> pd.DataFrame:
         return predict_rate(out, rate, keys, shared, contention, slowdown, inputs(rate, keys))
