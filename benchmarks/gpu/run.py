@@ -65,7 +65,9 @@ class Step:
 
 
 def steps() -> list[Step]:
-    xdist = ["-n", "8"] if importlib.util.find_spec("xdist") else []
+    # a file's tests in one worker, as `make test` runs them: module fixtures (one spawn of
+    # ranks, one CUDA process group) are made once, not once per worker
+    xdist = (["-n", "8", "--dist", "loadfile"] if importlib.util.find_spec("xdist") else [])
     pytest = ["{py}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=120"]
     return [
         Step("compress", ["{py}", "-m", "gradcomp.cli", "bench", "compress", "--device", "cuda",
