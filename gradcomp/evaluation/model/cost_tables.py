@@ -205,8 +205,8 @@ def scaled_table(name: str) -> CostTable:
                  key=lambda g: abs(g.memory_bps / gpu.memory_bps - 1))
     measured = builtin_table(source.name)
     factor = source.memory_bps / gpu.memory_bps
-    fits = {key: replace(fit, params={**fit.params, "b": fit.params["b"] * factor})
-            for key, fit in measured.fits.items()}
+    fits = {key: replace(fit, params={**fit.params, "b": fit.params["b"] * factor}, points=())
+            for key, fit in measured.fits.items()}  # the measured points are not this GPU's
     device = f"NVIDIA {name.upper().replace('-', ' ')}"
     return CostTable(name, device, (
         f"table `{source.name}` ({measured.device}) scaled to {device}: per-element costs b x "

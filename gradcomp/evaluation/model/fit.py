@@ -256,10 +256,11 @@ def hook_costs(table: pd.DataFrame, usable_only: bool = False
 def per_bucket_costs(fits: dict, usable_only: bool = False) -> dict[str, PerBucket]:
     """{method: `PerBucket` of `Measured` phases} of hook-path fits (`fit_hook_path`;
     `usable_only` as in `codec_costs`): each phase priced where the bench measured it (the
-    median of a size's points), its fitted line for what reads a line."""
-    def measured(fit: Fit, line) -> Measured:
-        at = pd.DataFrame(fit.points, columns=["n", "t"]).groupby("n")["t"].median()
-        return Measured(line, at.index.tolist(), at.tolist())
+    median of a size's points), its fitted line for what reads a line (and alone where a fit
+    keeps no points, e.g. a scaled one)."""
+    def measured(fit: Fit, line):
+        at = pd.DataFrame(list(fit.points), columns=["n", "t"]).groupby("n")["t"].median()
+        return Measured(line, at.index.tolist(), at.tolist()) if len(at) > 1 else line
 
     return {m: PerBucket(measured(fits[m, p], line) for p, line in
                          zip([p for p in ("encode", "decode", "middle") if (m, p) in fits], c))
