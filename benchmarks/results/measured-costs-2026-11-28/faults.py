@@ -2,11 +2,13 @@
 decode (`Communicator.end`), per call: (1) in DDP training of the mlp (batch 64, 25 MB buckets,
 one gloo process, one thread; after 5 iterations, 10 timed), (2) in the hook-path bench
 (`measure_hook_path` of the same workload's gradient, as `gradcomp validate` runs it, its
-`evict` between phases). Both are counted per call (``getrusage``, ``thread_time``), so other
+`evict` between phases), (3) in the same bench with, instead of `evict`, what training runs
+between two hook calls before each encode (the optimizer step, zero_grad, forward and
+backward of the workload) and nothing before the decode. All are counted per call (``getrusage``, ``thread_time``), so other
 work on the machine moves them little. One process per call of this script: the allocator
 starts fresh each time.
 
-    PYTHONPATH=$PWD python faults.py METHOD     (e.g. int8; prints two lines)
+    PYTHONPATH=$PWD python faults.py METHOD     (e.g. int8; prints three lines)
 """
 import os
 import resource
@@ -19,8 +21,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import gradcomp.comm as gc
+import gradcomp.evaluation.benches.hookpath as hookpath
 from gradcomp.comm.communicators.base import Communicator
-from gradcomp.evaluation.benches.hookpath import measure_hook_path, workload_gradient
 from gradcomp.evaluation.workloads.load import load_workload
 
 calls = []
@@ -63,10 +65,24 @@ def main(method: str) -> None:
         opt.step()
     print(f"{method} in training:  " + summary(calls[10:]))
     calls.clear()
-    gradient = workload_gradient("mlp", 64, 25.0, 0)
-    measure_hook_path(method, {}, gradient.values.numel(), world_size=1, repeats=10, warmup=2,
-                      gradient=gradient)
+    gradient = hookpath.workload_gradient("mlp", 64, 25.0, 0)
+    hookpath.measure_hook_path(method, {}, gradient.values.numel(), world_size=1, repeats=10,
+                               warmup=2, gradient=gradient)
     print(f"{method} hook-path bench: " + summary(calls[4:]))
+    calls.clear()
+    phases = []
+
+    def training_step(nbytes, device):  # before the encode only (timed calls alternate)
+        phases.append(None)
+        if len(phases) % 2:
+            opt.step()
+            opt.zero_grad()
+            workload.loss(workload.model(inputs), targets).backward()
+
+    hookpath.evict = training_step
+    hookpath.measure_hook_path(method, {}, gradient.values.numel(), world_size=1, repeats=10,
+                               warmup=2, gradient=gradient)
+    print(f"{method} bench, a training step before encode: " + summary(calls[4:]))
     dist.destroy_process_group()
 
 
