@@ -77,6 +77,9 @@ class Measured(tuple):
             raise ValueError(f"sizes={sizes!r}: give at least 2 distinct sizes")
         return self
 
+    def __getnewargs__(self):  # pickle and copy rebuild it whole
+        return tuple(self), self.sizes, self.seconds
+
     def __call__(self, numel: float) -> float:
         n, t = self.sizes, self.seconds
         i = min(max(bisect.bisect_right(n, numel), 1), len(n) - 1)  # segment n[i-1]..n[i]
