@@ -216,6 +216,32 @@ def test_hook_path_costs_price_a_bucket_once():
     assert hook_csv.per_bucket and not resolve("powersgd", hook_csv.costs).per_parameter
 
 
+def test_hook_path_costs_price_a_bucket_where_the_bench_measured_it():
+    # Codec costs bend upward once a bucket leaves the caches (int8 on the testbed): one line
+    # through every size under-prices the largest bucket, a size the bench measured (the
+    # workload's own); the model takes the measurement there, and between two sizes the
+    # straight line through them.
+    sizes = [4_000, 16_000, 64_000, 256_000, 1_024_000, 4_096_000]
+    encode = [1e-4 + 5e-9 * n for n in sizes[:-1]] + [1e-4 + 10e-9 * sizes[-1]]
+    table = pd.DataFrame({"method": "int8", "aggregation": "allgather", "world_size": 2,
+                          "numel": sizes, "encode_s": encode,
+                          "decode_s": [2 * t for t in encode], "middle_s": math.nan})
+    for costs in (hook_costs(table), cost_table_of(table).costs):
+        int8 = resolve("int8", costs)
+        assert int8.encode_s([(sizes[-1],)]) == pytest.approx(encode[-1], rel=1e-9)
+        assert int8.decode_s([(sizes[-1],)]) == pytest.approx(encode[-1], rel=1e-9)  # of 2
+        between = (sizes[-2] + sizes[-1]) // 2
+        assert int8.encode_s([(between,)]) == pytest.approx((encode[-2] + encode[-1]) / 2)
+        assert int8.encode_s([(2 * sizes[-1],)]) == pytest.approx(  # the last segment on
+            encode[-1] + (encode[-1] - encode[-2]) / (sizes[-1] - sizes[-2]) * sizes[-1])
+        assert 0 <= int8.encode_s([(10,)]) <= encode[0]
+    profile = Profile("one bucket", [sizes[-1]], [0.01], 0.01, 0.01, 0.0,
+                      shapes=[(4_000, 1_024)])
+    bucket = predict(profile, Network(2, 1e9), int8, "ddp").buckets.iloc[0]
+    assert bucket["encode_end_s"] - bucket["encode_start_s"] == pytest.approx(encode[-1])
+    assert costs["int8"][0][1] < 10e-9  # as a tuple: the line fitted through all sizes
+
+
 def cost_table_of(table):
     from gradcomp.evaluation.model.cost_tables import measured_table
 

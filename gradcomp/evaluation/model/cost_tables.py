@@ -32,10 +32,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.store import read_table
-from .fit import codec_costs, fit_codec, fit_hook_path, poor_fits
+from .fit import codec_costs, fit_codec, fit_hook_path, per_bucket_costs, poor_fits
 from ...compressors import compressor
 from ...diloco import outer_method
-from .methods import PerBucket, variant_label
+from .methods import variant_label
 
 DATA = Path(__file__).parent / "codec_data"
 BUILTIN_TABLES = ("h200",)  # measured: `codec_data/<name>.csv`
@@ -95,9 +95,10 @@ class CostTable:
     @property
     def costs(self) -> dict:
         """{method: (encode, decode)} of the usable fits, for `methods.resolve`
-        (`PerBucket` for a hook-path table)."""
-        costs = codec_costs(self.fits, usable_only=True)
-        return {m: PerBucket(c) for m, c in costs.items()} if self.per_bucket else costs
+        (`fit.per_bucket_costs` for a hook-path table)."""
+        if self.per_bucket:
+            return per_bucket_costs(self.fits, usable_only=True)
+        return codec_costs(self.fits, usable_only=True)
 
     @property
     def excluded(self) -> dict[str, str]:
@@ -204,8 +205,8 @@ def scaled_table(name: str) -> CostTable:
                  key=lambda g: abs(g.memory_bps / gpu.memory_bps - 1))
     measured = builtin_table(source.name)
     factor = source.memory_bps / gpu.memory_bps
-    fits = {key: replace(fit, params={**fit.params, "b": fit.params["b"] * factor})
-            for key, fit in measured.fits.items()}
+    fits = {key: replace(fit, params={**fit.params, "b": fit.params["b"] * factor}, points=())
+            for key, fit in measured.fits.items()}  # the measured points are not this GPU's
     device = f"NVIDIA {name.upper().replace('-', ' ')}"
     return CostTable(name, device, (
         f"table `{source.name}` ({measured.device}) scaled to {device}: per-element costs b x "

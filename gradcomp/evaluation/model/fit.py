@@ -38,7 +38,7 @@ import pandas as pd
 from ...collectives.costs import ring_factors
 from ..common.columns import check_unique, check_values
 from ..profiles.profiles import load_profile
-from .methods import PerBucket, resolve
+from .methods import Measured, PerBucket, resolve
 from .network import COLLECTIVES, Network
 from .timeline import predict
 
@@ -64,6 +64,7 @@ class Fit:
     n: int
     worst_rel: float = math.nan
     dropped: tuple = ()
+    points: tuple = ()  # codec fits: the (size, time) points used
 
     @property
     def rmse(self) -> float:
@@ -150,7 +151,7 @@ def robust_line(label: dict, n, y) -> Fit:
     fitted = coef[0] + coef[1] * n[keep]
     return Fit(label, {"a": float(coef[0]), "b": float(coef[1])}, _r2(y[keep], fitted),
                y[keep] - fitted, int(keep.sum()), float(rel[keep].max()),
-               tuple(int(v) for v in n[~keep]))
+               tuple(int(v) for v in n[~keep]), tuple(zip(n[keep].tolist(), y[keep].tolist())))
 
 
 #: What identifies a measurement of a `bench compress` / `bench collective` table.
@@ -248,8 +249,22 @@ def hook_costs(table: pd.DataFrame, usable_only: bool = False
                ) -> dict[str, tuple[tuple[float, float], ...]]:
     """{method: `PerBucket` (encode, decode[, middle])} from a hook-path bench table, for
     `methods.resolve` (`fit_hook_path`; `usable_only` as in `codec_costs`): what the hook
-    computes per bucket, priced once per bucket."""
-    return {m: PerBucket(c) for m, c in codec_costs(fit_hook_path(table), usable_only).items()}
+    computes per bucket, priced once per bucket (`per_bucket_costs`)."""
+    return per_bucket_costs(fit_hook_path(table), usable_only)
+
+
+def per_bucket_costs(fits: dict, usable_only: bool = False) -> dict[str, PerBucket]:
+    """{method: `PerBucket` of `Measured` phases} of hook-path fits (`fit_hook_path`;
+    `usable_only` as in `codec_costs`): each phase priced where the bench measured it (the
+    median of a size's points), its fitted line for what reads a line (and alone where a fit
+    keeps no points, e.g. a scaled one)."""
+    def measured(fit: Fit, line):
+        at = pd.DataFrame(list(fit.points), columns=["n", "t"]).groupby("n")["t"].median()
+        return Measured(line, at.index.tolist(), at.tolist()) if len(at) > 1 else line
+
+    return {m: PerBucket(measured(fits[m, p], line) for p, line in
+                         zip([p for p in ("encode", "decode", "middle") if (m, p) in fits], c))
+            for m, c in codec_costs(fits, usable_only).items()}
 
 
 def fsdp_codec_costs(table: pd.DataFrame) -> dict[str, tuple[tuple[float, float], ...]]:
