@@ -25,10 +25,11 @@ def test_the_layouts_runs():
     assert layout_cases(["ddp", "topk", "auto"], "hierarchical", 4) == [
         ("topk", {"hierarchical": True, "gpus_per_node": 4}),
         ("auto", {"hierarchical": True, "gpus_per_node": 4})]
-    # auto trains alone, its untimed iterations covering its exploration of 4 candidates.
+    # auto trains alone, its untimed iterations covering its exploration of 4 candidates;
+    # the jobs keep the methods' order (a training pass's, `pooled.pass_order`).
     assert auto_warmup(5) == 5 + 1 + 4 * (3 + 5) + 2
-    assert steady_state_jobs(["ddp", "auto", "topk"], 5) == [(["ddp", "topk"], 5),
-                                                             (["auto"], 40)]
+    assert steady_state_jobs(["ddp", "auto", "topk", "none"], 5) == [
+        (["ddp"], 5), (["auto"], 40), (["topk", "none"], 5)]
 
 
 def test_the_two_tier_network_is_fitted_per_tier():
@@ -101,6 +102,11 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     spec = make_spec("mlp", None, 5, 20, 25.0, None)
     layouts = ["flat", "hierarchical"]
     planned = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"))
+    # measured once per run: a second repeat of every training run is still to measure
+    twice = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"), 2)
+    assert to_measure(tmp_path, 2.5e9, spec, layouts, twice) == {
+        "tiers": False, "train-flat": True, "train-hierarchical": True, "hook-flat": False,
+        "hook-hierarchical": False, "profile": False}
     for rate in (2.5e9, 1e9, 100e6):  # nothing to measure: validate only predicts
         assert not any(to_measure(tmp_path, rate, spec, layouts, planned).values()), rate
     # a rate not measured yet: its network and training, not the profile nor the hook costs
@@ -111,7 +117,8 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     assert measured_once(tmp_path, 100e6, spec) == tmp_path / "profile-mlp-b64-100mbit.json"
 
     rates = (2.5e9, 100e6)  # two: each rate's lambda fitted on the other's runs
-    rows = validate_two_tier(tmp_path, ["2.5gbit", "100mbit"], METHODS, "mlp", progress=False)
+    rows = validate_two_tier(tmp_path, ["2.5gbit", "100mbit"], METHODS, "mlp", progress=False,
+                             train_repeats=1)  # as measured: one run each
     assert list(rows["rate_bps"].drop_duplicates()) == list(rates)  # as measured
     by_rate = rows.set_index(["rate_bps", "layout"])
     assert set(by_rate.loc[2.5e9, "profile_file"]) == {"profile-mlp-b64.json"}
