@@ -94,6 +94,7 @@ def test_the_run_of_least_median_time_is_kept_and_old_tables_read_as_repeat_0(tm
     assert least_disturbed_runs(pd.DataFrame()).empty
     assert repeats_line(kept).startswith("Training runs: 1-2 per method and rate, measured "
                                          "interleaved")
+    assert repeats_line(least_disturbed_runs(first)).startswith("Training runs: one per")
 
 
 def test_a_resumed_sweep_measures_only_the_missing_repeats_in_pass_order(tmp_path):

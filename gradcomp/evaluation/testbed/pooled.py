@@ -135,6 +135,8 @@ def repeats_line(table: pd.DataFrame) -> str:
     """One line: how many training runs per method and rate a validation table (column
     ``repeats``) chose from, and the rule."""
     n = table["repeats"].dropna().astype(int)
+    if n.max() == 1:
+        return "Training runs: one per method and rate, its time the measured time here."
     many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
     return (f"Training runs: {many} per method and rate, measured interleaved (every method "
             "once per pass, each pass in another order); the least disturbed, the one of least "
