@@ -66,6 +66,17 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     text = two_tier_markdown(table, 2, 2)
     assert "## Layout: flat" in text and "measured on all 4 ranks at once" in text
     assert "Advice regret" in text and "`auto`'s regret" in text
+    # a second, faster run of top-k (the two-tier layouts' runs are repeated like the flat
+    # ones): it is the one held against the model; the others keep their one run
+    from gradcomp.evaluation.benches.train import train_table
+
+    train = train_table(tmp_path / "train-1gbit-flat.csv")
+    topk = train.frame().query("method == 'topk'").iloc[0].to_dict()
+    train.append({**topk, "repeat": 1, "t_iter_s": 0.5 * topk["t_iter_s"]})
+    again = predict_rate(tmp_path, 1e9, planned, SPEC, 2, 2, ["flat"]).set_index("method")
+    assert again.loc["topk", "measured"] == 0.5 * topk["t_iter_s"]
+    assert again["repeats"].to_dict() == {"ddp": 1, "none": 1, "topk": 2, "auto": 1}
+    assert list(again["predicted"]) == pytest.approx(list(table["predicted"]), nan_ok=True)
     written = write_regret(tmp_path, table)
     regret = pd.read_csv(tmp_path / "regret.csv")
     assert list(regret["layout"]) == ["flat"] and regret["regret"].iloc[0] >= 0
