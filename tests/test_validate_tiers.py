@@ -32,6 +32,21 @@ def test_the_layouts_runs():
         (["ddp"], 5), (["auto"], 40), (["topk", "none"], 5)]
 
 
+def test_each_training_pass_runs_in_every_layout_before_the_next(tmp_path):
+    # the measured flat runs (repeat 0) are kept; what is missing is measured pass by pass,
+    # each pass in both layouts, the second in the reverse order
+    from gradcomp.evaluation.benches.train import make_spec
+    from gradcomp.evaluation.testbed.validate_tiers import training_jobs
+
+    shutil.copy(MEASURED / "train-1gbit-flat.csv", tmp_path)
+    spec = make_spec("tiny", None, 5, 5, 25.0, None)
+    assert training_jobs(tmp_path, 1e9, ["ddp", "none", "topk"], spec, 2, 2,
+                         ["flat", "hierarchical"], 2) == [
+        (0, "hierarchical", ["none", "topk"], 5), (1, "flat", ["topk", "none", "ddp"], 5),
+        (1, "hierarchical", ["topk", "none"], 5)]
+    assert training_jobs(tmp_path, 1e9, ["ddp", "none", "topk"], spec, 2, 2, ["flat"], 1) == []
+
+
 def test_the_two_tier_network_is_fitted_per_tier():
     tiers = pd.read_csv(MEASURED / "tiers-1gbit.csv")
     net = tier_network(tiers, 2, 2, 1e9)

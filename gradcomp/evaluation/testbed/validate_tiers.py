@@ -163,12 +163,26 @@ def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
     return todo
 
 
+def training_jobs(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
+                  layouts, repeats: int) -> list[tuple[int, str, list[str], int]]:
+    """(repeat, layout, methods, untimed iterations) of the training jobs the tables at
+    `rate_bps` lack (`pooled.training_passes` per layout), pass by pass, each pass in every
+    layout in turn, so that the layouts' runs are measured side by side."""
+    jobs = []
+    for layout in layouts:
+        cases = layout_cases(methods, layout, g)
+        done = train_table(_train_file(out, rate_bps, layout)).done_keys()
+        jobs += [(repeat, layout, names, warmup) for repeat, names, warmup in training_passes(
+            [method_spec(*c) for c in own_options(cases)],
+            train_keys(cases, spec, nodes * g, repeats), done, spec["warmup"])]
+    return sorted(jobs, key=lambda job: job[0])
+
+
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
                  threads: int, layouts, sizes, planned: dict, progress: bool,
                  hook_repeats: int = HOOK_REPEATS, train_repeats: int = 1) -> None:
-    """Tier sweep, training in every layout (`train_repeats` interleaved passes:
-    `pooled.training_passes`), profile and hook-path costs (module docstring) in one testbed
-    at `rate_bps`; what the tables already hold is skipped (`to_measure`)."""
+    """Tier sweep, training in every layout (`training_jobs`), profile and hook-path costs
+    (module docstring) in one testbed at `rate_bps`; what the tables hold is skipped."""
     model = spec["model"]
     todo = to_measure(out, rate_bps, spec, layouts, planned)
     if not any(todo.values()):
@@ -180,28 +194,19 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
         if todo["tiers"]:
             say(progress, f"{where}: all-reduce and all-gather inside and across nodes")
             run_tier_sweep(testbed, out / f"tiers-{rate_tag(rate_bps)}.csv", sizes,
-                           ("allreduce", "allgather"),
-                           COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
-        for layout in layouts:
-            if not todo[f"train-{layout}"]:
-                continue
-            cases = layout_cases(methods, layout, g)
-            extra = layout_options(layout, g)
-            table = train_table(_train_file(out, rate_bps, layout))
-            for repeat, names, warmup in training_passes(
-                    [method_spec(*c) for c in own_options(cases)],
-                    train_keys(cases, spec, nodes * g, train_repeats), table.done_keys(),
-                    spec["warmup"]):
-                say(progress, f"{where}: {layout} training (repeat {repeat}) with "
-                    f"{', '.join(names)}")
-                testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
-                             "--out", str(table.path), "--backend",
-                             "gloo", "--methods", ",".join(names), "--model", model,
-                             *batch_args(spec["batch_size"]), "--warmup", str(warmup),
-                             "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
-                             str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
-                             "--hook-options", json.dumps(extra), "--repeat", str(repeat)],
-                            timeout=3600)
+                           ("allreduce", "allgather"), COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
+        for repeat, layout, names, warmup in training_jobs(out, rate_bps, methods, spec, nodes,
+                                                           g, layouts, train_repeats):
+            say(progress, f"{where}: {layout} training (repeat {repeat}) with "
+                f"{', '.join(names)}")
+            testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
+                         "--out", str(_train_file(out, rate_bps, layout)), "--backend",
+                         "gloo", "--methods", ",".join(names), "--model", model,
+                         *batch_args(spec["batch_size"]), "--warmup", str(warmup),
+                         "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
+                         str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
+                         "--hook-options", json.dumps(layout_options(layout, g)),
+                         "--repeat", str(repeat)], timeout=3600)
         hooks = [lay for lay in layouts if todo[f"hook-{lay}"]]
         if hooks or todo["profile"]:
             say(progress, f"{where}: profile and hook-path costs on all ranks at once "
