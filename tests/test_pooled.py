@@ -1,11 +1,21 @@
 """A sweep's repeated measurements of rate-independent quantities (the compute profile, the
-hook-path costs): the least disturbed repeat is used at every rate."""
+hook-path costs): the least disturbed repeat is used at every rate; and of the training runs,
+measured in interleaved passes: each run's least disturbed repeat."""
+import shutil
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from gradcomp.evaluation.benches.train import make_spec, train_table
 from gradcomp.evaluation.profiles.profiles import Profile, save_profile
-from gradcomp.evaluation.testbed.pooled import (least_disturbed_costs,
-                                                least_disturbed_profile, profile_line)
+from gradcomp.evaluation.testbed.pooled import (least_disturbed_costs, least_disturbed_profile,
+                                                least_disturbed_runs, pass_order, profile_line,
+                                                repeats_line, train_keys, training_passes)
+
+#: The quiet flat sweep of 2026-11-28: one training run per method and rate, stored before
+#: the ``repeat`` column existed.
+QUIET = Path(__file__).parents[1] / "benchmarks/results/testbed-2026-11-28-auto"
 
 
 def profile(forward_s: float) -> Profile:
@@ -43,3 +53,65 @@ def test_the_line_names_the_profile_used():
                           "t_iter_single": [0.0431, 0.0431]})
     line = profile_line(table)
     assert "profile-mlp-b64-1gbit.json" in line and "43.1 ms" in line
+
+
+def test_each_training_pass_runs_every_method_in_another_order():
+    methods = ["ddp", "none", "fp16", "topk", "auto"]
+    passes = [pass_order(methods, r) for r in range(4)]
+    assert passes[0] == methods and passes[1] == methods[::-1]
+    assert passes[2] == ["none", "fp16", "topk", "auto", "ddp"]
+    assert all(sorted(p) == sorted(methods) for p in passes)
+
+    def follows(order):
+        return dict(zip(order[1:], order))
+
+    # no method follows the same one in the first two passes, nor in passes 2 and 3
+    for a, b in ((passes[0], passes[1]), (passes[2], passes[3])):
+        assert not set(follows(a).items()) & set(follows(b).items())
+    assert pass_order([], 3) == []
+
+
+def test_the_run_of_least_median_time_is_kept_and_old_tables_read_as_repeat_0(tmp_path):
+    shutil.copy(QUIET / "train-1gbit.csv", tmp_path)
+    table = train_table(tmp_path / "train-1gbit.csv")
+    first = table.frame()
+    assert set(first["repeat"]) == {0}  # no repeat column: the one run is repeat 0
+    measured = list(first["t_iter_s"])
+    for method, factor in (("int8", 0.8), ("ddp", 1.1)):  # int8 ran faster, ddp slower
+        row = first[first["method"] == method].iloc[0].to_dict()
+        assert table.append({**row, "repeat": 1, "t_iter_s": row["t_iter_s"] * factor})
+    kept = least_disturbed_runs(table.frame())
+    assert list(kept["method"]) == list(first["method"])  # as first measured
+    by = kept.set_index(kept["method"] + kept["options"])
+    int8, ddp = (first[first["method"] == m].iloc[0] for m in ("int8", "ddp"))
+    assert by.loc["int8" + int8["options"], "t_iter_s"] == pytest.approx(0.8 * int8["t_iter_s"])
+    assert by.loc["int8" + int8["options"], "repeat"] == 1
+    assert by.loc["ddp{}", ["t_iter_s", "repeat"]].tolist() == [ddp["t_iter_s"], 0]
+    assert sorted(kept["repeats"]) == [1] * (len(first) - 2) + [2, 2]
+    others = kept[~kept["method"].isin(["int8", "ddp"])]
+    assert list(others["t_iter_s"]) == [t for m, t in zip(first["method"], measured)
+                                        if m not in ("int8", "ddp")]
+    assert least_disturbed_runs(pd.DataFrame()).empty
+    assert repeats_line(kept).startswith("Training runs: 1-2 per method and rate, measured "
+                                         "interleaved")
+    assert repeats_line(least_disturbed_runs(first)).startswith("Training runs: one per")
+
+
+def test_a_resumed_sweep_measures_only_the_missing_repeats_in_pass_order(tmp_path):
+    shutil.copy(QUIET / "train-1gbit.csv", tmp_path)
+    table = train_table(tmp_path / "train-1gbit.csv")
+    methods = ["ddp", "none", "topk:ratio=0.01,error_feedback=True", "auto"]
+    cases = [("ddp", {}), ("none", {}), ("topk", {"ratio": 0.01, "error_feedback": True}),
+             ("auto", {})]
+    spec = make_spec("mlp", None, 5, 20, 25.0, None)
+    keys = train_keys(cases, spec, 2, 2)
+    # pass 0 is done (as repeat 0); pass 1 runs them in the reverse order, auto first, alone,
+    # after its exploration
+    assert training_passes(methods, keys, table.done_keys(), 5) == [
+        (1, ["auto"], 40), (1, ["topk:ratio=0.01,error_feedback=True", "none", "ddp"], 5)]
+    row = table.frame().query("method == 'none'").iloc[0].to_dict()
+    table.append({**row, "repeat": 1})  # an interrupted pass: none's second run is done
+    assert training_passes(methods[:3], keys, table.done_keys(), 5) == [
+        (1, ["topk:ratio=0.01,error_feedback=True", "ddp"], 5)]
+    assert training_passes(methods[:3], train_keys(cases[:3], spec, 2, 1), table.done_keys(),
+                           5) == []

@@ -184,6 +184,27 @@ def test_parquet_tables_append_and_resume(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_a_key_column_added_later_reads_as_its_default_in_older_rows(tmp_path, suffix):
+    if suffix == "parquet":
+        pytest.importorskip("pyarrow")
+    path = tmp_path / f"r.{suffix}"
+    old = ResultTable(path, ("method", "numel"))  # written before "repeat" was a key
+    for r in rows()[:2]:
+        old.append(r)
+    table = ResultTable(path, ("method", "numel", "repeat"), defaults={"repeat": 0})
+    assert table.done_keys() == {("topk", "1024", "0"), ("fp16", "4096", "0")}
+    assert table.frame()["repeat"].tolist() == [0, 0]
+    assert table.key({"method": "topk", "numel": 1024}) == ("topk", "1024", "0")
+    # the same run measured again is a new row; the old rows keep their key
+    assert table.append({**rows()[0], "repeat": 1})
+    with pytest.warns(UserWarning, match="stored already"):  # fp16's old row is repeat 0
+        assert not table.append({**rows()[1], "repeat": 0})
+    assert table.done_keys() == {("topk", "1024", "0"), ("fp16", "4096", "0"),
+                                 ("topk", "1024", "1")}
+    assert table.frame(keys={("topk", "1024", "1")})["repeat"].tolist() == [1]
+
+
 def _writer(path, tag, n):
     table = ResultTable(path, ("writer", "i"))
     for i in range(n):

@@ -67,7 +67,9 @@ def test_bad_rates_and_methods_are_named(capsys):
     for argv, named in ((["--rates", "fast"], "rates='fast'"),
                         (["--rates", "1gbit", "--methods", "none,nosuch"], "nosuch"),
                         (["--model", "big"], "model='big' is not allowed"),
-                        (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1")):
+                        (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1"),
+                        (["--train-repeats", "0"],
+                         "--train-repeats: '0': must be an integer >= 1")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
@@ -77,7 +79,8 @@ def test_bad_rates_and_methods_are_named(capsys):
 def test_validate_measures_predicts_and_resumes(tmp_path):
     # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
-            "--iterations", "3", "--hook-repeats", "1", "--out", str(tmp_path), "--json")
+            "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1", "--out",
+            str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -120,15 +123,18 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # Resumed: nothing is measured again (no table or profile rewritten), same rows.
     stamps = {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")}
     again = validate_sweep(tmp_path, ["2.5gbit"], ["ddp", "fp16", "auto"], "tiny",
-                           iterations=3, progress=False, hook_repeats=1)
+                           iterations=3, progress=False, hook_repeats=1, train_repeats=1)
     again = again[again["method"] != "auto"]
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*-2.5gbit.*")} == stamps
     assert list(again["measured"]) == list(rows["measured"])
     # Resumed with other methods and batch size: what is new is measured (training,
     # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
     # in the same job (its options through the sub-job's --methods), priced per inner step.
+    # Each run twice, interleaved: the second pass in the reverse order, the run of least
+    # median time held against the model.
     other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
-                           "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1)
+                           "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1,
+                           train_repeats=2)
     assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
@@ -138,10 +144,14 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     assert "DiLoCo variants" in md and "| diloco(H=2, method=int8) |" in md
     assert "diloco" not in pd.read_csv(tmp_path / "regret.csv")["pick"].str.cat()
     train = pd.read_csv(tmp_path / "train-2.5gbit.csv")
-    assert sorted(zip(train["method"], train["batch_size"])) == \
-        [("auto", 64), ("bf16", 64), ("ddp", 64), ("diloco", 32), ("fp16", 32), ("fp16", 64),
-         ("int8", 32), ("none", 64), ("powersgd", 64), ("topk", 64)]
-    assert set(train.loc[train["batch_size"] == 32, "t_iter_s"]) == set(other["measured"])
+    assert sorted(zip(train["method"], train["batch_size"], train["repeat"])) == \
+        [("auto", 64, 0), ("bf16", 64, 0), ("ddp", 64, 0), ("diloco", 32, 0), ("diloco", 32, 1),
+         ("fp16", 32, 0), ("fp16", 32, 1), ("fp16", 64, 0), ("int8", 32, 0), ("int8", 32, 1),
+         ("none", 64, 0), ("powersgd", 64, 0), ("topk", 64, 0)]
+    small = train[train["batch_size"] == 32]
+    assert list(small["method"]) == ["fp16", "int8", "diloco", "diloco", "int8", "fp16"]
+    assert list(other["measured"]) == list(small.groupby("method", sort=False)["t_iter_s"].min())
+    assert set(other["repeats"]) == {2}
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
     assert {"int8", "none"} <= set(hook["method"]) and set(hook["repeats"]) == {1}
     # Priced on the workload's own gradients, keyed by the batch size the sub-jobs resolve
@@ -265,13 +275,15 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     methods = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd"
     planned = planned_keys(methods.split(","), make_spec("mlp", None, 5, 20, 25.0, None), 2,
                            model_collective_sizes("mlp"))
-    key_columns = {"collective": collective.KEY_COLUMNS, "train": train.KEY_COLUMNS,
-                   "hook": hookpath.KEY_COLUMNS}
-    for table, keys in planned.items():  # all measured: validate only predicts
-        for tag in ("100mbit", "500mbit", "1gbit", "2.5gbit"):
-            assert keys <= ResultTable(tmp_path / f"{table}-{tag}.csv",
-                                       key_columns[table]).done_keys()
-    stdout = validate_here(capsys, "--methods", methods, "--out", str(tmp_path))
+    key_columns = {"collective": collective.KEY_COLUMNS, "hook": hookpath.KEY_COLUMNS}
+    for table, keys in planned.items():  # all measured (the runs once: repeat 0): validate
+        for tag in ("100mbit", "500mbit", "1gbit", "2.5gbit"):  # only predicts
+            path = tmp_path / f"{table}-{tag}.csv"
+            stored = (train.train_table(path) if table == "train" else
+                      ResultTable(path, key_columns[table]))
+            assert keys <= stored.done_keys()
+    stdout = validate_here(capsys, "--methods", methods, "--train-repeats", "1", "--out",
+                           str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     lambdas = rows.drop_duplicates("rate_bps").set_index("rate_bps")["compute_slowdown"]
     assert list(lambdas) == pytest.approx([1.202, 1.194, 1.167, 1.333], abs=2e-3)
@@ -292,6 +304,43 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
     assert line in (tmp_path / "validation.md").read_text() and line in stdout
 
 
+def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_path, capsys):
+    # The committed quiet sweep of 2026-11-28 (one run per method, stored before the repeat
+    # column: repeat 0) at two rates, given a second run of each (int8's 20% faster, the
+    # others 10% slower): validate with its default two repeats measures nothing and holds
+    # int8's second run and the others' first against the model.
+    import shutil
+    from pathlib import Path
+
+    from gradcomp.evaluation.benches.train import train_table
+
+    source = Path(__file__).parent.parent / "benchmarks/results/testbed-2026-11-28-auto"
+    for name in (*source.glob("*-1gbit*"), *source.glob("*-2.5gbit*"),
+                 source / "conditions.csv"):
+        shutil.copy(name, tmp_path)
+    args = ("--rates", "1gbit,2.5gbit", "--methods", "ddp,none,int8", "--out", str(tmp_path))
+    validate_here(capsys, *args, "--train-repeats", "1")
+    once = pd.read_csv(tmp_path / "validation.csv")
+    assert set(once["repeat"]) == {0} and set(once["repeats"]) == {1}
+    for tag in ("1gbit", "2.5gbit"):
+        table = train_table(tmp_path / f"train-{tag}.csv")
+        for _, row in table.frame().iterrows():
+            factor = 0.8 if row["method"] == "int8" else 1.1
+            table.append({**row.to_dict(), "repeat": 1, "t_iter_s": row["t_iter_s"] * factor})
+    validate_here(capsys, *args)  # every run measured twice: nothing to measure
+    twice = pd.read_csv(tmp_path / "validation.csv")
+    assert list(twice["method"]) == list(once["method"]) and set(twice["repeats"]) == {2}
+    int8 = twice["method"] == "int8"
+    assert list(twice.loc[int8, "measured"]) == pytest.approx(
+        list(0.8 * once.loc[int8, "measured"]), rel=1e-12)
+    assert list(twice.loc[~int8, "measured"]) == list(once.loc[~int8, "measured"])
+    assert list(twice["repeat"]) == [1 if m == "int8" else 0 for m in twice["method"]]
+    # the other runs and the rest of the inputs are as before: lambda and predictions too
+    assert list(twice["predicted"]) == list(once["predicted"])
+    assert "Training runs: 2 per method and rate, measured interleaved" in \
+        (tmp_path / "validation.md").read_text()
+
+
 def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):
     # The committed testbed run of DiLoCo variants (GPT, its 100 Mbit/s tables), predicted
     # again (every table measured: nothing runs): the variants, given with their options on
@@ -309,7 +358,7 @@ def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):
     for name in (*source.glob("*-*bit*"), source / "conditions.csv"):
         shutil.copy(name, tmp_path)
     validate_here(capsys, "--rates", "100mbit", "--methods", DILOCO_METHODS, "--model", "gpt",
-                  "--iterations", "200", "--out", str(tmp_path))
+                  "--iterations", "200", "--train-repeats", "1", "--out", str(tmp_path))
     rows = pd.read_csv(tmp_path / "validation.csv")
     variants = rows[rows["method"].str.startswith("diloco")]
     assert list(variants["method"]) == [

@@ -111,7 +111,9 @@ def test_bad_methods_and_parallelism_are_named(capsys):
 
     for argv, named in ((["--methods", "ddp"], "methods='ddp' is not allowed"),
                         (["--methods", "fsdp,powersgd"], "methods='powersgd' is not allowed"),
-                        (["--methods", "nosuch"], "'fsdp', 'none', 'bf16'")):
+                        (["--methods", "nosuch"], "'fsdp', 'none', 'bf16'"),
+                        (["--train-repeats", "2"],
+                         "--train-repeats is not allowed with --parallelism fsdp")):
         with pytest.raises(SystemExit):
             command.main(["validate", "--parallelism", "fsdp", *argv])
         assert named in capsys.readouterr().err

@@ -25,10 +25,26 @@ def test_the_layouts_runs():
     assert layout_cases(["ddp", "topk", "auto"], "hierarchical", 4) == [
         ("topk", {"hierarchical": True, "gpus_per_node": 4}),
         ("auto", {"hierarchical": True, "gpus_per_node": 4})]
-    # auto trains alone, its untimed iterations covering its exploration of 4 candidates.
+    # auto trains alone, its untimed iterations covering its exploration of 4 candidates;
+    # the jobs keep the methods' order (a training pass's, `pooled.pass_order`).
     assert auto_warmup(5) == 5 + 1 + 4 * (3 + 5) + 2
-    assert steady_state_jobs(["ddp", "auto", "topk"], 5) == [(["ddp", "topk"], 5),
-                                                             (["auto"], 40)]
+    assert steady_state_jobs(["ddp", "auto", "topk", "none"], 5) == [
+        (["ddp"], 5), (["auto"], 40), (["topk", "none"], 5)]
+
+
+def test_each_training_pass_runs_in_every_layout_before_the_next(tmp_path):
+    # the measured flat runs (repeat 0) are kept; what is missing is measured pass by pass,
+    # each pass in both layouts, the second in the reverse order
+    from gradcomp.evaluation.benches.train import make_spec
+    from gradcomp.evaluation.testbed.validate_tiers import training_jobs
+
+    shutil.copy(MEASURED / "train-1gbit-flat.csv", tmp_path)
+    spec = make_spec("tiny", None, 5, 5, 25.0, None)
+    assert training_jobs(tmp_path, 1e9, ["ddp", "none", "topk"], spec, 2, 2,
+                         ["flat", "hierarchical"], 2) == [
+        (0, "hierarchical", ["none", "topk"], 5), (1, "flat", ["topk", "none", "ddp"], 5),
+        (1, "hierarchical", ["topk", "none"], 5)]
+    assert training_jobs(tmp_path, 1e9, ["ddp", "none", "topk"], spec, 2, 2, ["flat"], 1) == []
 
 
 def test_the_two_tier_network_is_fitted_per_tier():
@@ -65,6 +81,17 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     text = two_tier_markdown(table, 2, 2)
     assert "## Layout: flat" in text and "measured on all 4 ranks at once" in text
     assert "Advice regret" in text and "`auto`'s regret" in text
+    # a second, faster run of top-k (the two-tier layouts' runs are repeated like the flat
+    # ones): it is the one held against the model; the others keep their one run
+    from gradcomp.evaluation.benches.train import train_table
+
+    train = train_table(tmp_path / "train-1gbit-flat.csv")
+    topk = train.frame().query("method == 'topk'").iloc[0].to_dict()
+    train.append({**topk, "repeat": 1, "t_iter_s": 0.5 * topk["t_iter_s"]})
+    again = predict_rate(tmp_path, 1e9, planned, SPEC, 2, 2, ["flat"]).set_index("method")
+    assert again.loc["topk", "measured"] == 0.5 * topk["t_iter_s"]
+    assert again["repeats"].to_dict() == {"ddp": 1, "none": 1, "topk": 2, "auto": 1}
+    assert list(again["predicted"]) == pytest.approx(list(table["predicted"]), nan_ok=True)
     written = write_regret(tmp_path, table)
     regret = pd.read_csv(tmp_path / "regret.csv")
     assert list(regret["layout"]) == ["flat"] and regret["regret"].iloc[0] >= 0
@@ -101,6 +128,11 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     spec = make_spec("mlp", None, 5, 20, 25.0, None)
     layouts = ["flat", "hierarchical"]
     planned = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"))
+    # measured once per run: a second repeat of every training run is still to measure
+    twice = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"), 2)
+    assert to_measure(tmp_path, 2.5e9, spec, layouts, twice) == {
+        "tiers": False, "train-flat": True, "train-hierarchical": True, "hook-flat": False,
+        "hook-hierarchical": False, "profile": False}
     for rate in (2.5e9, 1e9, 100e6):  # nothing to measure: validate only predicts
         assert not any(to_measure(tmp_path, rate, spec, layouts, planned).values()), rate
     # a rate not measured yet: its network and training, not the profile nor the hook costs
@@ -111,7 +143,8 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     assert measured_once(tmp_path, 100e6, spec) == tmp_path / "profile-mlp-b64-100mbit.json"
 
     rates = (2.5e9, 100e6)  # two: each rate's lambda fitted on the other's runs
-    rows = validate_two_tier(tmp_path, ["2.5gbit", "100mbit"], METHODS, "mlp", progress=False)
+    rows = validate_two_tier(tmp_path, ["2.5gbit", "100mbit"], METHODS, "mlp", progress=False,
+                             train_repeats=1)  # as measured: one run each
     assert list(rows["rate_bps"].drop_duplicates()) == list(rates)  # as measured
     by_rate = rows.set_index(["rate_bps", "layout"])
     assert set(by_rate.loc[2.5e9, "profile_file"]) == {"profile-mlp-b64.json"}

@@ -8,7 +8,8 @@ from ..evaluation.model.timeline import LAYOUTS
 from ..evaluation.testbed.regret import advice_regret, auto_regret
 from ..evaluation.testbed.slowdown import slowdown_line
 from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
-                                           HOOK_WARMUP, summarize, validate_sweep)
+                                           HOOK_WARMUP, TRAIN_REPEATS, summarize,
+                                           validate_sweep)
 from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
@@ -78,6 +79,12 @@ def add_validate(sub) -> None:
                     f"{validate_fsdp.CODEC_WARMUP}) (default {HOOK_REPEATS}, with --parallelism "
                     f"fsdp {validate_fsdp.CODEC_REPEATS}); fewer: a quicker, noisier "
                     "validation")
+    va.add_argument("--train-repeats", type=positive_int,
+                    help="training runs per method and rate, measured interleaved (every "
+                    "method once per pass, each pass in another order); the least disturbed "
+                    f"(least median iteration time) is used, every run kept (default "
+                    f"{TRAIN_REPEATS}; not with --parallelism fsdp); re-predicting a folder "
+                    "measured with fewer measures the missing runs")
     va.add_argument("--nodes", type=positive_int, help="two tiers: this many nodes of "
                     "--gpus-per-node ranks in the testbed, each method measured in both "
                     "layouts (flat, hierarchical) and predicted by the two-tier model")
@@ -149,7 +156,11 @@ def _validate(args) -> None:
                validate_fsdp.DEFAULT_METHODS if fsdp else DEFAULT_METHODS)
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
     options = {k: v for k, v in (("iterations", args.iterations),
-                                 ("hook_repeats", args.hook_repeats)) if v is not None}
+                                 ("hook_repeats", args.hook_repeats),
+                                 ("train_repeats", args.train_repeats)) if v is not None}
+    if fsdp and args.train_repeats is not None:
+        raise ValueError("--train-repeats is not allowed with --parallelism fsdp: FSDP's "
+                         "validation measures each run once")
     if args.nodes is not None:
         if fsdp:
             raise ValueError("--nodes is not allowed with --parallelism fsdp: two-tier "

@@ -19,7 +19,9 @@ device synchronised around it; its time is the slowest rank's. After `warmup` it
   `gradcomp.comm.register`), options (the compressor's options as JSON, with the hook's),
   model (the workload as named), params, batch_size (per worker: as given, else the leading
   dimension of the workload's inputs), bucket_cap_mb, autocast, workers (= world_size),
-  bandwidth_bps (as given; NaN when unknown), warmup, iterations, device;
+  bandwidth_bps (as given; NaN when unknown), warmup, iterations, device, repeat (which
+  measurement of the same run, part of the key: 0, or as given; `gradcomp validate` measures
+  each run several times; a table written before the column reads as 0);
 * t_iter_s (median), t_iter_spread_s (max - min), t_iter_single_s (median single-process
   iteration on rank 0 while the others wait, same threads per process), scaling_factor
   (t_iter_single_s / t_iter_s);
@@ -70,9 +72,16 @@ from .hookpath import (bench_hook_path, gradient_source, hook_methods, hook_path
                        hook_sizes, quarter_sizes, workload_gradient)
 
 KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "autocast",
-               "world_size", "backend", "device_name")
+               "world_size", "backend", "device_name", "repeat")
+#: Key columns added later, and what rows stored before them read as (`train_table`).
+DEFAULTS = {"repeat": 0}
 HOOK_OPTIONS = ("start_iter", "min_compression_rate", "hierarchical", "gpus_per_node", "intra")
 TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
+
+
+def train_table(path) -> ResultTable:
+    """The training table at `path`, keyed by `KEY_COLUMNS` (older tables: `DEFAULTS`)."""
+    return ResultTable(path, KEY_COLUMNS, DEFAULTS)
 
 
 def model_profile(name: str = "mlp", batch_size: int | None = 64, device="cpu",
@@ -203,7 +212,8 @@ def _run_method(name, options, spec: dict, device) -> dict:
             "autocast": spec["autocast"], "workers": dist.get_world_size(),
             "bandwidth_bps": spec["bandwidth_bps"],
             "warmup": spec["warmup"], "iterations": spec["iterations"],
-            "t_iter_s": t_iter, "t_iter_spread_s": (times.max() - times.min()).item(),
+            "repeat": spec["repeat"], "t_iter_s": t_iter,
+            "t_iter_spread_s": (times.max() - times.min()).item(),
             "t_iter_single_s": spec["t_iter_single_s"],
             "scaling_factor": spec["t_iter_single_s"] / t_iter, **tele,
             "ratio": tele["bytes_original"] / tele["bytes_sent"], "device": device.type,
@@ -272,17 +282,19 @@ def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: s
                "model": spec["model"], "batch_size": spec["batch_size"],
                "bucket_cap_mb": spec["bucket_cap_mb"], "autocast": spec["autocast"],
                "world_size": world_size,
-               "backend": backend, "device_name": device_name}
+               "backend": backend, "device_name": device_name, "repeat": spec["repeat"]}
         plan[table.key(key)] = (name, options)
     return plan
 
 
 def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
-              autocast: str = "none") -> dict:
+              autocast: str = "none", repeat: int = 0) -> dict:
     """The checked settings of a training sweep (ValueError naming a bad option); builds the
-    workload once to check it and to learn its batch size."""
+    workload once to check it and to learn its batch size. `repeat`: which measurement of
+    the same runs this is (0: the first)."""
     check_int(warmup, "warmup", 2)  # DDP rebuilds its buckets after the first iteration
     check_int(iterations, "iterations", 1)
+    check_int(repeat, "repeat", 0)
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
             or not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: it must be > 0")
@@ -291,15 +303,15 @@ def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bp
     return {"model": model, "batch_size": batch_size,
             "warmup": warmup, "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
             "autocast": autocast, "bandwidth_bps": math.nan if bandwidth_bps is None
-            else parse_rate(bandwidth_bps, "bandwidth_bps")}
+            else parse_rate(bandwidth_bps, "bandwidth_bps"), "repeat": repeat}
 
 
 def bench_train(methods=None, world_size: int | None = None, backend: str | None = None,
                 model: str = "mlp", batch_size: int | None = None, warmup: int = 3,
                 iterations: int = 10, bucket_cap_mb: float = 25.0, bandwidth_bps=None,
                 out=None, profile_out=None, progress: bool = False,
-                autocast: str = "none", hook_out=None, hook_repeats: int = 5
-                ) -> pd.DataFrame:
+                autocast: str = "none", hook_out=None, hook_repeats: int = 5,
+                repeat: int = 0) -> pd.DataFrame:
     """Time DDP training of workload `model` (a built-in name, MODULE:FACTORY or
     path/to/file.py:FACTORY; `batch_size` None: the factory's own) with each of `methods`
     (default: "ddp", then every registered method with its defaults; else names and (name,
@@ -308,15 +320,16 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
     processes. Rows already in `out` (a path or ResultTable) are skipped; `profile_out`: save
     the workload's measured profile there (one already there is kept, not measured again);
     `hook_out`: append the hook-path costs of the methods (`benches.hookpath`, at the
-    workload's bucket sizes, median of `hook_repeats`) there. Returns this sweep's rows."""
+    workload's bucket sizes, median of `hook_repeats`) there; `repeat`: the rows' repeat
+    (the same runs measured again are new rows). Returns this sweep's rows."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(hook_repeats, "hook_repeats", 1)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
-                     autocast)
+                     autocast, repeat)
     with tempfile.TemporaryDirectory() as tmp:
-        table, plan, todo = pending_runs(out, KEY_COLUMNS, tmp, plan_runs, methods, spec,
-                                         world_size, backend)
+        table, plan, todo = pending_runs(as_table(out, KEY_COLUMNS, DEFAULTS), KEY_COLUMNS, tmp,
+                                         plan_runs, methods, spec, world_size, backend)
         hooks = hook_methods(plan.values())
         hooks_todo = hook_out is not None and hook_path_pending(
             hook_out, hooks, hook_sizes(model, spec["batch_size"], spec["bucket_cap_mb"]),
@@ -348,6 +361,8 @@ def main(argv=None) -> int:
     args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
     args.add_argument("--profile-out", default=None, help="save the model's profile here")
     args.add_argument("--hook-out", default=None, help="append the hooks' per-bucket costs")
+    args.add_argument("--repeat", type=int, default=0, help="the rows' repeat: which "
+                      "measurement of the same runs this is (default 0)")
     args.add_argument("--hook-options", default=None, help="JSON options for every hooked "
                       "method, e.g. '{\"hierarchical\": true, \"gpus_per_node\": 2}'")
     a = args.parse_args(argv)
@@ -357,7 +372,8 @@ def main(argv=None) -> int:
         for m, o in parse_methods(a.methods, "methods")]
     bench_train(methods, None, a.backend, a.model,
                 a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
-                a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out)
+                a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out,
+                repeat=a.repeat)
     return 0
 
 

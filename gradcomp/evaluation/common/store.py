@@ -14,7 +14,9 @@ warning) and then rewrites the table atomically without them, so that every read
 too) sees clean rows and the sweep measures the lost keys again.
 
 Values are stored as text the way `str` writes them (None and NaN as an empty cell, read back
-as NaN); keys are compared in that form, so 1024 and "1024" are the same key.
+as NaN); keys are compared in that form, so 1024 and "1024" are the same key. A key column
+added to a table's kind later has a default (`defaults`): rows stored without it (a table
+written before, or an empty cell) read as holding the default, so old tables keep their keys.
 
 Several processes may append to one table (two sweeps with the same `--out`): every append
 holds an exclusive lock (`fcntl.flock`) on the side file ``.<name>.lock`` next to the table,
@@ -115,11 +117,13 @@ def _line(fields) -> str:
 
 
 class ResultTable:
-    """Rows on disk at `path` (.csv, or .parquet), identified by `key_columns`."""
+    """Rows on disk at `path` (.csv, or .parquet), identified by `key_columns`; `defaults`:
+    {column: value} that rows stored without the column read as (module docstring)."""
 
-    def __init__(self, path, key_columns=()):
+    def __init__(self, path, key_columns=(), defaults=None):
         self.path = Path(path)
         self.key_columns = tuple(key_columns)
+        self.defaults = dict(defaults or {})
         self.parquet = self.path.suffix.lower() == ".parquet"
         self._scanned = False  # the whole file was checked for damaged lines by an append
 
@@ -134,7 +138,7 @@ class ResultTable:
         return self.path.with_name(self.path.name + ".quarantine")
 
     def __repr__(self) -> str:
-        return f"ResultTable({str(self.path)!r}, {self.key_columns!r})"
+        return f"ResultTable({str(self.path)!r}, {self.key_columns!r}, {self.defaults!r})"
 
     # -- writing --------------------------------------------------------------------------
     def append(self, row: dict) -> bool:
@@ -274,10 +278,12 @@ class ResultTable:
         when given."""
         if self.parquet:
             frame = pd.read_parquet(self.path) if self.path.exists() else pd.DataFrame()
+            for column, value in self.defaults.items() if len(frame.columns) else ():
+                frame[column] = frame[column].fillna(value) if column in frame else value
             if keys is not None:
                 frame = frame[[self.key(r) in keys for r in frame.to_dict("records")]]
             return frame.reset_index(drop=True)
-        header, rows = self._records()
+        header, rows = self._filled(*self._records())
         if not header:
             return pd.DataFrame()
         if keys is not None:
@@ -287,11 +293,23 @@ class ResultTable:
                            keep_default_na=False, na_values=[""])
 
     def key(self, row: dict) -> tuple[str, ...]:
-        """`row`'s key as stored."""
-        missing = [c for c in self.key_columns if c not in row]
+        """`row`'s key as stored (a column of `defaults` it lacks or leaves empty: the
+        default)."""
+        missing = [c for c in self.key_columns if c not in row and c not in self.defaults]
         if missing:
             raise KeyError(f"{self.path}: the row lacks key column(s) {', '.join(missing)}")
-        return tuple(text(row[c]) for c in self.key_columns)
+        return tuple(text(row.get(c)) or text(self.defaults.get(c)) for c in self.key_columns)
+
+    def _filled(self, header: list[str], rows: list[list[str]]
+                ) -> tuple[list[str], list[list[str]]]:
+        """`header` and `rows` (`_records`') with every column of `defaults` present, its empty
+        cells the default."""
+        for column, value in self.defaults.items() if header else ():
+            if column not in header:
+                header, rows = [*header, column], [[*r, ""] for r in rows]
+            i = header.index(column)
+            rows = [[*r[:i], r[i] or text(value), *r[i + 1:]] for r in rows]
+        return header, rows
 
     def _key_index(self, header: list[str]) -> list[int]:
         missing = [c for c in self.key_columns if c not in header]
@@ -304,15 +322,16 @@ class ResultTable:
         """The keys of the rows already on disk."""
         if self.parquet:
             return {self.key(r) for r in self.frame().to_dict("records")}
-        header, rows = self._records()
+        header, rows = self._filled(*self._records())
         if not header:
             return set()
         index = self._key_index(header)
         return {tuple(r[i] for i in index) for r in rows}
 
 
-def as_table(out, key_columns) -> ResultTable | None:
-    """`out` as a ResultTable with `key_columns`: a path, a ResultTable or None (None)."""
+def as_table(out, key_columns, defaults=None) -> ResultTable | None:
+    """`out` as a ResultTable with `key_columns` (and `defaults`, `ResultTable`'s): a path, a
+    ResultTable or None (None)."""
     if out is None:
         return None
     if isinstance(out, ResultTable):
@@ -320,7 +339,7 @@ def as_table(out, key_columns) -> ResultTable | None:
             raise ValueError(f"out={out!r} has key columns {out.key_columns}; this benchmark "
                              f"needs {tuple(key_columns)}")
         return out
-    return ResultTable(out, key_columns)
+    return ResultTable(out, key_columns, defaults)
 
 
 def read_table(path, option: str, what: str) -> pd.DataFrame:

@@ -9,7 +9,14 @@ the uncompressed runs against this same profile.
 
 Measured: on the flat sweep of ``benchmarks/results/testbed-2026-11-28-once`` the
 single-worker iteration of the four rates' profiles was 110, 94, 50 and 43 ms (the first two
-taken while other engineers' sessions started)."""
+taken while other engineers' sessions started).
+
+The training runs follow the same rule: `validate --train-repeats N` measures each rate's
+runs N times, interleaved (every method once per pass, each pass in another order:
+`pass_order`), and predicts, holds against the model and ranks per method the run of the
+least median iteration time (`least_disturbed_runs`); every run stays in the table. One
+sequential run per method varied 5-10% on this shared 2-core machine (spreads of 16-31 ms on
+87-102 ms iterations in ``testbed-2026-11-28-auto``), more than the regret targets of 3-5%."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
+from ..benches.train import plan_runs, train_table
 from ..model.fit import hook_costs
 from ..profiles.profiles import Profile, load_profile
+from .regret import steady_state_jobs
 
 
 @dataclass(frozen=True)
@@ -73,3 +83,62 @@ def profile_line(table: pd.DataFrame) -> str:
             "used at all (profile " + ", ".join(
                 f"`{r['profile_file']}`: single-worker iteration {r['t_iter_single'] * 1e3:.1f} ms"
                 for _, r in used.iterrows()) + ").")
+
+
+def pass_order(items: list, repeat: int) -> list:
+    """The order of `items` (a sweep's methods) in training pass `repeat` (0, 1, ...): rotated
+    by ``repeat // 2``, reversed in the odd passes, so that a method follows other methods in
+    other passes (a rotation alone keeps every neighbour but one) and the first of a pass
+    changes."""
+    k = repeat // 2 % len(items) if items else 0
+    order = list(items[k:]) + list(items[:k])
+    return order[::-1] if repeat % 2 else order
+
+
+def train_keys(cases, spec: dict, workers: int, repeats: int) -> dict[tuple[int, int], tuple]:
+    """{(index in `cases`, repeat): its key in a training table} of the runs of `cases`
+    ((name, options)) with `spec` (`make_spec`), each measured `repeats` times, on the
+    testbed's `workers` CPU processes on gloo (as the sub-jobs key them)."""
+    table = train_table("train.csv")
+    return {(i, r): key for r in range(repeats) for i, case in enumerate(cases)
+            for key in plan_runs([case], {**spec, "repeat": r}, workers, "gloo", "cpu", table)}
+
+
+def training_passes(methods, keys: dict, done: set, warmup: int
+                    ) -> list[tuple[int, list[str], int]]:
+    """(repeat, methods, untimed iterations) of each training job that measures what `done`
+    (a table's keys) lacks of the interleaved passes over `methods` (names; `keys`:
+    `train_keys` of them, the repeats to measure): pass r in `pass_order`, split by
+    `regret.steady_state_jobs` (auto alone, after its exploration)."""
+    index = {m: i for i, m in enumerate(methods)}
+    repeats = 1 + max((r for _, r in keys), default=-1)
+    return [(r, names, untimed) for r in range(repeats)
+            for names, untimed in steady_state_jobs(
+                [m for m in pass_order(methods, r) if keys[index[m], r] not in done], warmup)]
+
+
+def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:
+    """Per run of a training table (`train`; `keys`: its key columns, ``repeat`` among them)
+    the repeat with the least median iteration time (``t_iter_s``), in the order the runs
+    were first measured, with a column ``repeats``: how many of its repeats were measured."""
+    if not len(train):
+        return train.assign(repeats=[])
+    ids = train[[c for c in keys if c != "repeat"]].astype(str).apply(tuple, axis=1)
+    first = {run: n for n, run in enumerate(dict.fromkeys(ids))}
+    best = train.assign(_run=ids, repeats=ids.map(ids.value_counts())).sort_values(
+        "t_iter_s", kind="stable", na_position="last").drop_duplicates("_run")
+    return best.sort_values("_run", key=lambda runs: runs.map(first)).drop(
+        columns="_run").reset_index(drop=True)
+
+
+def repeats_line(table: pd.DataFrame) -> str:
+    """One line: how many training runs per method and rate a validation table (column
+    ``repeats``) chose from, and the rule."""
+    n = table["repeats"].dropna().astype(int)
+    if n.max() == 1:
+        return "Training runs: one per method and rate, its time the measured time here."
+    many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    return (f"Training runs: {many} per method and rate, measured interleaved (every method "
+            "once per pass, each pass in another order); the least disturbed, the one of least "
+            "median iteration time, is the measured time here, every run is kept in "
+            "`train-<rate>*.csv` (column `repeat`).")

@@ -101,11 +101,17 @@ def config_columns(table: pd.DataFrame) -> list[str]:
 
 
 def steady_state_jobs(methods, warmup: int) -> list[tuple[list[str], int]]:
-    """The training jobs of `methods` (names): the fixed methods after `warmup` untimed
-    iterations, then `auto` alone after `auto_warmup(warmup)`."""
-    fixed = [m for m in methods if m != "auto"]
-    return ([(fixed, warmup)] if fixed else []) + (
-        [(["auto"], auto_warmup(warmup))] if "auto" in methods else [])
+    """The training jobs of `methods` (names), in their order: the fixed methods after
+    `warmup` untimed iterations, `auto` in a job of its own after `auto_warmup(warmup)`
+    (one job per stretch of methods with the same warm-up)."""
+    jobs = []
+    for method in methods:
+        untimed = auto_warmup(warmup) if method == "auto" else warmup
+        if jobs and jobs[-1][1] == untimed and method != "auto":
+            jobs[-1][0].append(method)
+        else:
+            jobs.append(([method], untimed))
+    return jobs
 
 
 def advice_regret(table: pd.DataFrame) -> pd.DataFrame:

@@ -6,8 +6,9 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    beta at that rate (`fit.fit_collectives`; the fitted bandwidth includes what TCP, tbf and
    gloo's reductions cost, alpha what a collective costs right after compute);
 2. DDP training of a workload (a built-in model or the user's MODULE:FACTORY) with each
-   method's hook gives measured iteration times
-   (`bench_train`, `threads` torch threads per worker);
+   method's hook gives measured iteration times (`bench_train`, `threads` torch threads per
+   worker), `train_repeats` runs each, interleaved (`pooled.pass_order`); each method's least
+   disturbed run (least median iteration time: `pooled.least_disturbed_runs`) is used;
 3. right after, every worker measures at the same time (as the workers compute side by side
    in training) the model's profile as DDP runs it without communicating
    (`measure_ddp_profile`: DDP's copies into and out of its buckets included) and what each
@@ -23,7 +24,8 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    (`slowdown.fit_slowdowns`: fitted to the other rates' ddp and none runs).
 
 The output folder holds every table, appended as measured (an interrupted sweep resumes):
-``collective-<rate>.csv``, ``train-<rate>.csv``, ``profile-<model>-b<batch size>-<rate>.json``,
+``collective-<rate>.csv``, ``train-<rate>.csv`` (every run, column ``repeat``),
+``profile-<model>-b<batch size>-<rate>.json``,
 ``hook-<rate>.csv``, ``conditions.csv`` (the machine's load average before and after each
 rate's measurements: other work disturbs the timings), and the result: ``validation.csv``
 (rate, method, measured, predicted, rel_error, ...), ``validation.md`` (the table and error
@@ -37,9 +39,8 @@ timed ones are its steady state; its candidates run fixed too, with its options
 (`regret.with_auto_candidates`: e.g. ``topk(error_feedback=True)`` beside ``topk``, each
 method's variant a row of its own). The advice regret (`regret`: the model's pick against the
 fastest measured method, and auto's against its fastest candidate) goes to ``regret.csv``,
-``auto-regret.csv`` and the Markdown. The Markdown compares its
-measured time at each rate with the fastest other method's and with DDP's, and gives its
-choices (`auto_choices`: the candidate carrying each bucket at the end, and since when).
+``auto-regret.csv`` and the Markdown, which compares auto's measured time at each rate with
+the fastest other method's and DDP's, and gives its choices (`auto_choices`).
 """
 from __future__ import annotations
 
@@ -64,8 +65,7 @@ from ..benches.converge import tokens_in
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hook_methods,
                                 hook_sizes, quarter_sizes, workload_gradient)
-from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
-from ..benches.train import make_spec, plan_runs
+from ..benches.train import make_spec, train_table
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
@@ -74,9 +74,9 @@ from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
 from ..workloads.load import describe, load_workload
 from .conditions import conditions_at, record_conditions
-from .pooled import Pooled, least_disturbed, profile_line
-from .regret import (auto_comparison, regret_markdown, steady_state_jobs,
-                     with_auto_candidates, write_regret)
+from .pooled import (Pooled, least_disturbed, least_disturbed_runs, profile_line, repeats_line,
+                     train_keys, training_passes)
+from .regret import auto_comparison, regret_markdown, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns, read_once, slowdown_line
 from .testbed import Testbed
 from .validate_diloco import diloco_markdown, priced, run_label
@@ -87,6 +87,8 @@ DEFAULT_METHODS = ("ddp", "none", "fp16", "bf16", "int8", "topk", "randomk", "po
 COLLECTIVE_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)
 COLLECTIVE_REPEATS = 10
 HOOK_WARMUP, HOOK_REPEATS = 5, 10
+#: Training runs per method and rate (`pooled.least_disturbed_runs` keeps the least disturbed).
+TRAIN_REPEATS = 2
 
 
 def hook_warmup(repeats: int, most: int = HOOK_WARMUP) -> int:
@@ -122,18 +124,18 @@ def check_methods(methods) -> list[str]:
     return methods
 
 
-def planned_keys(methods, spec: dict, workers: int, collective_sizes) -> dict[str, set]:
+def planned_keys(methods, spec: dict, workers: int, collective_sizes,
+                 train_repeats: int = 1) -> dict[str, set]:
     """The table keys (as stored) a rate's measurements of `methods` need, per table:
-    "collective", "train" and "hook" (`spec` from `benches.train.make_spec`). The
-    testbed's workers are CPU processes on gloo, as the sub-jobs key them."""
+    "collective", "train" (`train_repeats` runs of each method: `train_keys`) and "hook"
+    (`spec` from `benches.train.make_spec`)."""
     methods = [parse_methods(m)[0] for m in methods]  # diloco:H=10,method=int8 with options
     sizes = hook_sizes(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
     coll = ResultTable("collective.csv", COLLECTIVE_KEYS)
     codec = ResultTable("hook.csv", CODEC_KEYS)
     return {"collective": {collective_key(coll, c, n, workers, "gloo", "cpu")
                            for c in ("allreduce", "allgather") for n in collective_sizes},
-            "train": set(plan_runs(methods, spec, workers, "gloo", "cpu",
-                                   ResultTable("train.csv", TRAIN_KEYS))),
+            "train": set(train_keys(methods, spec, workers, train_repeats).values()),
             "hook": {codec.key(k) for m, o in hook_methods(methods)
                      for k in case_keys(m, o, sizes, workers, "cpu", torch.float32, "cpu",
                                         gradient_source(spec["model"], spec["batch_size"],
@@ -160,17 +162,17 @@ def run_job(testbed: Testbed, module: str, args: list[str], timeout: float) -> N
 
 def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: int,
                  warmup: int, iterations: int, bucket_cap_mb: float, workers: int,
-                 threads: int, collective_sizes, planned: dict[str, set],
+                 threads: int, collective_sizes, planned: dict[str, set], runs: dict,
                  progress: bool, hook_repeats: int = HOOK_REPEATS) -> None:
-    """Collective sweep, training with every method, then profile and codec costs, in one
-    testbed at `rate_bps`; the keys of `planned` (`planned_keys`) the tables already hold
-    are skipped."""
+    """Collective sweep, training with every method (interleaved passes over `runs`,
+    `pooled.train_keys` of `methods`: `training_passes`), then profile and codec costs, in one
+    testbed at `rate_bps`; the keys of `planned` (`planned_keys`) the tables hold are skipped."""
     tag = rate_tag(rate_bps)
     coll, train, codec = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
                           out / f"hook-{tag}.csv")
     prof = profile_path(out, rate_bps, model, describe(model, "model", batch_size)[1])
     need_coll = not planned["collective"] <= ResultTable(coll, COLLECTIVE_KEYS).done_keys()
-    need_train = not planned["train"] <= ResultTable(train, TRAIN_KEYS).done_keys()
+    need_train = not planned["train"] <= train_table(train).done_keys()
     need_prof = not prof.exists()
     need_codec = not planned["hook"] <= ResultTable(codec, CODEC_KEYS).done_keys()
     if not (need_coll or need_train or need_prof or need_codec):
@@ -187,13 +189,16 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                      "--after-compute-ms", repr(AFTER_COMPUTE_MS),
                      "--bandwidth", repr(rate_bps)], timeout=900)
         if need_train:
-            say(progress, f"{format_rate(rate_bps)}: training with {', '.join(methods)}")
-            for names, untimed in steady_state_jobs(methods, warmup):  # auto after exploring
+            for repeat, names, untimed in training_passes(methods, runs, train_table(train)
+                                                          .done_keys(), warmup):
+                say(progress, f"{format_rate(rate_bps)}: training (repeat {repeat}) with "
+                    f"{', '.join(names)}")
                 run_job(testbed, "gradcomp.evaluation.benches.train",
                         ["--out", str(train), "--backend", "gloo", "--methods", ",".join(names),
                          "--model", model, *batch_args(batch_size), "--warmup", str(untimed),
                          "--iterations", str(iterations), "--bucket-cap-mb",
-                         str(bucket_cap_mb), "--bandwidth", repr(rate_bps)], timeout=1800)
+                         str(bucket_cap_mb), "--bandwidth", repr(rate_bps),
+                         "--repeat", str(repeat)], timeout=1800)
         if need_prof or need_codec:
             say(progress, f"{format_rate(rate_bps)}: "
                 + " and ".join(what for what, need in ((f"profile of {model}", need_prof),
@@ -263,11 +268,13 @@ def concurrent_job(argv=None) -> int:
 
 
 def rate_inputs(out: Path, rate_bps: float, planned: dict[str, set]) -> SimpleNamespace:
-    """What `predict_rate` reads at `rate_bps` from the tables and fits: the training rows of
-    `planned` (`train`), the fitted collectives (`fits`) and the load while measuring."""
+    """What `predict_rate` reads at `rate_bps` from the tables and fits: of the training rows
+    of `planned` each run's least disturbed repeat (`train`: `pooled.least_disturbed_runs`),
+    the fitted collectives (`fits`) and the load while measuring."""
     tag = rate_tag(rate_bps)
     return SimpleNamespace(
-        train=ResultTable(out / f"train-{tag}.csv", TRAIN_KEYS).frame(planned["train"]),
+        train=least_disturbed_runs(train_table(out / f"train-{tag}.csv")
+                                   .frame(planned["train"])),
         fits=fit_collectives(ResultTable(out / f"collective-{tag}.csv", COLLECTIVE_KEYS)
                              .frame(planned["collective"])),
         load=conditions_at(out / "conditions.csv", rate_bps))
@@ -304,6 +311,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Po
                      "allreduce_alpha_s": fits["allreduce"].params["alpha_s"],
                      "allgather_bandwidth_bps": fits["allgather"].params["bandwidth_bps"],
                      "auto_choices": run.get("auto_choices", "") if method is None else "",
+                     "repeat": run["repeat"], "repeats": run["repeats"],
                      "profile_file": shared.profile_file.name, **load})
     return pd.DataFrame(rows)
 
@@ -368,6 +376,8 @@ def markdown(table: pd.DataFrame) -> str:
         text += "\n" + slowdown_line(table) + "\n"
     if "profile_file" in table:
         text += "\n" + profile_line(table) + "\n"
+    if "repeats" in table:
+        text += "\n" + repeats_line(table) + "\n"
     text += diloco_markdown(table)
     auto = auto_comparison(table)
     if len(auto):
@@ -382,26 +392,32 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
                    batch_size: int | None = None, warmup: int = 5, iterations: int = 20,
                    bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
                    contention: float = 1.0, collective_sizes=None,
-                   progress: bool = True, hook_repeats: int = HOOK_REPEATS) -> pd.DataFrame:
+                   progress: bool = True, hook_repeats: int = HOOK_REPEATS,
+                   train_repeats: int = TRAIN_REPEATS) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed when
     it holds tables of an earlier run); returns the validation table, also written to
     ``validation.csv`` with the plot ``validation.png``. `hook_repeats`: timed repeats of
-    each hook-path cost (after `hook_warmup` untimed ones)."""
+    each hook-path cost (after `hook_warmup` untimed ones); `train_repeats`: training runs
+    per method and rate, interleaved, the least disturbed used (a folder measured with
+    fewer: the missing repeats are measured)."""
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = with_auto_candidates(check_methods(methods))
     check_int(hook_repeats, "hook_repeats", 1)
+    check_int(train_repeats, "train_repeats", 1)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
-    planned = planned_keys(methods, spec, workers, collective_sizes)
+    planned = planned_keys(methods, spec, workers, collective_sizes, train_repeats)
+    runs = train_keys([parse_methods(m)[0] for m in methods], spec, workers, train_repeats)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
-                     workers, threads, list(collective_sizes), planned, progress, hook_repeats)
+                     workers, threads, list(collective_sizes), planned, runs, progress,
+                     hook_repeats)
     shared = pooled_inputs(out, rates, planned["hook"], model, spec["batch_size"])
     inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys))
 
@@ -409,7 +425,7 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
         return predict_rate(out, rate, keys, shared, contention, slowdown, inputs(rate, keys))
 
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, workers,
-                         collective_sizes)  # the runs lambda is fitted to, priced alone
+                         collective_sizes, train_repeats)  # lambda's runs, priced alone
     tokens = tokens_in(load_workload(model, "model", batch_size=batch_size).batch(0, 0, "cpu")[0])
     table = predict_with_slowdowns(rates, predict_at, planned, plain).assign(
         tokens_per_step=tokens)

@@ -12,7 +12,9 @@ Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`:
 and all-gather inside every node at once and across the nodes for every local rank at once,
 each after compute, as in training), training of each layout (`benches.train`; `auto` in a
 job of its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed
-iterations are its steady state), then on all N G ranks at once, so under the contention
+iterations are its steady state; `train_repeats` interleaved passes, each run's least
+disturbed repeat used, as in `validate`: `pooled.least_disturbed_runs`), then on all N G
+ranks at once, so under the contention
 training sees (N G processes on the machine's cores), the profile as DDP runs it and the hook
 path's per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G
 shards' over N payloads (hierarchical, `benches.hookpath`). Neither of these two times any
@@ -51,8 +53,7 @@ from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
                                 quarter_sizes)
-from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
-from ..benches.train import make_spec, plan_runs
+from ..benches.train import make_spec, train_table
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
@@ -64,11 +65,12 @@ from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
 from .conditions import conditions_at, record_conditions
-from .regret import regret_markdown, steady_state_jobs, with_auto_candidates, write_regret
+from .pooled import least_disturbed_runs, train_keys, training_passes
+from .regret import regret_markdown, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
-                       batch_args, check_methods, compared, hook_warmup, markdown,
+                       TRAIN_REPEATS, batch_args, check_methods, compared, hook_warmup, markdown,
                        model_collective_sizes, profile_path, rate_tag, say, summarize)
 
 SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
@@ -116,10 +118,11 @@ def measured_once(out: Path, rate_bps: float, spec: dict, layout: str | None = N
     return per_rate if per_rate.exists() else shared
 
 
-def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes) -> dict:
-    """The stored keys each table needs: "tiers", and per layout "train-<layout>" and
-    "hook-<layout>" (flat: the bucket sizes over N G payloads; hierarchical: the shards'
-    over N)."""
+def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
+                 train_repeats: int = 1) -> dict:
+    """The stored keys each table needs: "tiers", and per layout "train-<layout>"
+    (`train_repeats` runs of each method) and "hook-<layout>" (flat: the bucket sizes over
+    N G payloads; hierarchical: the shards' over N)."""
     tiers = ResultTable("tiers.csv", TIER_KEYS)
     keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
                                  "world_size": w})
@@ -129,8 +132,8 @@ def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes) -> dic
     source = gradient_source(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
     for layout in layouts:
         cases = layout_cases(methods, layout, g)
-        keys[f"train-{layout}"] = set(plan_runs(cases, spec, nodes * g, "gloo", "cpu",
-                                                ResultTable("train.csv", TRAIN_KEYS)))
+        keys[f"train-{layout}"] = set(train_keys(cases, spec, nodes * g, train_repeats)
+                                      .values())
         world, numel = codec_plan(spec, nodes, g, layout)
         keys[f"hook-{layout}"] = {
             codec.key(k) for m, o in hook_methods(own_options(cases))
@@ -151,21 +154,35 @@ def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
     """What `measure_rate` has to measure at `rate_bps`: per table of `planned`
     (`planned_keys`) whether it lacks rows, and "profile" whether the profile is missing (the
     profile and hook tables another rate measured count: `measured_once`)."""
-    tables = {"tiers": (out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)}
+    tables = {"tiers": ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)}
     for lay in layouts:
-        tables[f"train-{lay}"] = (_train_file(out, rate_bps, lay), TRAIN_KEYS)
-        tables[f"hook-{lay}"] = (measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
-    todo = {name: not planned[name] <= ResultTable(path, columns).done_keys()
-            for name, (path, columns) in tables.items()}
+        tables[f"train-{lay}"] = train_table(_train_file(out, rate_bps, lay))
+        tables[f"hook-{lay}"] = ResultTable(measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
+    todo = {name: not planned[name] <= table.done_keys() for name, table in tables.items()}
     todo["profile"] = not measured_once(out, rate_bps, spec).exists()
     return todo
 
 
+def training_jobs(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
+                  layouts, repeats: int) -> list[tuple[int, str, list[str], int]]:
+    """(repeat, layout, methods, untimed iterations) of the training jobs the tables at
+    `rate_bps` lack (`pooled.training_passes` per layout), pass by pass, each pass in every
+    layout in turn, so that the layouts' runs are measured side by side."""
+    jobs = []
+    for layout in layouts:
+        cases = layout_cases(methods, layout, g)
+        done = train_table(_train_file(out, rate_bps, layout)).done_keys()
+        jobs += [(repeat, layout, names, warmup) for repeat, names, warmup in training_passes(
+            [method_spec(*c) for c in own_options(cases)],
+            train_keys(cases, spec, nodes * g, repeats), done, spec["warmup"])]
+    return sorted(jobs, key=lambda job: job[0])
+
+
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
                  threads: int, layouts, sizes, planned: dict, progress: bool,
-                 hook_repeats: int = HOOK_REPEATS) -> None:
-    """Tier sweep, training in every layout, profile and hook-path costs (module docstring)
-    in one testbed at `rate_bps`; what the tables already hold is skipped (`to_measure`)."""
+                 hook_repeats: int = HOOK_REPEATS, train_repeats: int = 1) -> None:
+    """Tier sweep, training in every layout (`training_jobs`), profile and hook-path costs
+    (module docstring) in one testbed at `rate_bps`; what the tables hold is skipped."""
     model = spec["model"]
     todo = to_measure(out, rate_bps, spec, layouts, planned)
     if not any(todo.values()):
@@ -177,23 +194,19 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
         if todo["tiers"]:
             say(progress, f"{where}: all-reduce and all-gather inside and across nodes")
             run_tier_sweep(testbed, out / f"tiers-{rate_tag(rate_bps)}.csv", sizes,
-                           ("allreduce", "allgather"),
-                           COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
-        for layout in layouts:
-            if not todo[f"train-{layout}"]:
-                continue
-            cases = own_options(layout_cases(methods, layout, g))
-            say(progress, f"{where}: {layout} training with {', '.join(m for m, _ in cases)}")
-            extra = layout_options(layout, g)
-            for names, warmup in steady_state_jobs([method_spec(*c) for c in cases],
-                                                   spec["warmup"]):
-                testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
-                             "--out", str(_train_file(out, rate_bps, layout)), "--backend",
-                             "gloo", "--methods", ",".join(names), "--model", model,
-                             *batch_args(spec["batch_size"]), "--warmup", str(warmup),
-                             "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
-                             str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
-                             "--hook-options", json.dumps(extra)], timeout=3600)
+                           ("allreduce", "allgather"), COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
+        for repeat, layout, names, warmup in training_jobs(out, rate_bps, methods, spec, nodes,
+                                                           g, layouts, train_repeats):
+            say(progress, f"{where}: {layout} training (repeat {repeat}) with "
+                f"{', '.join(names)}")
+            testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
+                         "--out", str(_train_file(out, rate_bps, layout)), "--backend",
+                         "gloo", "--methods", ",".join(names), "--model", model,
+                         *batch_args(spec["batch_size"]), "--warmup", str(warmup),
+                         "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
+                         str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
+                         "--hook-options", json.dumps(layout_options(layout, g)),
+                         "--repeat", str(repeat)], timeout=3600)
         hooks = [lay for lay in layouts if todo[f"hook-{lay}"]]
         if hooks or todo["profile"]:
             say(progress, f"{where}: profile and hook-path costs on all ranks at once "
@@ -239,8 +252,8 @@ def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: in
         codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
         costs = hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
             if len(codecs) else {}
-        per_layout[layout] = (hook_path, costs, ResultTable(
-            _train_file(out, rate_bps, layout), TRAIN_KEYS).frame(planned[f"train-{layout}"]))
+        per_layout[layout] = (hook_path, costs, least_disturbed_runs(train_table(
+            _train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])))
     return SimpleNamespace(
         network=tier_network(ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)
                              .frame(planned["tiers"]), nodes, g, rate_bps),
@@ -276,13 +289,15 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
                          "intra_bandwidth_bps": network.intra_bandwidth_bps,
                          "intra_alpha_s": network.intra_latency_s,
                          "auto_choices": run.get("auto_choices", "") if name == "auto" else "",
+                         "repeat": run["repeat"], "repeats": run["repeats"],
                          "profile_file": profile_file.name, "hook_file": hook_path.name,
                          **load})
     return pd.DataFrame(rows)
 
 
 def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, layouts, sizes,
-                  planned: dict, contention: float = 1.0) -> pd.DataFrame:
+                  planned: dict, contention: float = 1.0, train_repeats: int = 1
+                  ) -> pd.DataFrame:
     """Every rate's rows (`predict_rate`), each layout's predicted with its own compute
     slowdown lambda per rate (columns ``compute_slowdown`` and ``slowdown_source``):
     `slowdown.fit_slowdowns`' on that layout's ddp and none runs at the other rates. Per
@@ -292,7 +307,7 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
     copies take CPU time from the other ranks' compute; the model prices their time, not
     that)."""
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, nodes,
-                         g, layouts, sizes)  # the runs lambda is fitted to, priced alone
+                         g, layouts, sizes, train_repeats)  # lambda's runs, priced alone
     tables = []
     for layout in layouts:
         inputs = read_once(lambda rate, keys, lay=layout: rate_inputs(out, rate, keys, spec,
@@ -316,12 +331,15 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
                       bucket_cap_mb: float = 25.0, nodes: int = 2, gpus_per_node: int = 2,
                       threads: int = 1, contention: float = 1.0, layouts=LAYOUTS,
                       collective_sizes=None, progress: bool = True,
-                      hook_repeats: int = HOOK_REPEATS) -> pd.DataFrame:
+                      hook_repeats: int = HOOK_REPEATS,
+                      train_repeats: int = TRAIN_REPEATS) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed);
     returns the validation table. `hook_repeats`: timed repeats of each hook-path cost
-    (after `validate.hook_warmup` untimed ones)."""
+    (after `validate.hook_warmup` untimed ones); `train_repeats`: training runs per method,
+    layout and rate (`validate.validate_sweep`'s)."""
     check_int(nodes, "nodes", 2)
     check_int(hook_repeats, "hook_repeats", 1)
+    check_int(train_repeats, "train_repeats", 1)
     check_int(gpus_per_node, "gpus_per_node", 1)
     rates = [parse_rate(r, "rates") for r in rates]
     layouts = list(layouts)
@@ -331,15 +349,15 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
     methods = with_auto_candidates(check_methods(methods))
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
     sizes = list(collective_sizes or model_collective_sizes(model))
-    planned = planned_keys(methods, spec, nodes, gpus_per_node, layouts, sizes)
+    planned = planned_keys(methods, spec, nodes, gpus_per_node, layouts, sizes, train_repeats)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say(progress, f"results in {out}")
     for rate in rates:
         measure_rate(out, rate, methods, spec, nodes, gpus_per_node, threads, layouts, sizes,
-                     planned, progress, hook_repeats)
+                     planned, progress, hook_repeats, train_repeats)
     table = predict_sweep(out, rates, methods, spec, nodes, gpus_per_node, layouts, sizes,
-                          planned, contention)
+                          planned, contention, train_repeats)
     write_atomic(out / "validation.csv", table.to_csv(index=False))
     write_regret(out, table)
     write_atomic(out / "validation.md", two_tier_markdown(table, nodes, gpus_per_node))
