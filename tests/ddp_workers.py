@@ -174,7 +174,7 @@ def slowdown_cases(rank):
     return res
 
 
-def steady_collectives(rank, method, options, steps=20, profiled=10):
+def steady_collectives(rank, method, options, steps=16, profiled=10):
     """The collectives (torch.distributed calls, by name) and the buckets sent (telemetry
     rows) per iteration of the small model's last `profiled` iterations with `method`."""
     ddp = DDP(make_model(), bucket_cap_mb=0.004)
