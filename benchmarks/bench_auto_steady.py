@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """`auto`'s steady state against the fixed hook of the candidate it settled on, side by side
 on 2 local gloo ranks (loopback, no testbed; one thread each, as the testbed's workers), the
-built-in MLP (4.2M parameters, batch 64, one 25 MB bucket), every run from a fresh model.
+built-in MLP (`--model`, default mlp: 4.2M parameters, batch 64, one 25 MB bucket), every
+run from a fresh model.
 
     PYTHONPATH=. python benchmarks/bench_auto_steady.py [--rounds 3] [--steps 30]
 
@@ -42,11 +43,12 @@ from gradcomp.evaluation.workloads.load import load_workload  # noqa: E402
 TOPK_EF = ["topk", {"ratio": 0.01, "error_feedback": True}]
 
 
-def _run(name: str, options: dict, steps: int, steady_from: int, profile: bool = False):
+def _run(name: str, options: dict, steps: int, steady_from: int, model_name: str,
+         profile: bool = False):
     """Train `steps` iterations; the medians over the steady ones (module docstring); with
     `profile`, the collectives issued per steady iteration."""
     rank = dist.get_rank()
-    workload = load_workload("mlp", batch_size=64)
+    workload = load_workload(model_name, batch_size=64)
     model = workload.model
     x, y = workload.batches(rank, 0)
     ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
@@ -103,10 +105,11 @@ def _worker(rank: int, store: str, out: str, a) -> None:
             for case in order:
                 name, options = cases[case]
                 rows.append({"round": r, "case": case,
-                             **_run(name, options, a.steps, a.steady_from)})
+                             **_run(name, options, a.steps, a.steady_from, a.model)})
         for case, (name, options) in cases.items():
             rows.append({"round": "profiled", "case": case,
-                         **_run(name, options, a.steady_from + 3, a.steady_from, True)})
+                         **_run(name, options, a.steady_from + 10, a.steady_from, a.model,
+                                 True)})
     finally:
         dist.destroy_process_group()
     if rank == 0:
@@ -148,6 +151,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--steady-from", type=int, default=10,
                    help="the first iteration of the compared window (after auto settled)")
+    p.add_argument("--model", default="mlp", help="a built-in workload (tiny: where the "
+                   "hook's own work is most of an iteration)")
     p.add_argument("--method", default=TOPK_EF[0])
     p.add_argument("--options", default=json.dumps(TOPK_EF[1]), help="as JSON")
     p.add_argument("--auto", default="{}", help="auto's options as JSON (default: the "
