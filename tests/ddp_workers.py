@@ -174,7 +174,7 @@ def slowdown_cases(rank):
     return res
 
 
-def steady_collectives(rank, method, options, steps=16, profiled=10):
+def steady_collectives(rank, method, options, steps=12, profiled=8):
     """The collectives (torch.distributed calls, by name) and the buckets sent (telemetry
     rows) per iteration of the small model's last `profiled` iterations with `method`."""
     ddp = DDP(make_model(), bucket_cap_mb=0.004)
@@ -205,7 +205,7 @@ def main_cases(rank, world_size, out_dir):
         "auto": steady_collectives(rank, "auto", dict(candidates=topk, explore_iters=2,
                                                       confirm_rounds=0)),
         "auto_no_slowdown": steady_collectives(rank, "auto", dict(
-            candidates=topk, explore_iters=2, confirm_rounds=0, slowdown=None))}
+            candidates=topk, explore_iters=2, confirm_rounds=0, slowdown=None, check_every=4))}
     res["ddp"] = train(rank)
     for name in HOOKS:
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),
