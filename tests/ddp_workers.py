@@ -3,6 +3,7 @@ rank, so that the parent test process compares ranks and references."""
 import os
 import tempfile
 import time
+from collections import Counter
 from datetime import timedelta
 
 import torch
@@ -37,6 +38,9 @@ OPTIONS = {
                  guard={"every": 4}),
 }
 LR = {"signsgd": 0.002}
+#: What torch.profiler names the collectives gradcomp's hooks issue.
+COLLECTIVES = ("c10d::allreduce_", "c10d::allgather_", "c10d::broadcast_",
+               "c10d::reduce_scatter_", "c10d::barrier")
 LR_DEFAULT = 0.02
 
 
@@ -170,10 +174,38 @@ def slowdown_cases(rank):
     return res
 
 
+def steady_collectives(rank, method, options, steps=12, profiled=8):
+    """The collectives (torch.distributed calls, by name) and the buckets sent (telemetry
+    rows) per iteration of the small model's last `profiled` iterations with `method`."""
+    ddp = DDP(make_model(), bucket_cap_mb=0.004)
+    state = gradcomp.comm.register(ddp, method, **options)
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR_DEFAULT)
+    x, y, _ = data(rank)
+    calls = Counter()
+    for step in range(steps):
+        with torch.autograd.profiler.profile(enabled=step >= steps - profiled) as prof:
+            opt.zero_grad()
+            ((ddp(x[:32]) - y[:32]) ** 2).mean().backward()
+            opt.step()
+        if step >= steps - profiled:
+            calls.update(e.name for e in prof.function_events if e.name in COLLECTIVES)
+    rows = [r for r in state.telemetry_rows() if r["iteration"] >= steps - profiled]
+    return {"collectives": {k: v / profiled for k, v in calls.items()},
+            "buckets": len(rows) / profiled, "methods": sorted({r["method"] for r in rows}),
+            "decided_at": getattr(state, "chooser", None) and state.chooser.decided_at}
+
+
 def main_cases(rank, world_size, out_dir):
     """Every method trains; references from plain DDP and torch's hooks; DDP options;
     auto's slowdown check (`slowdown_cases`)."""
     res = slowdown_cases(rank)
+    topk = [("topk", OPTIONS["topk"])]
+    res["steady"] = {
+        "fixed": steady_collectives(rank, "topk", OPTIONS["topk"]),
+        "auto": steady_collectives(rank, "auto", dict(candidates=topk, explore_iters=2,
+                                                      confirm_rounds=0)),
+        "auto_no_slowdown": steady_collectives(rank, "auto", dict(
+            candidates=topk, explore_iters=2, confirm_rounds=0, slowdown=None, check_every=4))}
     res["ddp"] = train(rank)
     for name in HOOKS:
         res[name] = train(rank, name, OPTIONS.get(name), lr=LR.get(name, LR_DEFAULT),

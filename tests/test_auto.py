@@ -168,6 +168,30 @@ def test_after_a_decision_no_step_waits_for_the_other_ranks():
     assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
 
 
+def test_without_the_slowdown_check_the_samples_are_reduced_once_per_check():
+    """With slowdown=None nothing reads the reduced samples between the periodic checks: a
+    settled chooser launches one reduction per `check_every` iterations, at the step before
+    each check, holding the samples the per-iteration reductions held (those of every
+    iteration since the last check's), so it takes the same decisions at the same checks.
+    (slowdown=1e9: a slowdown check that never fires, as the reference: one per step.)"""
+    runs = {}
+    for slowdown in (None, 1e9):
+        ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5,
+                                                             slowdown=slowdown)
+        changed = []
+        feed(ch, [7], alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
+        for i in range(8, 28):
+            if ch.step(i, reduce, launch):
+                changed.append(i)
+            feed(ch, [i], alpha=20e-6, x=1e-8 if i < 11 else 1e-11, codec=CODEC, nbytes=NBYTES)
+        assert not blocking
+        runs[slowdown] = (changed, ch.decisions, ch.x, ch.codec, [len(v) for v in launched])
+    assert runs[None][0] == runs[1e9][0] == [17]  # the faster link, seen at the same check
+    assert runs[None][1:4] == runs[1e9][1:4]  # the same decisions, fit and codec table
+    # checks at 12, 17, 22, 27: launched at 11 (iterations 7-10), 16, 21 and 26 (five each)
+    assert runs[None][4] == [4, 5, 5, 5] and runs[1e9][4] == [1] * 20
+
+
 def test_a_codec_time_moves_a_decision_only_when_two_checks_saw_it_move():
     """The chosen candidate's codec 1 s slower for one check's window (a busy machine) leaves
     the decision alone: priced at once it would send the bucket to the uncompressed

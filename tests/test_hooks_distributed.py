@@ -88,8 +88,24 @@ def test_auto_reacts_to_a_slowdown_within_two_iterations_on_every_rank(runs):
                      if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
     assert len(turns) == 8 and all(turns.count(m) == 2 for m in turns)
     # the hook's last step (19) launched the agreement on 18's samples, not waited for
-    assert on["launched"] == other["launched"] == 18
+    assert on["launched"] == other["launched"] == [18]
     assert same(on["params"], other["params"])
+
+
+def test_a_settled_auto_adds_one_small_all_reduce_per_iteration_or_one_per_check(runs):
+    """Once settled on top-k, auto encodes and all-gathers each bucket as the fixed top-k
+    hook does; beside that it issues one all-reduce per iteration (not per bucket: the
+    samples its slowdown check reads), and with slowdown=None one per `check_every` (4)
+    iterations, before each drift check (iterations 4-11: launched at 6 and 10)."""
+    for rank in (0, 1):
+        steady = runs[rank]["steady"]
+        fixed, auto, periodic = steady["fixed"], steady["auto"], steady["auto_no_slowdown"]
+        assert fixed["buckets"] == auto["buckets"] == periodic["buckets"] == 2
+        assert fixed["methods"] == auto["methods"] == periodic["methods"] == ["topk"]
+        assert auto["decided_at"] == periodic["decided_at"] == 3
+        assert fixed["collectives"] == {"c10d::allgather_": 2.0}
+        assert auto["collectives"] == {"c10d::allgather_": 2.0, "c10d::allreduce_": 1.0}
+        assert periodic["collectives"] == {"c10d::allgather_": 2.0, "c10d::allreduce_": 0.25}
 
 
 def test_none_equals_ddp_without_hook_bit_for_bit(runs):

@@ -48,7 +48,11 @@ its collectives, so every rank issues the reduction at the same place in its ord
 collectives, whatever else the program runs on the group (on the CPU and on CUDA alike).
 Launching it as the iteration's last bucket finished instead (acting from i + 1) cost 2-3 ms
 more per iteration, about 3% of an iteration, on the 2-worker testbed at 1 Gbit/s
-(interleaved runs, each in fresh processes).
+(interleaved runs, each in fresh processes). That reduction is the one collective a settled
+`auto` adds to those of its chosen candidates, once per iteration (not per bucket), for the
+slowdown check: with `slowdown=None` the samples are read only at the periodic checks, so
+they are launched together at the step before each check (the same samples, the same
+decisions: one all-reduce per `check_every` iterations).
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
@@ -111,7 +115,7 @@ class Chooser:
     samples: list[Sample] = field(default_factory=list)  # measured, not yet reduced
     explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
     window: list[Sample] = field(default_factory=list)  # reduced since the last check
-    pending: tuple | None = None  # a launched reduction: (iteration, buckets, wait)
+    pending: tuple | None = None  # a launched reduction: (iterations, buckets, wait)
 
     @property
     def first(self) -> int:
@@ -285,33 +289,52 @@ class Chooser:
                 points.append((steps, per_byte * s.nbytes, s.comm_s))
         return points
 
-    def _start(self, iteration: int, launch: Launch) -> tuple:
-        """(iteration, buckets, wait): the reduction of `iteration`'s samples of the decided
-        buckets (a bucket a rank did not measure: no evidence), started by `launch`; the
-        samples up to `iteration` leave `samples`."""
-        buckets = sorted(self.decisions)
-        last = {s.bucket: s for s in self.samples if s.iteration == iteration}
-        self.samples = [s for s in self.samples if s.iteration > iteration]
-        rows = [[last[b].codec_s, -last[b].comm_s, -float(last[b].idle_link),
-                 float(last[b].candidate), float(last[b].nbytes)] if b in last
-                else [-math.inf, -math.inf, 0.0, -1.0, 0.0] for b in buckets]
-        return iteration, buckets, launch(
-            torch.tensor(rows, dtype=torch.float64).reshape(len(buckets), 5))
+    def _start(self, first: int, last: int, launch: Launch) -> tuple:
+        """(iterations, buckets, wait): the reduction of the samples of iterations `first` to
+        `last` of the decided buckets (a bucket a rank did not measure in an iteration: no
+        evidence), started by `launch`; the samples up to `last` leave `samples`."""
+        iterations, buckets = list(range(first, last + 1)), sorted(self.decisions)
+        kept = {(s.iteration, s.bucket): s for s in self.samples if s.iteration >= first}
+        self.samples = [s for s in self.samples if s.iteration > last]
+        rows = []
+        for key in ((i, b) for i in iterations for b in buckets):
+            s = kept.get(key)
+            rows.append([s.codec_s, -s.comm_s, -float(s.idle_link), float(s.candidate),
+                         float(s.nbytes)] if s is not None
+                        else [-math.inf, -math.inf, 0.0, -1.0, 0.0])
+        return iterations, buckets, launch(
+            torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 5))
 
     def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
-        """The reduced samples of the latest iteration whose reduction is ready: with
+        """The reduced samples of the latest iterations whose reduction is ready: with
         `launch`, iteration - 1's are launched now and those launched at the last step
-        (iteration - 2) are read; without, iteration - 1's are reduced now."""
+        (iteration - 2's) are read; without, iteration - 1's are reduced now. With `launch`
+        and no slowdown check, nothing reads the samples between the periodic checks: they
+        are launched together, at the step before a check (`_batch`), read at the check."""
         if launch is None:
-            ready = self._start(iteration - 1, lambda rows: lambda: reduce(rows))
+            ready = self._start(iteration - 1, iteration - 1, lambda rows: lambda: reduce(rows))
         else:
-            ready, self.pending = self.pending, self._start(iteration - 1, launch)
+            batch = self._batch(iteration)
+            ready = self.pending
+            self.pending = None if batch is None else self._start(*batch, launch)
             if ready is None:
                 return []
-        since, checked, wait = ready
-        return [Sample(since, b, int(candidate), codec, -minus_comm, nbytes, minus_idle == -1)
-                for b, (codec, minus_comm, minus_idle, candidate, nbytes)
-                in zip(checked, wait().tolist()) if candidate >= 0]
+        iterations, checked, wait = ready
+        keys = [(i, b) for i in iterations for b in checked]
+        return [Sample(i, b, int(candidate), codec, -minus_comm, nbytes, minus_idle == -1)
+                for (i, b), (codec, minus_comm, minus_idle, candidate, nbytes)
+                in zip(keys, wait().tolist()) if candidate >= 0]
+
+    def _batch(self, iteration: int) -> tuple[int, int] | None:
+        """(first, last): the iterations whose samples the step at `iteration` launches:
+        iteration - 1's at every step while the slowdown check reads them; without it, at
+        the step before a periodic check, every iteration the check's window would have had
+        from a launch at every step (the same samples, the same decisions), else none."""
+        if self.slowdown is not None:
+            return iteration - 1, iteration - 1
+        if (iteration + 1 - self.decided_at) % self.check_every:
+            return None
+        return max(self.decided_at, iteration - self.check_every), iteration - 1
 
     def _over(self, samples: list[Sample]) -> bool:
         """Whether a bucket whose link was idle on every rank took over `slowdown` times the

@@ -104,7 +104,8 @@ class AutoRoute(Route):
         check two iterations later, when the ranks have agreed on it, the bandwidth refitted
         from that iteration on (None: only the periodic checks). After a decision the
         samples are reduced every iteration (one small all-reduce, launched at the next
-        iteration's first bucket and read an iteration later: `choice`).
+        iteration's first bucket and read an iteration later: `choice`); with None, once
+        per `check_every` iterations, before each check (the same decisions).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     start_iter: the hook state's (the first iteration that explores).
