@@ -126,6 +126,41 @@ def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick()
                           "topk (recommended)"]
 
 
+def band_of(ax, method):
+    """The (x, y) vertices of the interval band labelled for `method`, or None."""
+    bands = [c for c in ax.collections if c.get_label() == f"{method}: interval"]
+    assert len(bands) <= 1
+    return None if not bands else bands[0].get_paths()[0].vertices
+
+
+def test_speedup_plot_draws_the_intervals_of_the_baselines_and_the_pick():
+    # The sweep the report writes: each point with the interval the ranking gives it there.
+    v100 = cost_table("v100")
+    net = dict(workers=8, bandwidth="10gbit", latency_s=0.0, efficiency=1.0, tiers={})
+    methods = ["none", "fp16", "topk", "qsgd", "signsgd"]
+    curves = weighed.sweep("resnet50", net, v100, evidence_of(v100), methods,
+                           bandwidths=[1e9, 10e9, 100e9])
+    assert len(curves) == 15 and set(weighed.INTERVALS) <= set(curves)
+    at = curves[curves["bandwidth_bps"] == 1e9].set_index("method")
+    ranked = weighed.ranking("resnet50", {**net, "bandwidth": 1e9}, v100, evidence_of(v100),
+                             methods).set_index("method")
+    for column in ("speedup", "speedup_low", "speedup_high", "vs_16bit_low"):
+        assert np.allclose(at[column], ranked.loc[at.index, column]), column
+    assert (curves["speedup_low"] <= curves["speedup"] * (1 + 1e-12)).all()
+    assert (curves["speedup"] <= curves["speedup_high"] * (1 + 1e-12)).all()
+    assert (at.loc[["fp16", "topk"], "speedup_low"] < at.loc[["fp16", "topk"],
+                                                              "speedup_high"]).all()
+    ax = plots.speedup_vs_bandwidth(curves.assign(costs="v100"), None, scenario_bps=10e9,
+                                    recommended="topk").axes[0]
+    for method in ("fp16", "topk"):  # a band from its low to its high at every bandwidth
+        rows = curves[curves["method"] == method]
+        vertices = {(round(x, 6), round(y, 9)) for x, y in band_of(ax, method)}
+        for x, lo, hi in zip(rows["bandwidth_bps"] / 1e9, rows["speedup_low"],
+                             rows["speedup_high"]):
+            assert {(round(x, 6), round(lo, 9)), (round(x, 6), round(hi, 9))} <= vertices
+    assert all(band_of(ax, m) is None for m in ("qsgd", "signsgd"))  # muted: no band
+
+
 def test_collective_plot_draws_every_fit_it_promises():
     # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
     # 0, bandwidth infinite), still a fit to draw.
@@ -215,6 +250,10 @@ def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path
     assert np.allclose(check["measured"], [0.002, 0.004, 0.006, 0.008])
     assert np.allclose(check["rel_error"], check["predicted"] / check["measured"] - 1)
     assert f"max |e| {check['rel_error'].abs().max():.1%}" in text
+    curves = pd.read_csv(folder / "speedup_sweep.csv")  # each point with its interval
+    assert curves[["speedup_low", "speedup_high"]].notna().all().all()
+    assert (curves["speedup_low"] <= curves["speedup"] * (1 + 1e-9)).all()
+    assert (curves["speedup"] <= curves["speedup_high"] * (1 + 1e-9)).all()
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert len(links) == 5
     for link in links:

@@ -166,14 +166,14 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable
     return lines, ranking
 
 
-def _whatif(out: Path, profile, net: dict, bucketing, methods,
-            table: CostTable, best: str | None, device: str) -> list[str]:
+def _whatif(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
+            evidence: Evidence, best: str | None, device: str) -> list[str]:
     methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
                if table.priced(m) and not unsupported(m, device)]
     common = dict(bucketing=bucketing, latency_s=net["latency_s"],
                   efficiency=net["efficiency"], tiers=net["tiers"])
-    curves = sweep(profile, workers=net["workers"], methods=methods, costs=table.costs,
-                   **common).assign(costs=table.name)
+    curves = weighed.sweep(profile, net, table, evidence, methods, device,
+                           bucketing).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
     plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png",
                                scenario_bps=net["bandwidth"], recommended=best)
@@ -185,7 +185,9 @@ def _whatif(out: Path, profile, net: dict, bucketing, methods,
     plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
     return ["## What if", "",
             f"Modelled speedup over fp32 DDP for every priced method, 1-400 Gbit/s, codec "
-            f"costs {table.label} (`speedup_vs_bandwidth.png`, `speedup_sweep.csv`):", "",
+            f"costs {table.label}, each with its interval as the ranking weighs it (columns "
+            "`speedup_low` / `speedup_high`, drawn as a band for the baselines and the "
+            "recommendation; `speedup_vs_bandwidth.png`, `speedup_sweep.csv`):", "",
             "![speedup vs bandwidth](speedup_vs_bandwidth.png)", "",
             "Scaling factor over bandwidth x workers, fp32 DDP"
             + (f" and the recommended method's {best}" if best and best != "none" else "")
@@ -385,7 +387,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
              "## Verdict", "", verdict, "", *ranking_lines]
-    lines += _whatif(out, profile, net, bucketing, methods, table, best_method, device)
+    lines += _whatif(out, profile, net, bucketing, methods, table, evidence, best_method,
+                     device)
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
