@@ -161,6 +161,20 @@ def test_speedup_plot_draws_the_intervals_of_the_baselines_and_the_pick():
     assert all(band_of(ax, m) is None for m in ("qsgd", "signsgd"))  # muted: no band
 
 
+def test_scaling_heatmap_outlines_the_scenarios_cell():
+    heat = sweep("resnet50", [1e9, 10e9, 100e9], [2, 8], ["none", "fp16"])
+    fig = plots.scaling_heatmap(heat, None, scenario=(8, 10e9))
+    panels = [ax for ax in fig.axes if ax.get_xlabel()]  # not the colour bars
+    assert len(panels) == 2 and "red outline: the scenario" in fig.get_suptitle()
+    for ax in panels:  # rows: 2, 8 workers; columns: 1, 10, 100 Gbit/s
+        [cell] = [p for p in ax.patches if p.get_label() == plots.SCENARIO]
+        assert (cell.get_x(), cell.get_y(), cell.get_width(), cell.get_height()) == (1, 1, 1, 1)
+        assert [t.get_text() for t in ax.get_xticklabels()][1] == "10"
+    elsewhere = plots.scaling_heatmap(heat, None, scenario=(16, 10e9))  # not on the grid
+    assert not any(p.get_label() == plots.SCENARIO for ax in elsewhere.axes for p in ax.patches)
+    assert "outline" not in elsewhere.get_suptitle()
+
+
 def test_collective_plot_draws_every_fit_it_promises():
     # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
     # 0, bandwidth infinite), still a fit to draw.

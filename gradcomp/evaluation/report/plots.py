@@ -9,7 +9,8 @@ matplotlib state.
   scenario's bandwidth marked;
 * `codec_costs`: measured encode and decode time vs tensor size, with the fitted a + b*n;
 * `collective_times`: measured collective time vs payload, with the fitted alpha-beta cost;
-* `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method;
+* `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method,
+  the scenario's cell outlined;
 * `predicted_vs_measured`: the model's iteration time against the measured one, per method.
 * `validation_sweep`: measured and predicted iteration time vs link rate (`validate`).
 * `block_sparse_sweep`: block-sparse all-reduce time vs block density, measured and predicted.
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
 from ..model.fit import fit_problem
@@ -201,14 +203,22 @@ def _fitted_seconds(fit, collective: str, workers: int, grid) -> list[float]:
 
 
 @styled
-def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
+def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
+                    scenario: tuple[int, float] | None = None):
     """Scaling factor t_single / t_iter over bandwidth x workers, one panel per method (e.g.
-    `none` and one other), from `whatif.sweep` rows."""
+    `none` and one other), from `whatif.sweep` rows; the `scenario`'s cell (workers,
+    bandwidth in bit/s), where the grid has it, outlined (a patch labelled `SCENARIO`)."""
     methods = list(dict.fromkeys(sweep["method"]))
     fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
+    marked = False
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
+        if scenario is not None and scenario[0] in grid.index and scenario[1] in grid.columns:
+            marked = True
+            ax.add_patch(Rectangle((grid.columns.get_loc(scenario[1]),
+                                    grid.index.get_loc(scenario[0])), 1, 1, fill=False,
+                                   edgecolor="red", linewidth=3, zorder=5, label=SCENARIO))
         grid.columns = [f"{b / 1e9:g}" for b in grid.columns]
         sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f",
                     annot_kws={"fontsize": 8}, cbar_kws={"label": "scaling factor"})
@@ -219,7 +229,8 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing"
-                 + (f", codec costs {row['costs']}" if "costs" in sweep else ""))
+                 + (f", codec costs {row['costs']}" if "costs" in sweep else "")
+                 + ("; red outline: the scenario" if marked else ""))
     return save(fig, path)
 
 

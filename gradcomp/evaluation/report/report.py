@@ -182,7 +182,8 @@ def _whatif(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
     heat = sweep(profile, HEAT_BANDWIDTHS, [w for w in HEAT_WORKERS if w % per_node == 0],
                  shown, costs=table.costs, **common).assign(costs=table.name)
     _save_csv(heat, out / "scaling_sweep.csv")
-    plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
+    plots.scaling_heatmap(heat, out / "scaling_heatmap.png",
+                          scenario=(net["workers"], net["bandwidth"]))
     return ["## What if", "",
             f"Modelled speedup over fp32 DDP for every priced method, 1-400 Gbit/s, codec "
             f"costs {table.label}, each with its interval as the ranking weighs it (columns "
@@ -191,7 +192,8 @@ def _whatif(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
             "![speedup vs bandwidth](speedup_vs_bandwidth.png)", "",
             "Scaling factor over bandwidth x workers, fp32 DDP"
             + (f" and the recommended method's {best}" if best and best != "none" else "")
-            + " (`scaling_sweep.csv`):", "", "![scaling factor](scaling_heatmap.png)", ""]
+            + " (`scaling_sweep.csv`; the scenario's cell outlined in red where the grid "
+            "has it):", "", "![scaling factor](scaling_heatmap.png)", ""]
 
 
 def _fit_table(fits: dict, order) -> str:
