@@ -210,6 +210,23 @@ def test_convergence_curves_are_drawn_against_the_tasks_own_iterations():
                 assert list(line.get_xdata()) == [0, 10, 20, 30, 40]
 
 
+def test_convergence_curves_emphasise_the_baselines_and_the_pick():
+    curve = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iteration": i, "task": "cnn",
+         "metric": "accuracy", "target": 0.9, "test_loss": k / (i + 1), "test_accuracy": 0.5,
+         "seed": 0} for k, m in enumerate(("none", "fp16", "topk", "qsgd"), 1)
+        for ef in (False, True) for i in range(0, 50, 10)])
+    fig = converge_plots.convergence_curves(curve, None, recommended="topk +EF")
+    for ax, loud in ((fig.axes[0], {"none", "fp16"}), (fig.axes[1], {"none", "fp16", "topk"})):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        quiet = [lines[m] for m in lines if m not in loud]
+        assert quiet and all(q.get_alpha() < 0.5 for q in quiet)  # qsgd; topk without EF
+        for method in loud & set(lines):
+            assert lines[method].get_alpha() in (None, 1.0)
+            assert lines[method].get_linewidth() > max(q.get_linewidth() for q in quiet)
+            assert lines[method].get_zorder() > max(q.get_zorder() for q in quiet)
+
+
 def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path):
     source, report = reported
     assert report.folder == source and report.path == source / "report.md"
