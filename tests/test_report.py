@@ -175,6 +175,18 @@ def test_scaling_heatmap_outlines_the_scenarios_cell():
     assert "outline" not in elsewhere.get_suptitle()
 
 
+def test_iterations_to_target_names_the_baselines_and_the_pick_in_bold():
+    tta = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iterations_to_target": 30.0,
+         "iterations_min": 20.0, "iterations_max": 40.0, "max_iters": 100, "task": "cnn",
+         "metric": "accuracy", "target": 0.9}
+        for m in ("none", "fp16", "topk", "qsgd") for ef in (False, True)])
+    ax = converge_plots.iterations_to_target(tta, None, recommended="topk +EF").axes[0]
+    weights = {t.get_text(): t.get_fontweight() for t in ax.get_yticklabels()}
+    assert weights == {"fp16": "bold", "none": "bold", "qsgd": "normal",
+                       "topk (recommended with +EF)": "bold"}
+
+
 def test_collective_plot_draws_every_fit_it_promises():
     # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
     # 0, bandwidth infinite), still a fit to draw.

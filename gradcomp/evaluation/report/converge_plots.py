@@ -8,7 +8,8 @@ written atomically, returning the path):
   and opaque, widened (`style.halo_widths`) so that none hides another, the rest thin and
   faint;
 * `iterations_to_target`: iterations each method needed without and with error feedback,
-  methods that did not reach the target marked.
+  methods that did not reach the target marked, the baselines and the recommendation named
+  in bold.
 """
 from __future__ import annotations
 
@@ -78,10 +79,12 @@ def convergence_curves(curve: pd.DataFrame, path, size=(13, 8), title=None, *,
 
 
 @styled
-def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None):
+def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None, *,
+                         recommended: str | None = None):
     """Bars: iterations to target per method (median over seeds, whiskers min-max), without
     and with error feedback; a variant that did not reach the target on every seed is drawn
-    as a hatched bar at the budget, labelled "not reached"."""
+    as a hatched bar at the budget, labelled "not reached". The `BASELINES` and the
+    `recommended` variant's method (named so) in bold."""
     table = _with_labels(tta)
     cases = list(dict.fromkeys(table.sort_values(["method", "options"], kind="stable")["case"]))
     fig, axes = figure(size)
@@ -103,7 +106,12 @@ def iterations_to_target(tta: pd.DataFrame, path, size=(10, 7), title=None):
         for i in np.flatnonzero(missing):
             ax.annotate("not reached", (budget, i + offset), xytext=(3, 0),
                         textcoords="offset points", va="center", fontsize="x-small")
-    ax.set_yticks(y, cases)
+    pick = None if recommended is None else recommended.removesuffix(" +EF")
+    named = f" (recommended{' with +EF' if recommended != pick else ''})"
+    ax.set_yticks(y, [c + (named if c == pick else "") for c in cases])
+    for case, label in zip(cases, ax.get_yticklabels()):
+        if case in BASELINES or case == pick:
+            label.set_fontweight("bold")
     ax.invert_yaxis()
     ax.margins(x=0.15)
     ax.set_xlabel("iterations to target (median over seeds; whiskers: min-max)")

@@ -90,9 +90,11 @@ def convergence_section(out, profile, net: dict, table: CostTable, evidence: Evi
                                               .drop_duplicates(), on=["task", "metric",
                                                                       "target"])
     pick = choose(tta, table, device or load_profile(profile).device).row
+    recommended = None if pick is None else pick["variant"]
     converge_plots.convergence_curves(curve, out / "convergence_iterations.png",
-                                      recommended=None if pick is None else pick["variant"])
-    converge_plots.iterations_to_target(tta, out / "iterations_to_target.png")
+                                      recommended=recommended)
+    converge_plots.iterations_to_target(tta, out / "iterations_to_target.png",
+                                        recommended=recommended)
     first, row, shown = tta.iloc[0], chosen.iloc[0], with_intervals(tta)
     seeds = sorted(chosen["seed"].unique())
     missed = unreached(tta)

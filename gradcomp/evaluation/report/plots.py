@@ -95,7 +95,8 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
                 for m in order], [_legend_name(m, recommended) for m in order],
                loc="outside right upper", fontsize="small",
                title="method (model)\nwide: baselines and\nthe recommendation"
-                     + ("\nband: its interval" if banded else ""))
+                     + ("\nband: its interval\n(hidden by the line\nwhere narrower)"
+                        if banded else ""))
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled speedup vs bandwidth: {row['profile']}, {row['workers']} "
                           f"workers, {row['bucketing']} bucketing", x=0.02, ha="left")
