@@ -126,6 +126,67 @@ def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick()
                           "topk (recommended)"]
 
 
+def band_of(ax, method):
+    """The (x, y) vertices of the interval band labelled for `method`, or None."""
+    bands = [c for c in ax.collections if c.get_label() == f"{method}: interval"]
+    assert len(bands) <= 1
+    return None if not bands else bands[0].get_paths()[0].vertices
+
+
+def test_speedup_plot_draws_the_intervals_of_the_baselines_and_the_pick():
+    # The sweep the report writes: each point with the interval the ranking gives it there.
+    v100 = cost_table("v100")
+    net = dict(workers=8, bandwidth="10gbit", latency_s=0.0, efficiency=1.0, tiers={})
+    methods = ["none", "fp16", "topk", "qsgd", "signsgd"]
+    curves = weighed.sweep("resnet50", net, v100, evidence_of(v100), methods,
+                           bandwidths=[1e9, 10e9, 100e9])
+    assert len(curves) == 15 and set(weighed.INTERVALS) <= set(curves)
+    at = curves[curves["bandwidth_bps"] == 1e9].set_index("method")
+    ranked = weighed.ranking("resnet50", {**net, "bandwidth": 1e9}, v100, evidence_of(v100),
+                             methods).set_index("method")
+    for column in ("speedup", "speedup_low", "speedup_high", "vs_16bit_low"):
+        assert np.allclose(at[column], ranked.loc[at.index, column]), column
+    assert (curves["speedup_low"] <= curves["speedup"] * (1 + 1e-12)).all()
+    assert (curves["speedup"] <= curves["speedup_high"] * (1 + 1e-12)).all()
+    assert (at.loc[["fp16", "topk"], "speedup_low"] < at.loc[["fp16", "topk"],
+                                                              "speedup_high"]).all()
+    ax = plots.speedup_vs_bandwidth(curves.assign(costs="v100"), None, scenario_bps=10e9,
+                                    recommended="topk").axes[0]
+    for method in ("fp16", "topk"):  # a band from its low to its high at every bandwidth
+        rows = curves[curves["method"] == method]
+        vertices = {(round(x, 6), round(y, 9)) for x, y in band_of(ax, method)}
+        for x, lo, hi in zip(rows["bandwidth_bps"] / 1e9, rows["speedup_low"],
+                             rows["speedup_high"]):
+            assert {(round(x, 6), round(lo, 9)), (round(x, 6), round(hi, 9))} <= vertices
+    assert all(band_of(ax, m) is None for m in ("qsgd", "signsgd"))  # muted: no band
+
+
+def test_scaling_heatmap_outlines_the_scenarios_cell():
+    heat = sweep("resnet50", [1e9, 10e9, 100e9], [2, 8], ["none", "fp16"])
+    fig = plots.scaling_heatmap(heat, None, scenario=(8, 10e9))
+    panels = [ax for ax in fig.axes if ax.get_xlabel()]  # not the colour bars
+    assert len(panels) == 2 and "red outline: the scenario" in fig.get_suptitle()
+    for ax in panels:  # rows: 2, 8 workers; columns: 1, 10, 100 Gbit/s
+        [cell] = [p for p in ax.patches if p.get_label() == plots.SCENARIO]
+        assert (cell.get_x(), cell.get_y(), cell.get_width(), cell.get_height()) == (1, 1, 1, 1)
+        assert [t.get_text() for t in ax.get_xticklabels()][1] == "10"
+    elsewhere = plots.scaling_heatmap(heat, None, scenario=(16, 10e9))  # not on the grid
+    assert not any(p.get_label() == plots.SCENARIO for ax in elsewhere.axes for p in ax.patches)
+    assert "outline" not in elsewhere.get_suptitle()
+
+
+def test_iterations_to_target_names_the_baselines_and_the_pick_in_bold():
+    tta = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iterations_to_target": 30.0,
+         "iterations_min": 20.0, "iterations_max": 40.0, "max_iters": 100, "task": "cnn",
+         "metric": "accuracy", "target": 0.9}
+        for m in ("none", "fp16", "topk", "qsgd") for ef in (False, True)])
+    ax = converge_plots.iterations_to_target(tta, None, recommended="topk +EF").axes[0]
+    weights = {t.get_text(): t.get_fontweight() for t in ax.get_yticklabels()}
+    assert weights == {"fp16": "bold", "none": "bold", "qsgd": "normal",
+                       "topk (recommended with +EF)": "bold"}
+
+
 def test_collective_plot_draws_every_fit_it_promises():
     # Broadcast times that do not grow over these payloads: a fit of latency alone (slope
     # 0, bandwidth infinite), still a fit to draw.
@@ -159,6 +220,23 @@ def test_convergence_curves_are_drawn_against_the_tasks_own_iterations():
         for line in ax.get_lines():
             if line.get_label() in ("none", "topk"):
                 assert list(line.get_xdata()) == [0, 10, 20, 30, 40]
+
+
+def test_convergence_curves_emphasise_the_baselines_and_the_pick():
+    curve = pd.DataFrame([
+        {"method": m, "options": "{}", "error_feedback": ef, "iteration": i, "task": "cnn",
+         "metric": "accuracy", "target": 0.9, "test_loss": k / (i + 1), "test_accuracy": 0.5,
+         "seed": 0} for k, m in enumerate(("none", "fp16", "topk", "qsgd"), 1)
+        for ef in (False, True) for i in range(0, 50, 10)])
+    fig = converge_plots.convergence_curves(curve, None, recommended="topk +EF")
+    for ax, loud in ((fig.axes[0], {"none", "fp16"}), (fig.axes[1], {"none", "fp16", "topk"})):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        quiet = [lines[m] for m in lines if m not in loud]
+        assert quiet and all(q.get_alpha() < 0.5 for q in quiet)  # qsgd; topk without EF
+        for method in loud & set(lines):
+            assert lines[method].get_alpha() in (None, 1.0)
+            assert lines[method].get_linewidth() > max(q.get_linewidth() for q in quiet)
+            assert lines[method].get_zorder() > max(q.get_zorder() for q in quiet)
 
 
 def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path):
@@ -215,6 +293,10 @@ def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path
     assert np.allclose(check["measured"], [0.002, 0.004, 0.006, 0.008])
     assert np.allclose(check["rel_error"], check["predicted"] / check["measured"] - 1)
     assert f"max |e| {check['rel_error'].abs().max():.1%}" in text
+    curves = pd.read_csv(folder / "speedup_sweep.csv")  # each point with its interval
+    assert curves[["speedup_low", "speedup_high"]].notna().all().all()
+    assert (curves["speedup_low"] <= curves["speedup"] * (1 + 1e-9)).all()
+    assert (curves["speedup"] <= curves["speedup_high"] * (1 + 1e-9)).all()
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert len(links) == 5
     for link in links:

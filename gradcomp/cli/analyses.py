@@ -158,15 +158,13 @@ def _whatif(args) -> None:
     fitted = None if costs is None else costs.costs
     note = resolve(args.method, fitted).costs_note if codecs else ""
     evidence = evidence_of(costs) if codecs else None
-    if args.sweep:
-        frame = sweep(args.profile, workers=workers, methods=[args.method],
-                      ratios=[args.compression] if args.compression else (), costs=fitted,
-                      **common)
-        if codecs:  # each bandwidth's speedups with their intervals, as for one bandwidth
-            bounds = [_weighed_whatif(args, costs, evidence, {**net, "workers": workers,
-                                                              "bandwidth": bw}, method)[0]
-                      for bw, method in zip(frame["bandwidth_bps"], frame["method"])]
-            frame = frame.assign(**{c: [b[c] for b in bounds] for c in bounds[0]})
+    if args.sweep:  # with codecs, each bandwidth's speedups with their intervals
+        frame = (weighed.sweep(args.profile, {**net, "workers": workers}, costs, evidence,
+                               [args.method], question_device(args), args.bucketing)
+                 if codecs else
+                 sweep(args.profile, workers=workers, methods=[args.method],
+                       ratios=[args.compression] if args.compression else (), costs=fitted,
+                       **common))
         emit(args, frame.to_dict("records"),
              table(with_intervals(frame), ["workers", "bandwidth_bps", "method", "ratio",
                                            "t_iter_s", "sf", "speedup",
@@ -232,9 +230,8 @@ def _weighed_row(ranking, method: str) -> tuple[dict, dict]:
     the interval fields whatif adds to its answer (the time's, each speedup's, the codec
     spread), and its speedups written with their intervals (`with_intervals`)."""
     mine = ranking[ranking["method"] == method]
-    fields = ["t_iter_low_s", "t_iter_high_s", "speedup_low", "speedup_high", "vs_16bit",
-              "vs_16bit_low", "vs_16bit_high", "codec_spread"]
-    return mine.iloc[0][fields].to_dict(), with_intervals(mine).iloc[0].to_dict()
+    return (mine.iloc[0][list(weighed.INTERVALS)].to_dict(),
+            with_intervals(mine).iloc[0].to_dict())
 
 
 def _runnable(method: str, device: str) -> None:

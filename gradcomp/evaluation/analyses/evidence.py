@@ -174,14 +174,14 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
     table = ask(costs, net).reset_index(drop=True)
     key = ["variant"] if "variant" in table else \
         ["method", "algorithm"] if "algorithm" in table else ["method"]
-    index = pd.MultiIndex.from_frame(table[key])
+    rows = list(zip(*(table[k] for k in key)))
     lows, highs = [], []
     for factor in _factors(evidence):
         at = net if factor == 1 else {**net, "bandwidth": bandwidth_bps(net) * factor}
         for sign, out in ((-1, lows), (1, highs)):
             other = ask(_scaled(costs, evidence, sign), at)
-            times = other.set_index(pd.MultiIndex.from_frame(other[key]))["t_iter_s"]
-            out.append(times.reindex(index).to_numpy(float))
+            times = dict(zip(zip(*(other[k] for k in key)), other["t_iter_s"]))
+            out.append(np.array([times.get(row, math.nan) for row in rows], float))
     tta = "iterations_min" in table
     few = table["iterations_min"].to_numpy(float) if tta else 1.0
     many = table["iterations_max"].to_numpy(float) if tta else 1.0
@@ -190,17 +190,20 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
     table[f"{time}_low_s"], table[f"{time}_high_s"] = lows.min(axis=0), highs.max(axis=0)
     point = table[f"{time}_s"].to_numpy(float)
     table["vs_16bit"] = math.nan
+    unknown = np.full(len(table), math.nan)
     for column, method in SPEEDUPS.items():
         if column not in table:
             continue
         b = _baseline(table, method or half, algorithm)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if column == "vs_16bit" and b is not None:
-                table[column] = point[b] / point
-            table[f"{column}_low"] = math.nan if b is None else (lows[:, [b]] / highs).min(0)
-            table[f"{column}_high"] = math.nan if b is None else (highs[:, [b]] / lows).max(0)
+        value = table[column].to_numpy(float).copy()
+        low, high = unknown.copy(), unknown.copy()
         if b is not None:
-            table.loc[b, [column, f"{column}_low", f"{column}_high"]] = 1.0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                if column == "vs_16bit":
+                    value = point[b] / point
+                low, high = (lows[:, [b]] / highs).min(0), (highs[:, [b]] / lows).max(0)
+            value[b] = low[b] = high[b] = 1.0  # the baseline against itself
+        table[column], table[f"{column}_low"], table[f"{column}_high"] = value, low, high
     names = table["variant"] if "variant" in table else table["method"]
     table["codec_spread"] = [0.0 if n == "none" else evidence.spread(n) for n in names]
     return table

@@ -3,7 +3,8 @@
 `time_to_accuracy` table with the intervals of `evidence.weigh`, and where, within 2x of the
 question's workers and bandwidth, the recommendation flips (`evidence.flips`, the
 recommendation of `recommend.best_safe` or `recommend.choose` at each point searched), and
-where a `whatif` answer (a method faster than none) does.
+where a `whatif` answer (a method faster than none) does; the `whatif` bandwidth sweep with
+each point's interval (`sweep`).
 """
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
 from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
                         priced_ranking, sixteen_bit, unsupported)
+from . import whatif
 from .whatif import scenario
 
 
 #: Points per doubling of the flip search on a topology: each point packs its forest anew
 #: (seconds on a random mesh), so 2 (at 2^0.5 and 2 of the question) rather than `STEPS`.
 TOPOLOGY_STEPS = 2
+#: The interval fields of a weighed row (`evidence.weigh`) that an answer about one method
+#: carries beside its point values: the time's, both speedups', the codec spread behind them.
+INTERVALS = ("t_iter_low_s", "t_iter_high_s", "speedup_low", "speedup_high", "vs_16bit",
+             "vs_16bit_low", "vs_16bit_high", "codec_spread")
 
 
 def _device(profile, device: str | None) -> str:
@@ -45,6 +51,25 @@ def ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=No
 
     return weigh(ask, net, table.costs, evidence, sixteen_bit(device),
                  reference_algorithm(algorithms))
+
+
+def sweep(profile, net: dict, table: CostTable, evidence: Evidence, methods,
+          device: str | None = None, bucketing: str = "ddp", bandwidths=None) -> pd.DataFrame:
+    """`whatif.sweep` of `methods` priced by `table` over `bandwidths` (bit/s; None:
+    `whatif.default_bandwidths`) on `net`'s workers and other network keywords, each row with
+    the `INTERVALS` of its method in the `ranking` weighed at its bandwidth (NaN where that
+    ranking lacks it: not priced); `device` as for `ranking`."""
+    bandwidths = whatif.default_bandwidths() if bandwidths is None else bandwidths
+    rest = {k: v for k, v in net.items() if k not in ("workers", "bandwidth")}
+    points = whatif.sweep(profile, bandwidths, int(net["workers"]), methods, costs=table.costs,
+                          bucketing=bucketing, **rest)
+    bounds = pd.concat([ranking(profile, {**net, "bandwidth": bw}, table, evidence, methods,
+                                device, bucketing).assign(point=i)
+                        for i, bw in enumerate(bandwidths)])
+    per = len(points) // len(bandwidths)  # rows per bandwidth: one per method, in order
+    keyed = points.assign(point=[i // per for i in range(len(points))])
+    return keyed.merge(bounds[["point", "method", *INTERVALS]], how="left",
+                       on=["point", "method"], validate="one_to_one").drop(columns="point")
 
 
 def ranking_flips(profile, net: dict, table: CostTable, device: str | None = None,

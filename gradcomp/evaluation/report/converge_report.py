@@ -13,10 +13,12 @@ import pandas as pd
 
 from ..analyses import weighed
 from ..analyses.evidence import Evidence, with_intervals
+from ..analyses.recommend import choose
 from ..analyses.time_to_accuracy import select, unreached
 from ..benches.converge import CONVERGE, load_curves
 from ..common.store import ResultTable, write_atomic
 from ..model.cost_tables import CostTable
+from ..profiles.profiles import load_profile
 from . import converge_plots
 
 TTA = "time_to_accuracy.csv"
@@ -87,8 +89,12 @@ def convergence_section(out, profile, net: dict, table: CostTable, evidence: Evi
     curve = load_curves(out / CONVERGE).merge(chosen[["task", "metric", "target"]]
                                               .drop_duplicates(), on=["task", "metric",
                                                                       "target"])
-    converge_plots.convergence_curves(curve, out / "convergence_iterations.png")
-    converge_plots.iterations_to_target(tta, out / "iterations_to_target.png")
+    pick = choose(tta, table, device or load_profile(profile).device).row
+    recommended = None if pick is None else pick["variant"]
+    converge_plots.convergence_curves(curve, out / "convergence_iterations.png",
+                                      recommended=recommended)
+    converge_plots.iterations_to_target(tta, out / "iterations_to_target.png",
+                                        recommended=recommended)
     first, row, shown = tta.iloc[0], chosen.iloc[0], with_intervals(tta)
     seeds = sorted(chosen["seed"].unique())
     missed = unreached(tta)

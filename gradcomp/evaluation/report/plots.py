@@ -5,10 +5,12 @@ Drawn on Agg canvases in seaborn's style (`style`), without pyplot or changing g
 matplotlib state.
 
 * `speedup_vs_bandwidth`: modelled speedup of each method over uncompressed, vs bandwidth,
-  the baselines and the recommendation emphasised, the scenario's bandwidth marked;
+  the baselines and the recommendation emphasised with their intervals as bands, the
+  scenario's bandwidth marked;
 * `codec_costs`: measured encode and decode time vs tensor size, with the fitted a + b*n;
 * `collective_times`: measured collective time vs payload, with the fitted alpha-beta cost;
-* `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method;
+* `scaling_heatmap`: modelled scaling factor over bandwidth x workers, one panel per method,
+  the scenario's cell outlined;
 * `predicted_vs_measured`: the model's iteration time against the measured one, per method.
 * `validation_sweep`: measured and predicted iteration time vs link rate (`validate`).
 * `block_sparse_sweep`: block-sparse all-reduce time vs block density, measured and predicted.
@@ -20,6 +22,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
 from ..model.fit import fit_problem
@@ -30,6 +33,7 @@ from .style import figure, halo_widths, legend_handles, line_styles, save, style
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
 BASELINES = ("none", "bf16", "fp16")  # fp32 DDP and the 16-bit all-reduces: drawn wide
 MUTED_ALPHA = 0.35  # the opacity of the methods neither a baseline nor recommended
+BAND_ALPHA = 0.2  # the opacity of an emphasised method's interval band
 SCENARIO = "scenario"  # the label of the vertical line at the scenario's bandwidth
 
 
@@ -39,12 +43,15 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
     """Modelled speedup vs bandwidth (log x, 1-400 Gbit/s) per method from `whatif.sweep`
     rows (one workers value), as lines without markers (a model, not measurements); a panel
     per value of the optional column `costs`. The `BASELINES` and the `recommended` method
-    are drawn wide and opaque, every other method thin and faint; the scenario's bandwidth
-    `scenario_bps` (bit/s) is a vertical line."""
+    are drawn wide and opaque, with their intervals (columns ``speedup_low`` / ``_high``,
+    `weighed.sweep`, where present) as bands of their colour labelled "<method>: interval";
+    every other method thin and faint; the scenario's bandwidth `scenario_bps` (bit/s) is a
+    vertical line."""
     panels = list(dict.fromkeys(sweep["costs"])) if "costs" in sweep else [None]
     methods = list(dict.fromkeys(sweep["method"]))
     styles = line_styles(methods)
     shown = [m for m in methods if m in BASELINES or m == recommended]
+    banded = {"speedup_low", "speedup_high"} <= set(sweep)
     fig, axes = figure(size, len(panels), sharey=True)
     for ax, panel in zip(axes[0], panels):
         rows = sweep if panel is None else sweep[sweep["costs"] == panel]
@@ -56,6 +63,11 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
             ax.plot(line["bandwidth_bps"] / 1e9, line["speedup"], label=method,
                     **_model_line(styles[method], None if width is None else
                                   width + (method == recommended)))
+            if banded and method in shown:
+                ax.fill_between(line["bandwidth_bps"] / 1e9, line["speedup_low"],
+                                line["speedup_high"], color=styles[method]["color"],
+                                alpha=BAND_ALPHA, linewidth=0, zorder=2,
+                                label=f"{method}: interval")
         if scenario_bps is not None:
             ax.axvline(scenario_bps / 1e9, color="black", linestyle=":", linewidth=1.5,
                        label=SCENARIO)
@@ -67,7 +79,8 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         if panel is not None:
             ax.set_title(f"encode/decode costs: {panel}", fontsize="medium")
-    speedups = sweep["speedup"].to_numpy(float)
+    speedups = sweep[["speedup", *(["speedup_low", "speedup_high"] if banded else [])]
+                     ].to_numpy(float)
     lo, hi = np.nanmin(speedups), np.nanmax(speedups)
     if hi / max(lo, 1e-12) > 4:  # spread the curves near 1
         axes[0, 0].set_yscale("log")
@@ -81,7 +94,9 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
                                              if m in shown else None))
                 for m in order], [_legend_name(m, recommended) for m in order],
                loc="outside right upper", fontsize="small",
-               title="method (model)\nwide: baselines and\nthe recommendation")
+               title="method (model)\nwide: baselines and\nthe recommendation"
+                     + ("\nband: its interval\n(hidden by the line\nwhere narrower)"
+                        if banded else ""))
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled speedup vs bandwidth: {row['profile']}, {row['workers']} "
                           f"workers, {row['bucketing']} bucketing", x=0.02, ha="left")
@@ -189,14 +204,22 @@ def _fitted_seconds(fit, collective: str, workers: int, grid) -> list[float]:
 
 
 @styled
-def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
+def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
+                    scenario: tuple[int, float] | None = None):
     """Scaling factor t_single / t_iter over bandwidth x workers, one panel per method (e.g.
-    `none` and one other), from `whatif.sweep` rows."""
+    `none` and one other), from `whatif.sweep` rows; the `scenario`'s cell (workers,
+    bandwidth in bit/s), where the grid has it, outlined (a patch labelled `SCENARIO`)."""
     methods = list(dict.fromkeys(sweep["method"]))
     fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
+    marked = False
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
+        if scenario is not None and scenario[0] in grid.index and scenario[1] in grid.columns:
+            marked = True
+            ax.add_patch(Rectangle((grid.columns.get_loc(scenario[1]),
+                                    grid.index.get_loc(scenario[0])), 1, 1, fill=False,
+                                   edgecolor="red", linewidth=3, zorder=5, label=SCENARIO))
         grid.columns = [f"{b / 1e9:g}" for b in grid.columns]
         sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f",
                     annot_kws={"fontsize": 8}, cbar_kws={"label": "scaling factor"})
@@ -207,7 +230,8 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None):
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing"
-                 + (f", codec costs {row['costs']}" if "costs" in sweep else ""))
+                 + (f", codec costs {row['costs']}" if "costs" in sweep else "")
+                 + ("; red outline: the scenario" if marked else ""))
     return save(fig, path)
 
 

@@ -166,14 +166,14 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable
     return lines, ranking
 
 
-def _whatif(out: Path, profile, net: dict, bucketing, methods,
-            table: CostTable, best: str | None, device: str) -> list[str]:
+def _whatif(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
+            evidence: Evidence, best: str | None, device: str) -> list[str]:
     methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
                if table.priced(m) and not unsupported(m, device)]
     common = dict(bucketing=bucketing, latency_s=net["latency_s"],
                   efficiency=net["efficiency"], tiers=net["tiers"])
-    curves = sweep(profile, workers=net["workers"], methods=methods, costs=table.costs,
-                   **common).assign(costs=table.name)
+    curves = weighed.sweep(profile, net, table, evidence, methods, device,
+                           bucketing).assign(costs=table.name)
     _save_csv(curves, out / SWEEP)
     plots.speedup_vs_bandwidth(curves, out / "speedup_vs_bandwidth.png",
                                scenario_bps=net["bandwidth"], recommended=best)
@@ -182,14 +182,18 @@ def _whatif(out: Path, profile, net: dict, bucketing, methods,
     heat = sweep(profile, HEAT_BANDWIDTHS, [w for w in HEAT_WORKERS if w % per_node == 0],
                  shown, costs=table.costs, **common).assign(costs=table.name)
     _save_csv(heat, out / "scaling_sweep.csv")
-    plots.scaling_heatmap(heat, out / "scaling_heatmap.png")
+    plots.scaling_heatmap(heat, out / "scaling_heatmap.png",
+                          scenario=(net["workers"], net["bandwidth"]))
     return ["## What if", "",
             f"Modelled speedup over fp32 DDP for every priced method, 1-400 Gbit/s, codec "
-            f"costs {table.label} (`speedup_vs_bandwidth.png`, `speedup_sweep.csv`):", "",
+            f"costs {table.label}, each with its interval as the ranking weighs it (columns "
+            "`speedup_low` / `speedup_high`, drawn as a band for the baselines and the "
+            "recommendation; `speedup_vs_bandwidth.png`, `speedup_sweep.csv`):", "",
             "![speedup vs bandwidth](speedup_vs_bandwidth.png)", "",
             "Scaling factor over bandwidth x workers, fp32 DDP"
             + (f" and the recommended method's {best}" if best and best != "none" else "")
-            + " (`scaling_sweep.csv`):", "", "![scaling factor](scaling_heatmap.png)", ""]
+            + " (`scaling_sweep.csv`; the scenario's cell outlined in red where the grid "
+            "has it):", "", "![scaling factor](scaling_heatmap.png)", ""]
 
 
 def _fit_table(fits: dict, order) -> str:
@@ -385,7 +389,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
     lines = ["# gradcomp evaluation report", "",
              f"Results folder `{out}`; all numbers below were computed from its tables.", "",
              "## Verdict", "", verdict, "", *ranking_lines]
-    lines += _whatif(out, profile, net, bucketing, methods, table, best_method, device)
+    lines += _whatif(out, profile, net, bucketing, methods, table, evidence, best_method,
+                     device)
     lines += _codec(out, compress, codec_fits, table)
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
