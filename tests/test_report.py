@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from gradcomp.evaluation.analyses import weighed
 from gradcomp.evaluation.analyses.evidence import evidence_of
@@ -25,7 +25,6 @@ from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
 from gradcomp.evaluation.report import converge_plots, plots
-from gradcomp.evaluation.report.style import LayoutCanvas
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.report.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
                                                write_report)
@@ -103,20 +102,27 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(drawn)  # no temporary files
 
 
-def test_the_heatmap_is_laid_out_not_rendered_before_it_is_saved(tmp_path, monkeypatch):
+def test_the_heatmap_is_laid_out_and_rendered_once_when_saved(tmp_path, monkeypatch):
     # seaborn's heatmap draws the figure to see whether tick labels overlap (here the many
-    # worker counts do: they are turned horizontal); that draw lays it out without rendering,
-    # and the PNG is the one a rendering draw gives.
-    heat = pd.DataFrame([{"method": "none", "workers": w, "bandwidth_bps": b, "sf": 8 / w,
+    # worker counts do: they are turned horizontal); that draw neither lays the figure out
+    # (constrained layout, the costly part) nor renders it: the save does both, once.
+    layouts = []
+    execute = ConstrainedLayoutEngine.execute
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute",
+                        lambda engine, fig: layouts.append(fig) or execute(engine, fig))
+    heat = pd.DataFrame([{"method": m, "workers": w, "bandwidth_bps": b, "sf": 8 / w,
                           "profile": "p", "bucketing": "ddp"}
-                         for w in range(100, 124) for b in (1e9, 1e10)])
-    fig = plots.scaling_heatmap(heat, None, size=(5, 3))
-    assert not np.asarray(fig.canvas.buffer_rgba())[..., 3].any()  # nothing rendered: clear
-    assert {t.get_rotation() for t in fig.axes[0].get_yticklabels()} == {0.0}
-    laid_out = plots.scaling_heatmap(heat, tmp_path / "a.png", size=(5, 3)).read_bytes()
-    monkeypatch.setattr(LayoutCanvas, "draw", FigureCanvasAgg.draw)  # a rendering draw
-    rendered = plots.scaling_heatmap(heat, tmp_path / "b.png", size=(5, 3)).read_bytes()
-    assert laid_out == rendered
+                         for m in ("none", "fp16") for w in range(100, 124) for b in (1e9, 1e10)])
+    fig = plots.scaling_heatmap(heat, None, size=(8, 3))
+    assert not layouts and not np.asarray(fig.canvas.buffer_rgba())[..., 3].any()
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)  # for the save
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 2
+    for ax in panels:
+        assert {t.get_rotation() for t in ax.get_yticklabels()} == {0.0}
+        assert len(ax.texts) == 24 * 2  # every cell annotated
+    path = plots.scaling_heatmap(heat, tmp_path / "heat.png", size=(8, 3))
+    assert len(layouts) == 1 and png_size(path) == (8 * plots.DPI, 3 * plots.DPI)
 
 
 def no_marker(line) -> bool:
