@@ -16,7 +16,8 @@ from gradcomp.comm import wire
 from gradcomp.comm.communicators import Bucket
 from gradcomp.comm.hooks import average
 from gradcomp.comm.ranks import Ranks
-from gradcomp.evaluation.benches.hookpath import (BucketGradient, bench_hook_path,
+from gradcomp.evaluation.benches.hookpath import (EVICT_FACTOR, EVICT_MIN_BYTES,
+                                                  BucketGradient, bench_hook_path, evict,
                                                   hook_communicator, hook_sizes, matrix_shape,
                                                   run_phases, workload_gradient)
 from gradcomp.evaluation.model.fit import hook_costs
@@ -113,6 +114,36 @@ def test_the_bench_times_the_ops_the_hook_runs(one_rank, monkeypatch):
         hook, bench = _hook_ops(method, monkeypatch), _bench_ops(method)
         assert hook or method == "none", method  # one rank: nothing to divide
         assert hook == bench, (method, hook - bench, bench - hook)
+
+
+class Writes(TorchDispatchMode):
+    """The allocations ("empty") and the numel of each fill_ run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name.startswith("aten.empty"):
+            self.calls.append("empty")
+        elif name.startswith("aten.fill_"):
+            self.calls.append(args[0].numel())
+        return func(*args, **(kwargs or {}))
+
+
+def test_eviction_writes_one_buffer_kept_between_calls_and_grown_when_too_small():
+    least = EVICT_MIN_BYTES // 4  # float32 values
+    larger = EVICT_MIN_BYTES // EVICT_FACTOR + 1024  # a bucket whose eviction exceeds the least
+    evict(1, "cpu")  # the process's buffer exists from here on
+    with Writes() as writes:
+        evict(1, "cpu")
+        evict(1000, "cpu")
+        evict(larger, "cpu")
+        evict(larger, "cpu")
+        evict(1, "cpu")
+    assert writes.calls == [least, least, "empty", EVICT_FACTOR * larger // 4,
+                            EVICT_FACTOR * larger // 4, least]
 
 
 def test_bench_rows_phases_and_resume(tmp_path):

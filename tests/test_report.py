@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from gradcomp.evaluation.analyses import weighed
 from gradcomp.evaluation.analyses.evidence import evidence_of
@@ -99,6 +100,29 @@ def test_plots_write_pngs_of_the_expected_size(tmp_path):
         assert path == tmp_path / name
         assert png_size(path) == (round(w * plots.DPI), round(h * plots.DPI))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(drawn)  # no temporary files
+
+
+def test_the_heatmap_is_laid_out_and_rendered_once_when_saved(tmp_path, monkeypatch):
+    # seaborn's heatmap draws the figure to see whether tick labels overlap (here the many
+    # worker counts do: they are turned horizontal); that draw neither lays the figure out
+    # (constrained layout, the costly part) nor renders it: the save does both, once.
+    layouts = []
+    execute = ConstrainedLayoutEngine.execute
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute",
+                        lambda engine, fig: layouts.append(fig) or execute(engine, fig))
+    heat = pd.DataFrame([{"method": m, "workers": w, "bandwidth_bps": b, "sf": 8 / w,
+                          "profile": "p", "bucketing": "ddp"}
+                         for m in ("none", "fp16") for w in range(100, 124) for b in (1e9, 1e10)])
+    fig = plots.scaling_heatmap(heat, None, size=(8, 3))
+    assert not layouts and not np.asarray(fig.canvas.buffer_rgba())[..., 3].any()
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)  # for the save
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 2
+    for ax in panels:
+        assert {t.get_rotation() for t in ax.get_yticklabels()} == {0.0}
+        assert len(ax.texts) == 24 * 2  # every cell annotated
+    path = plots.scaling_heatmap(heat, tmp_path / "heat.png", size=(8, 3))
+    assert len(layouts) == 1 and png_size(path) == (8 * plots.DPI, 3 * plots.DPI)
 
 
 def no_marker(line) -> bool:

@@ -212,6 +212,8 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
     methods = list(dict.fromkeys(sweep["method"]))
     fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
     marked = False
+    layout = fig.get_layout_engine()
+    fig.set_layout_engine("none")  # seaborn draws the figure to check tick labels: no layout
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
@@ -227,6 +229,7 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         ax.set_ylabel("workers")
         ax.set_title({"none": "none (fp32 DDP)"}.get(method, method), fontsize="medium")
+    fig.set_layout_engine(layout)
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing"

@@ -87,10 +87,19 @@ def styled(draw):
     return wrapper
 
 
+class LayoutCanvas(FigureCanvasAgg):
+    """An Agg canvas whose `draw` lays the figure out without rendering it: seaborn's heatmap
+    draws the whole figure to see whether tick labels overlap, which needs their places and
+    sizes, not pixels. `save` renders (Agg's PNG writer draws with `FigureCanvasAgg.draw`)."""
+
+    def draw(self):
+        self.figure.draw_without_rendering()
+
+
 def figure(size, ncols: int = 1, nrows: int = 1, **kw):
     """A figure without pyplot and its (nrows, ncols) array of axes."""
     fig = Figure(figsize=size, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    LayoutCanvas(fig)
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
