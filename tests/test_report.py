@@ -25,6 +25,7 @@ from gradcomp.evaluation.model.fit import fit_codec, fit_collectives, validate
 from gradcomp.evaluation.model.network import Network
 from gradcomp.evaluation.profiles.profiles import save_profile
 from gradcomp.evaluation.report import converge_plots, plots
+from gradcomp.evaluation.report.style import line_styles
 from gradcomp.evaluation.model.cost_tables import cost_table
 from gradcomp.evaluation.report.report import (COLLECTIVE, COMPRESS, TRAIN, TRAIN_PROFILE,
                                                write_report)
@@ -472,3 +473,29 @@ def test_the_report_recommends_a_diloco_variant_and_draws_it(tmp_path):
     assert "| diloco(H=10, method=int8) |" in (folder / "report.md").read_text()
     heat = pd.read_csv(folder / "scaling_sweep.csv")
     assert set(heat["method"]) == {"none", "diloco(H=50, method=none)"}
+
+
+def test_codec_plot_draws_the_baselines_and_the_pick_wide_and_the_rest_faint():
+    sizes = [1024, 8192, 65536, 524288]
+    compress = pd.DataFrame([{"method": m, "numel": n, "encode_s": k * (1e-5 + 1e-9 * n),
+                              "decode_s": k * (2e-5 + 1e-9 * n), "device_name": "cpu"}
+                             for k, m in ((1, "none"), (2, "fp16"), (3, "topk"), (4, "int8"))
+                             for n in sizes])
+    fig = plots.codec_costs(compress, None, fit_codec(compress),
+                            emphasised=["none", "fp16", "topk"])
+    colour = {style["color"]: m for m, style in line_styles(list(compress["method"].unique()))
+              .items()}
+    for ax in fig.axes[:2]:
+        drawn = {}
+        for line in ax.get_lines():
+            drawn.setdefault(colour[line.get_color()], []).append(line)
+        assert sorted(drawn) == ["fp16", "int8", "none", "topk"]
+        for method, lines in drawn.items():
+            wide = method != "int8"
+            assert all((line.get_alpha() == 1.0) == wide for line in lines), method
+            assert all((line.get_linewidth() > 2) == wide for line in lines), method
+    legend = fig.legends[0]
+    assert "wide: baselines" in legend.get_title().get_text()
+    faint = {t.get_text(): h.get_alpha() for t, h in zip(legend.get_texts(),
+                                                          legend.legend_handles)}
+    assert faint == {"none": 1.0, "fp16": 1.0, "topk": 1.0, "int8": plots.MUTED_ALPHA}

@@ -120,13 +120,22 @@ def _legend_name(method: str, recommended: str | None) -> str:
 
 @styled
 def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6.5),
-                title=None):
+                title=None, *, emphasised=()):
     """Measured encode and decode seconds vs elements (log-log) per method, from a
     compress-bench table: markers, one colour and marker per method; with the fits of
     `fit.fit_codec`, each method's fitted a + b*n as a line of its colour through its points
-    (dotted when `fit.fit_problem` excludes it), points dropped as outliers hollow."""
+    (dotted when `fit.fit_problem` excludes it), points dropped as outliers hollow. Given
+    `emphasised` methods (the baselines and the recommendation), those are drawn wide and
+    every other method thin and faint."""
     methods = list(dict.fromkeys(table["method"]))
     styles = line_styles(methods)
+
+    def weight(method: str) -> dict:
+        if not emphasised:
+            return {"alpha": 1.0, "linewidth": 1.2, "markersize": 5, "zorder": 2}
+        if method in emphasised:
+            return {"alpha": 1.0, "linewidth": 2.4, "markersize": 7, "zorder": 3}
+        return {"alpha": MUTED_ALPHA, "linewidth": 0.8, "markersize": 4, "zorder": 1}
     fig, axes = figure(size, 2, sharey=True)
     grid = np.geomspace(table["numel"].min(), table["numel"].max(), 50)
     for ax, phase in zip(axes[0], ("encode", "decode")):
@@ -135,25 +144,29 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6
             style = styles[method]
             fit = (fits or {}).get((method, phase))
             dropped = rows["numel"].isin(fit.dropped if fit else ())
-            ax.plot(rows["numel"][~dropped], rows[f"{phase}_s"][~dropped], markersize=5,
-                    label=method, color=style["color"], marker=style["marker"],
-                    linestyle="none" if fits else "-")
-            ax.plot(rows["numel"][dropped], rows[f"{phase}_s"][dropped], markersize=7,
+            w = weight(method)
+            ax.plot(rows["numel"][~dropped], rows[f"{phase}_s"][~dropped], label=method,
+                    color=style["color"], marker=style["marker"],
+                    linestyle="none" if fits else "-", **w)
+            ax.plot(rows["numel"][dropped], rows[f"{phase}_s"][dropped],
                     color=style["color"], marker=style["marker"], linestyle="none",
-                    markerfacecolor="none")
+                    markerfacecolor="none", **{**w, "markersize": w["markersize"] + 2})
             if fit:
                 fitted = fit.params["a"] + fit.params["b"] * grid
                 ax.plot(grid[fitted > 0], fitted[fitted > 0], color=style["color"],
-                        linestyle=":" if fit_problem(fit) else "-", linewidth=1.2)
+                        linestyle=":" if fit_problem(fit) else "-", marker="none", **w)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("tensor size (elements)")
         ax.set_title(f"{phase} (per application)", fontsize="medium")
     axes[0, 0].set_ylabel("time (s)")
     handles, labels = legend_handles(styles)
+    for handle, method in zip(handles, labels):
+        handle.set(**{k: v for k, v in weight(method).items() if k != "zorder"})
     fig.legend(handles, labels, loc="outside right upper", fontsize="small",
                title="method" + ("\nmarkers: measured\nline: fit a + b*n\ndotted: fit "
-                                 "excluded\nhollow: outlier\n(dropped)" if fits else ""))
+                                 "excluded\nhollow: outlier\n(dropped)" if fits else "")
+               + ("\nwide: baselines and\nthe recommendation" if emphasised else ""))
     device = table["device_name"].iloc[0] if "device_name" in table else table["device"].iloc[0]
     fig.suptitle(title or f"Measured encode and decode time vs tensor size on {device}"
                  + (", with each method's fitted a + b*n" if fits else ""))

@@ -228,13 +228,14 @@ FIT_RULE = ("Fit: `a + b*numel` by least squares weighted by 1/time (small sizes
             "measured again (up to twice) and its least disturbed attempt kept.")
 
 
-def _codec(out: Path, compress: pd.DataFrame, fits: dict, table: CostTable) -> list[str]:
+def _codec(out: Path, compress: pd.DataFrame, fits: dict, table: CostTable,
+           emphasised) -> list[str]:
     lines = ["## Encode/decode costs", ""]
     if compress.empty:
         lines += ["Not measured on this machine in this run (no `compress.csv`).", ""]
     else:
         _save_csv(summary(fits), out / "codec_fits.csv")
-        plots.codec_costs(compress, out / "codec_costs.png", fits)
+        plots.codec_costs(compress, out / "codec_costs.png", fits, emphasised=emphasised)
         device = compress["device_name"].iloc[0]
         sizes = ", ".join(f"{n:,}" for n in sorted(compress["numel"].unique()))
         poor = poor_fits(fits)
@@ -391,7 +392,8 @@ def write_report(results_dir, profile="resnet50", workers: int = 8, bandwidth="1
              "## Verdict", "", verdict, "", *ranking_lines]
     lines += _whatif(out, profile, net, bucketing, methods, table, evidence, best_method,
                      device)
-    lines += _codec(out, compress, codec_fits, table)
+    lines += _codec(out, compress, codec_fits, table,
+                    [m for m in ("none", sixteen_bit(device), best_method) if m])
     lines += _collectives(out, collective, collective_fits)
     lines += _train(out, train, collective_fits, codec_fits, tables[HOOK])
     lines += fitted_lines
