@@ -69,7 +69,8 @@ def test_bad_rates_and_methods_are_named(capsys):
                         (["--model", "big"], "model='big' is not allowed"),
                         (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1"),
                         (["--train-repeats", "0"],
-                         "--train-repeats: '0': must be an integer >= 1")):
+                         "--train-repeats: '0': must be an integer >= 1"),
+                        (["--min-timed-seconds", "-1"], "min_timed_seconds='-1' is not allowed")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
@@ -79,8 +80,8 @@ def test_bad_rates_and_methods_are_named(capsys):
 def test_validate_measures_predicts_and_resumes(tmp_path):
     # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
-            "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1", "--out",
-            str(tmp_path), "--json")
+            "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1",
+            "--min-timed-seconds", "0", "--out", str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -131,10 +132,11 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
     # in the same job (its options through the sub-job's --methods), priced per inner step.
     # Each run twice, interleaved: the second pass in the reverse order, the run of least
-    # median time held against the model.
+    # median time held against the model. Each times at least 0.2 s too (the time budget),
+    # more than 3 of tiny's few-ms iterations, a DiLoCo variant's whole syncs.
     other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
                            "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1,
-                           train_repeats=2)
+                           train_repeats=2, min_timed_s=0.2)
     assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
@@ -150,6 +152,10 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
          ("none", 64, 0), ("powersgd", 64, 0), ("topk", 64, 0)]
     small = train[train["batch_size"] == 32]
     assert list(small["method"]) == ["fp16", "int8", "diloco", "diloco", "int8", "fp16"]
+    assert (small["min_timed_s"] == 0.2).all() and (small["iterations"] > 3).all()
+    assert (small.loc[small["method"] == "diloco", "iterations"] % 2 == 0).all()
+    big = train[train["batch_size"] == 64]  # --min-timed-seconds 0: --iterations only
+    assert (big["min_timed_s"] == 0).all() and (big["iterations"] == 3).all()
     assert list(other["measured"]) == list(small.groupby("method", sort=False)["t_iter_s"].min())
     assert set(other["repeats"]) == {2}
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
