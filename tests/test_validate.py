@@ -312,9 +312,10 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
 
 def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_path, capsys):
     # The committed quiet sweep of 2026-11-28 (one run per method, stored before the repeat
-    # column: repeat 0) at two rates, given a second run of each (int8's 20% faster, the
-    # others 10% slower): validate with its default two repeats measures nothing and holds
-    # int8's second run and the others' first against the model.
+    # column: repeat 0) at two rates, given a second run of each (int8's 20% faster and timed
+    # for 75 iterations, as under a time budget, the others 10% slower): validate with its
+    # default two repeats measures nothing and holds int8's second run and the others' first
+    # against the model, and says how many iterations each timed.
     import shutil
     from pathlib import Path
 
@@ -331,8 +332,9 @@ def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_p
     for tag in ("1gbit", "2.5gbit"):
         table = train_table(tmp_path / f"train-{tag}.csv")
         for _, row in table.frame().iterrows():
-            factor = 0.8 if row["method"] == "int8" else 1.1
-            table.append({**row.to_dict(), "repeat": 1, "t_iter_s": row["t_iter_s"] * factor})
+            factor, timed = (0.8, 75) if row["method"] == "int8" else (1.1, 20)
+            table.append({**row.to_dict(), "repeat": 1, "t_iter_s": row["t_iter_s"] * factor,
+                          "iterations": timed})
     validate_here(capsys, *args)  # every run measured twice: nothing to measure
     twice = pd.read_csv(tmp_path / "validation.csv")
     assert list(twice["method"]) == list(once["method"]) and set(twice["repeats"]) == {2}
@@ -341,10 +343,12 @@ def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_p
         list(0.8 * once.loc[int8, "measured"]), rel=1e-12)
     assert list(twice.loc[~int8, "measured"]) == list(once.loc[~int8, "measured"])
     assert list(twice["repeat"]) == [1 if m == "int8" else 0 for m in twice["method"]]
+    assert list(twice["iterations"]) == [75 if m == "int8" else 20 for m in twice["method"]]
     # the other runs and the rest of the inputs are as before: lambda and predictions too
     assert list(twice["predicted"]) == list(once["predicted"])
-    assert "Training runs: 2 per method and rate, measured interleaved" in \
-        (tmp_path / "validation.md").read_text()
+    md = (tmp_path / "validation.md").read_text()
+    assert "Training runs: 2 per method and rate, measured interleaved" in md
+    assert "Timed iterations per training run: 20-75 (at least `--iterations`" in md
 
 
 def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):

@@ -140,6 +140,16 @@ def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:
         columns="_run").reset_index(drop=True)
 
 
+def timed_line(table: pd.DataFrame) -> str:
+    """One line: how many iterations each training run of a validation table (column
+    ``iterations``) timed."""
+    n = table["iterations"].dropna().astype(int)
+    many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    return (f"Timed iterations per training run: {many} (at least `--iterations`, and with a "
+            "time budget at least `--min-timed-seconds` seconds; column `iterations` of "
+            "`train-<rate>*.csv`).")
+
+
 def repeats_line(table: pd.DataFrame) -> str:
     """One line: how many training runs per method and rate a validation table (column
     ``repeats``) chose from, and the rule."""

@@ -75,7 +75,7 @@ from ..model.timeline import predict
 from ..workloads.load import load_workload
 from .conditions import conditions_at, record_conditions
 from .pooled import (MIN_TIMED_S, Pooled, least_disturbed, least_disturbed_runs, profile_line,
-                     repeats_line, train_keys, training_passes)
+                     repeats_line, timed_line, train_keys, training_passes)
 from .regret import auto_comparison, regret_markdown, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns, read_once, slowdown_line
 from .testbed import Testbed
@@ -323,13 +323,15 @@ def pooled_inputs(out: Path, rates, hook_keys, model: str, batch_size: int) -> P
 
 
 def compared(rate_bps: float, run, pred, profile) -> dict:
-    """The columns every validation row has: the rate, the training `run`'s method and
-    measured time against the prediction `pred`, and the `profile`'s single-worker time."""
+    """The columns every validation row has: the rate, the training `run`'s method, measured
+    time and timed iterations against the prediction `pred`, and the `profile`'s single-worker
+    time."""
     return {"rate_bps": rate_bps, "rate": format_rate(rate_bps), "method": run["method"],
             "measured": run["t_iter_s"], "predicted": pred.t_iter_s,
             "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
             "measured_spread": run["t_iter_spread_s"], "exposed_comm": pred.exposed_comm_s,
-            "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single}
+            "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single,
+            "iterations": run["iterations"]}
 
 
 #: `auto`'s row: no prediction (it chooses among methods at run time).
@@ -371,7 +373,7 @@ def markdown(table: pd.DataFrame) -> str:
             f"{int(overall['runs'])} runs: median |error| {overall['median_abs_rel_error']:.1%},"
             f" max {overall['max_abs_rel_error']:.1%}.\n")
     for column, line in (("compute_slowdown", slowdown_line), ("profile_file", profile_line),
-                         ("repeats", repeats_line)):
+                         ("repeats", repeats_line), ("iterations", timed_line)):
         text += "\n" + line(table) + "\n" if column in table else ""
     text += diloco_markdown(table)
     auto = auto_comparison(table)
