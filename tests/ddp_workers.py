@@ -195,10 +195,25 @@ def steady_collectives(rank, method, options, steps=12, profiled=8):
             "decided_at": getattr(state, "chooser", None) and state.chooser.decided_at}
 
 
+def budget_case(rank):
+    """The training bench's time budget of 1 s after warm-ups of 62.5 ms iterations on rank 0
+    and 0.5 s ones on rank 1 (each after a slow one, before the last 3 that the estimate
+    takes): the count each rank times, and the collectives that agreeing on it took."""
+    from gradcomp.evaluation.benches.train import agreed_iterations
+
+    warmup = [2.0] + [0.0625 if rank == 0 else 0.5] * 3
+    with torch.autograd.profiler.profile() as prof:
+        count = agreed_iterations(warmup, 3, 1.0, torch.device("cpu"))
+    return {"count": count,
+            "collectives": [e.name for e in prof.function_events if e.name in COLLECTIVES]}
+
+
 def main_cases(rank, world_size, out_dir):
     """Every method trains; references from plain DDP and torch's hooks; DDP options;
-    auto's slowdown check (`slowdown_cases`)."""
+    auto's slowdown check (`slowdown_cases`); the training bench's time budget
+    (`budget_case`)."""
     res = slowdown_cases(rank)
+    res["budget"] = budget_case(rank)
     topk = [("topk", OPTIONS["topk"])]
     res["steady"] = {
         "fixed": steady_collectives(rank, "topk", OPTIONS["topk"]),

@@ -144,6 +144,20 @@ def test_bad_options_are_refused_by_name():
         bt.bench_train(model="resnet")
     with pytest.raises(ValueError, match="ddp"):
         bt.bench_train([("ddp", {"ratio": 0.1})])
+    with pytest.raises(ValueError, match="min_timed_s=-1 is not allowed"):
+        bt.bench_train(min_timed_s=-1)
+
+
+def test_the_time_budget_times_at_least_its_seconds_and_the_iterations():
+    # n = max(iterations, ceil(budget / iteration time)): 8 s of 90 ms iterations are 89; of
+    # 1.4 s ones, the 20 asked for (28 s) already; no budget: the iterations asked for
+    assert bt.budgeted_iterations(0.09, 20, 8.0) == 89
+    assert bt.budgeted_iterations(1.4, 20, 8.0) == 20
+    assert bt.budgeted_iterations(0.25, 3, 1.0) == 4  # 4 x 0.25 s = 1 s exactly
+    assert bt.budgeted_iterations(0.001, 20, 0.0) == 20
+    # the sub-jobs of `validate` get both (its --min-timed-seconds of 0 too)
+    spec = bt.make_spec("tiny", None, 2, 3, 25.0, None, min_timed_s=0.5)
+    assert bt.timing_args(spec) == ["--iterations", "3", "--min-timed-seconds", "0.5"]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +222,8 @@ def test_training_rows_time_every_method(training):
     assert df["scaling_factor"].tolist() == pytest.approx(
         (df["t_iter_single_s"] / df["t_iter_s"]).tolist())
     assert (df["workers"] == 2).all() and (df["bandwidth_bps"] == 10e9).all()
+    # no time budget: the iterations asked for, and the table says so
+    assert (df["iterations"] == 3).all() and (df["min_timed_s"] == 0).all()
     params = sum(p.numel() for p in load_workload("tiny").model.parameters())
     assert (df["params"] == params).all() and (df["bytes_original"] == 4 * params).all()
     rows = df.set_index("method")

@@ -39,6 +39,12 @@ def test_every_method_trains_and_ranks_agree(runs, name):
         assert r["encode_s"] >= 0 and r["comm_s"] >= 0 and r["decode_s"] >= 0
 
 
+def test_every_rank_times_the_budgets_count_from_rank_zeros_warm_up_one_collective(runs):
+    # rank 0: 1 s / 62.5 ms = 16 iterations; rank 1 alone would time its 3 (3 x 0.5 s > 1 s)
+    assert [r["budget"]["count"] for r in runs] == [16, 16]
+    assert [r["budget"]["collectives"] for r in runs] == [["c10d::broadcast_"]] * 2
+
+
 def test_auto_explores_every_candidate_then_every_rank_takes_the_same_decisions(runs):
     run, other = runs[0]["auto"], runs[1]["auto"]
     assert same(run["params"], other["params"]) and run["after"] < 0.5 * run["before"]

@@ -69,7 +69,8 @@ def test_bad_rates_and_methods_are_named(capsys):
                         (["--model", "big"], "model='big' is not allowed"),
                         (["--hook-repeats", "0"], "--hook-repeats: '0': must be an integer >= 1"),
                         (["--train-repeats", "0"],
-                         "--train-repeats: '0': must be an integer >= 1")):
+                         "--train-repeats: '0': must be an integer >= 1"),
+                        (["--min-timed-seconds", "-1"], "min_timed_seconds='-1' is not allowed")):
         with pytest.raises(SystemExit):
             command.main(["validate", *argv])
         assert named in capsys.readouterr().err
@@ -79,8 +80,8 @@ def test_bad_rates_and_methods_are_named(capsys):
 def test_validate_measures_predicts_and_resumes(tmp_path):
     # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
-            "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1", "--out",
-            str(tmp_path), "--json")
+            "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1",
+            "--min-timed-seconds", "0", "--out", str(tmp_path), "--json")
     out = cli(*args)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -131,10 +132,11 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
     # codec costs, the profile), only what was asked is reported. A DiLoCo variant trains
     # in the same job (its options through the sub-job's --methods), priced per inner step.
     # Each run twice, interleaved: the second pass in the reverse order, the run of least
-    # median time held against the model.
+    # median time held against the model. Each times at least 0.2 s too (the time budget),
+    # more than 3 of tiny's few-ms iterations, a DiLoCo variant's whole syncs.
     other = validate_sweep(tmp_path, ["2.5gbit"], ["fp16", "int8", "diloco:H=2,method=int8"],
                            "tiny", batch_size=32, iterations=3, progress=False, hook_repeats=1,
-                           train_repeats=2)
+                           train_repeats=2, min_timed_s=0.2)
     assert list(other["method"]) == ["fp16", "int8", "diloco(H=2, method=int8)"]
     assert (other["measured"] > 0).all() and (other["predicted"] > 0).all()
     variant = other.iloc[2]  # one int8 exchange per 2 inner steps, the compute of a step
@@ -150,6 +152,10 @@ def test_validate_measures_predicts_and_resumes(tmp_path):
          ("none", 64, 0), ("powersgd", 64, 0), ("topk", 64, 0)]
     small = train[train["batch_size"] == 32]
     assert list(small["method"]) == ["fp16", "int8", "diloco", "diloco", "int8", "fp16"]
+    assert (small["min_timed_s"] == 0.2).all() and (small["iterations"] > 3).all()
+    assert (small.loc[small["method"] == "diloco", "iterations"] % 2 == 0).all()
+    big = train[train["batch_size"] == 64]  # --min-timed-seconds 0: --iterations only
+    assert (big["min_timed_s"] == 0).all() and (big["iterations"] == 3).all()
     assert list(other["measured"]) == list(small.groupby("method", sort=False)["t_iter_s"].min())
     assert set(other["repeats"]) == {2}
     hook = pd.read_csv(tmp_path / "hook-2.5gbit.csv")
@@ -306,9 +312,10 @@ def test_validate_predicts_every_method_with_the_lambda_of_the_other_rates(tmp_p
 
 def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_path, capsys):
     # The committed quiet sweep of 2026-11-28 (one run per method, stored before the repeat
-    # column: repeat 0) at two rates, given a second run of each (int8's 20% faster, the
-    # others 10% slower): validate with its default two repeats measures nothing and holds
-    # int8's second run and the others' first against the model.
+    # column: repeat 0) at two rates, given a second run of each (int8's 20% faster and timed
+    # for 75 iterations, as under a time budget, the others 10% slower): validate with its
+    # default two repeats measures nothing and holds int8's second run and the others' first
+    # against the model, and says how many iterations each timed.
     import shutil
     from pathlib import Path
 
@@ -325,8 +332,9 @@ def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_p
     for tag in ("1gbit", "2.5gbit"):
         table = train_table(tmp_path / f"train-{tag}.csv")
         for _, row in table.frame().iterrows():
-            factor = 0.8 if row["method"] == "int8" else 1.1
-            table.append({**row.to_dict(), "repeat": 1, "t_iter_s": row["t_iter_s"] * factor})
+            factor, timed = (0.8, 75) if row["method"] == "int8" else (1.1, 20)
+            table.append({**row.to_dict(), "repeat": 1, "t_iter_s": row["t_iter_s"] * factor,
+                          "iterations": timed})
     validate_here(capsys, *args)  # every run measured twice: nothing to measure
     twice = pd.read_csv(tmp_path / "validation.csv")
     assert list(twice["method"]) == list(once["method"]) and set(twice["repeats"]) == {2}
@@ -335,10 +343,12 @@ def test_validate_holds_each_runs_least_disturbed_repeat_against_the_model(tmp_p
         list(0.8 * once.loc[int8, "measured"]), rel=1e-12)
     assert list(twice.loc[~int8, "measured"]) == list(once.loc[~int8, "measured"])
     assert list(twice["repeat"]) == [1 if m == "int8" else 0 for m in twice["method"]]
+    assert list(twice["iterations"]) == [75 if m == "int8" else 20 for m in twice["method"]]
     # the other runs and the rest of the inputs are as before: lambda and predictions too
     assert list(twice["predicted"]) == list(once["predicted"])
-    assert "Training runs: 2 per method and rate, measured interleaved" in \
-        (tmp_path / "validation.md").read_text()
+    md = (tmp_path / "validation.md").read_text()
+    assert "Training runs: 2 per method and rate, measured interleaved" in md
+    assert "Timed iterations per training run: 20-75 (at least `--iterations`" in md
 
 
 def test_validate_prices_diloco_variants_per_inner_step(tmp_path, capsys):

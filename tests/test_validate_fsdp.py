@@ -113,7 +113,9 @@ def test_bad_methods_and_parallelism_are_named(capsys):
                         (["--methods", "fsdp,powersgd"], "methods='powersgd' is not allowed"),
                         (["--methods", "nosuch"], "'fsdp', 'none', 'bf16'"),
                         (["--train-repeats", "2"],
-                         "--train-repeats is not allowed with --parallelism fsdp")):
+                         "--train-repeats is not allowed with --parallelism fsdp"),
+                        (["--min-timed-seconds", "5"],
+                         "--min-timed-seconds is not allowed with --parallelism fsdp")):
         with pytest.raises(SystemExit):
             command.main(["validate", "--parallelism", "fsdp", *argv])
         assert named in capsys.readouterr().err

@@ -42,6 +42,10 @@ def add_bench(sub) -> None:
                     "under torchrun: its processes)")
     be.add_argument("--device", type=device, help=f"compress: the device (default {DEVICE})")
     be.add_argument("--repeats", type=positive_int, help="timed repeats / iterations")
+    be.add_argument("--min-timed-seconds", type=number("min_timed_seconds", minimum=0),
+                    help="train: time budget, each run times at least --repeats iterations "
+                    "and at least this many seconds, counted from the warm-up's iteration time "
+                    "(default 0: --repeats only)")
     be.add_argument("--quick", action="store_true", help="CI-sized sweep")
     be.add_argument("--blocksparse", action="store_true", help="collective: sweep the "
                     "block-sparse all-reduce over block densities (plot beside --out)")
@@ -96,7 +100,7 @@ USED_BY = {"methods": ("compress", "train", "fsdp", "converge"),
            "numel": ("blocksparse",), "model": ("train", "fsdp"),
            "batch_size": ("train", "fsdp", "converge"), "parallelism": ("train", "fsdp"),
            "bucket_cap_mb": ("train",), "autocast": ("train",), "profile_out": ("train",),
-           "hook_out": ("train",),
+           "hook_out": ("train",), "min_timed_seconds": ("train",),
            "task": ("converge",), "metric": ("converge",),
            "target": ("converge",), "seeds": ("converge",), "max_iters": ("converge",),
            "blocksparse": ("blocksparse",)}
@@ -167,6 +171,7 @@ def _bench(args) -> None:
             **given(world_size=args.workers, model=args.model, batch_size=args.batch_size,
                     bucket_cap_mb=args.bucket_cap_mb, autocast=args.autocast,
                     profile_out=args.profile_out, hook_out=args.hook_out,
+                    min_timed_s=args.min_timed_seconds,
                     iterations=QUICK_TRAIN_ITERATIONS if args.quick else args.repeats))
         columns = ["method", "world_size", "t_iter_s", "bytes_sent", "bytes_original",
                    "auto_choices"]

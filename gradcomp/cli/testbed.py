@@ -13,8 +13,8 @@ from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, HOOK_
 from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
 from .analyses import PARALLELISM
-from .common import (default_of, emit, exits_on, method_texts, positive_int, rate, split,
-                     table)
+from .common import (default_of, emit, exits_on, method_texts, number, positive_int, rate,
+                     split, table)
 
 FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
 
@@ -85,6 +85,13 @@ def add_validate(sub) -> None:
                     f"(least median iteration time) is used, every run kept (default "
                     f"{TRAIN_REPEATS}; not with --parallelism fsdp); re-predicting a folder "
                     "measured with fewer measures the missing runs")
+    va.add_argument("--min-timed-seconds", type=number("min_timed_seconds", minimum=0),
+                    help="time budget: each training run times at least --iterations "
+                    "iterations and at least this many seconds (the iteration time estimated "
+                    "from its warm-up; auto's after its exploration); the train tables' "
+                    "iterations column says how many were timed (default "
+                    f"{default_of(validate_sweep, 'min_timed_s'):g}; 0: --iterations only; not "
+                    "with --parallelism fsdp)")
     va.add_argument("--nodes", type=positive_int, help="two tiers: this many nodes of "
                     "--gpus-per-node ranks in the testbed, each method measured in both "
                     "layouts (flat, hierarchical) and predicted by the two-tier model")
@@ -157,10 +164,13 @@ def _validate(args) -> None:
     sweep = validate_fsdp.validate_fsdp_sweep if fsdp else validate_sweep
     options = {k: v for k, v in (("iterations", args.iterations),
                                  ("hook_repeats", args.hook_repeats),
-                                 ("train_repeats", args.train_repeats)) if v is not None}
-    if fsdp and args.train_repeats is not None:
-        raise ValueError("--train-repeats is not allowed with --parallelism fsdp: FSDP's "
-                         "validation measures each run once")
+                                 ("train_repeats", args.train_repeats),
+                                 ("min_timed_s", args.min_timed_seconds)) if v is not None}
+    for option, value in (("--train-repeats", args.train_repeats),
+                          ("--min-timed-seconds", args.min_timed_seconds)):
+        if fsdp and value is not None:
+            raise ValueError(f"{option} is not allowed with --parallelism fsdp: FSDP's "
+                             "validation measures each run once, --iterations long")
     if args.nodes is not None:
         if fsdp:
             raise ValueError("--nodes is not allowed with --parallelism fsdp: two-tier "

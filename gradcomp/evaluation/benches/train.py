@@ -13,13 +13,19 @@ and loss under bf16 autocast; `bucket_cap_mb` goes to DDP: both change what the 
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
 device synchronised around it; its time is the slowest rank's. After `warmup` iterations,
-`iterations` are timed. One row per method, appended as measured (rank 0):
+at least `iterations` are timed and, with a time budget `min_timed_s`, at least that many
+seconds: rank 0 estimates an iteration's time from the warm-up's last iterations and every
+rank takes its count, n = max(iterations, ceil(min_timed_s / estimate)), in one broadcast
+before the timed window (`agreed_iterations`). A median of 20 iterations spread 17-56 ms on
+82-133 ms varies by about 3.5% (the testbed's, 2026-11-28): fast runs need more of them,
+slow ones (1.4 s) no more. One row per method, appended as measured (rank 0):
 
 * method ("ddp": DDP's own all-reduce, no hook; else a gradcomp method through
   `gradcomp.comm.register`), options (the compressor's options as JSON, with the hook's),
   model (the workload as named), params, batch_size (per worker: as given, else the leading
   dimension of the workload's inputs), bucket_cap_mb, autocast, workers (= world_size),
-  bandwidth_bps (as given; NaN when unknown), warmup, iterations, device, repeat (which
+  bandwidth_bps (as given; NaN when unknown), warmup, iterations (the timed ones, as
+  many as the budget took), min_timed_s (the budget; 0: none), device, repeat (which
   measurement of the same run, part of the key: 0, or as given; `gradcomp validate` measures
   each run several times; a table written before the column reads as 0);
 * t_iter_s (median), t_iter_spread_s (max - min), t_iter_single_s (median single-process
@@ -39,7 +45,6 @@ torchrun's group and rank 0 writes the table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -55,7 +60,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ... import comm, diloco
-from ...checks import check_choice, check_int
+from ...checks import check_choice, check_int, check_number
 from ...compressors import compressor
 from ..common.env import (barrier, check_backend, environment, launch, local_device,
                           under_torchrun, workers)
@@ -77,6 +82,9 @@ KEY_COLUMNS = ("method", "options", "model", "batch_size", "bucket_cap_mb", "aut
 DEFAULTS = {"repeat": 0}
 HOOK_OPTIONS = ("start_iter", "min_compression_rate", "hierarchical", "gpus_per_node", "intra")
 TELEMETRY = ("bytes_original", "bytes_sent", "encode_s", "comm_s", "decode_s")
+#: Warm-up iterations, the last ones (never the first: DDP builds its buckets then), whose
+#: median estimates an iteration's time for the time budget (`agreed_iterations`).
+ESTIMATE_FROM = 3
 
 
 def train_table(path) -> ResultTable:
@@ -119,31 +127,64 @@ def _variant_options(options: dict) -> dict:
     return {k: v for k, v in options.items() if k != "error_feedback"}
 
 
-def timed_steps(name: str, options: dict, iterations: int) -> int:
-    """Iterations to time: a DiLoCo variant's whole syncs (a multiple of H, at least one)."""
-    if name != diloco.NAME:
+def budgeted_iterations(iteration_s: float, iterations: int, min_timed_s: float) -> int:
+    """Iterations to time: at least `iterations` and, at `iteration_s` seconds each, at least
+    `min_timed_s` seconds (0: no budget)."""
+    if min_timed_s == 0:
         return iterations
-    every = options["H"]
-    return -(-iterations // every) * every
+    return max(iterations, math.ceil(min_timed_s / iteration_s))
+
+
+def agreed_iterations(warmup_s: list[float], iterations: int, min_timed_s: float,
+                      device) -> int:
+    """`budgeted_iterations` at rank 0's estimate (the median of the last `ESTIMATE_FROM` of
+    `warmup_s`, its warm-up iterations' seconds after the first), the same on every rank: one
+    broadcast (none without a budget)."""
+    if min_timed_s == 0:
+        return iterations
+    estimate = statistics.median(warmup_s[-ESTIMATE_FROM:])
+    count = torch.tensor([budgeted_iterations(estimate, iterations, min_timed_s)],
+                         dtype=torch.int64, device=device)
+    dist.broadcast(count, 0)
+    return int(count.item())
+
+
+def timing_args(spec: dict) -> list[str]:
+    """The options of this module's command line (`main`) that time runs as `spec`
+    (`make_spec`) says: --iterations and --min-timed-seconds."""
+    return ["--iterations", str(spec["iterations"]),
+            "--min-timed-seconds", repr(spec["min_timed_s"])]
 
 
 def sgd(model) -> torch.optim.SGD:
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def _time_iterations(model, workload, batch, spec: dict, device, opt=None,
-                     around=None) -> list[float]:
-    """Seconds of each timed iteration of `opt` (None: `sgd`). With `around` (a `DiLoCo` over
-    `opt`) inside it, the timed iterations as one window (the device synchronised at its ends
-    only, so that exchanges overlap the next steps as they do in training): [its mean]."""
+def _time_iterations(model, workload, batch, spec: dict, device, opt=None, around=None,
+                     budget: bool = True) -> tuple[list[float], int]:
+    """(seconds of each timed iteration of `opt` (None: `sgd`), their number): with `budget`
+    as many as every rank agrees on after the warm-up (`agreed_iterations`), else
+    ``spec["iterations"]``. With `around` (a `DiLoCo` over `opt`) inside it, the warm-up and
+    the timed iterations, whole syncs (a multiple of H), each as one window (the device
+    synchronised at its ends only, so that exchanges overlap the next steps as they do in
+    training): [the timed window's mean]."""
     opt = sgd(model) if opt is None else opt
     clock = Clock(device)
+
+    def timed(iterations: int) -> float:
+        return _timed(model, opt, workload, batch, spec, clock, iterations)
+
+    def count(warmup_s: list[float]) -> int:
+        return agreed_iterations(warmup_s, spec["iterations"], spec["min_timed_s"],
+                                 device) if budget else spec["iterations"]
+
     if around is None:
-        return [_timed(model, opt, workload, batch, spec, clock, 1)
-                for _ in range(spec["warmup"] + spec["iterations"])][spec["warmup"]:]
+        n = count([timed(1) for _ in range(spec["warmup"])][1:])
+        return [timed(1) for _ in range(n)], n
     with around:
-        _timed(model, opt, workload, batch, spec, clock, spec["warmup"])
-        return [_timed(model, opt, workload, batch, spec, clock, spec["iterations"])]
+        every = around.sync_every
+        n = -(-count([timed(spec["warmup"])]) // every) * every
+        return [timed(n)], n
 
 
 def _timed(model, opt, workload, batch, spec: dict, clock: Clock, iterations: int) -> float:
@@ -186,7 +227,6 @@ def _run_method(name, options, spec: dict, device) -> dict:
     workload, batch = _build(spec, rank, device)
     model = workload.model
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    spec = {**spec, "iterations": timed_steps(name, options, spec["iterations"])}
     if name == diloco.NAME:  # no DDP: DiLoCo around the SGD; one sync per H iterations
         for tensor in [*model.parameters(), *model.buffers()]:
             dist.broadcast(tensor.data, 0)
@@ -194,16 +234,16 @@ def _run_method(name, options, spec: dict, device) -> dict:
                                               options.get("error_feedback"))
         opt = sgd(model)
         trainer = variant.build(model, opt)
-        seconds = _time_iterations(model, workload, batch, spec, device, opt, trainer)
+        seconds, n = _time_iterations(model, workload, batch, spec, device, opt, trainer)
         state = trainer.state
     else:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                       else None, bucket_cap_mb=spec["bucket_cap_mb"])
         state = None if name == "ddp" else comm.register(ddp, name, **options)
-        seconds = _time_iterations(ddp, workload, batch, spec, device)
+        seconds, n = _time_iterations(ddp, workload, batch, spec, device)
     times = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    tele = _telemetry(state, spec["warmup"], spec["iterations"], grad_bytes, device)
+    tele = _telemetry(state, spec["warmup"], n, grad_bytes, device)
     # DiLoCo: the mean over whole syncs (the median would leave the sync steps out)
     t_iter = (times.mean() if name == diloco.NAME else times.median()).item()
     return {"method": name, "options": _options_text(name, options), "model": spec["model"],
@@ -211,7 +251,7 @@ def _run_method(name, options, spec: dict, device) -> dict:
             "batch_size": spec["batch_size"], "bucket_cap_mb": spec["bucket_cap_mb"],
             "autocast": spec["autocast"], "workers": dist.get_world_size(),
             "bandwidth_bps": spec["bandwidth_bps"],
-            "warmup": spec["warmup"], "iterations": spec["iterations"],
+            "warmup": spec["warmup"], "iterations": n, "min_timed_s": spec["min_timed_s"],
             "repeat": spec["repeat"], "t_iter_s": t_iter,
             "t_iter_spread_s": (times.max() - times.min()).item(),
             "t_iter_single_s": spec["t_iter_single_s"],
@@ -223,7 +263,8 @@ def _run_method(name, options, spec: dict, device) -> dict:
 def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,
                 progress: bool = False, hook_out=None, hook_cases=(),
                 hook_repeats: int = 5) -> None:
-    """On every rank: the single-process baseline (rank 0), the profile as DDP runs it
+    """On every rank: the single-process baseline (rank 0, ``spec["iterations"]`` timed: no
+    budget, the others wait), the profile as DDP runs it
     (`model_profile` under DDP on every rank at once; rank 0 saves it to `profile_out`, when
     given), the hook path of `hook_cases` at the workload's bucket sizes (every rank at
     once, median of `hook_repeats`; rank 0 appends to `hook_out`, when given), then each
@@ -234,7 +275,7 @@ def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out
     if rank == 0:
         workload, batch = _build(spec, 0, device)
         single = [statistics.median(_time_iterations(workload.model, workload, batch, spec,
-                                                     device))]
+                                                     device, budget=False)[0])]
     barrier(device)
     if profile_out is not None:
         profile = model_profile(spec["model"], spec["batch_size"], device,
@@ -288,13 +329,15 @@ def plan_runs(methods, spec: dict, world_size: int, backend: str, device_name: s
 
 
 def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
-              autocast: str = "none", repeat: int = 0) -> dict:
+              autocast: str = "none", repeat: int = 0, min_timed_s: float = 0.0) -> dict:
     """The checked settings of a training sweep (ValueError naming a bad option); builds the
     workload once to check it and to learn its batch size. `repeat`: which measurement of
-    the same runs this is (0: the first)."""
+    the same runs this is (0: the first); `min_timed_s`: the time budget (seconds each run
+    times at least, besides `iterations`; 0: none)."""
     check_int(warmup, "warmup", 2)  # DDP rebuilds its buckets after the first iteration
     check_int(iterations, "iterations", 1)
     check_int(repeat, "repeat", 0)
+    min_timed_s = check_number(min_timed_s, "min_timed_s", minimum=0)
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
             or not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: it must be > 0")
@@ -303,7 +346,8 @@ def make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bp
     return {"model": model, "batch_size": batch_size,
             "warmup": warmup, "iterations": iterations, "bucket_cap_mb": float(bucket_cap_mb),
             "autocast": autocast, "bandwidth_bps": math.nan if bandwidth_bps is None
-            else parse_rate(bandwidth_bps, "bandwidth_bps"), "repeat": repeat}
+            else parse_rate(bandwidth_bps, "bandwidth_bps"), "repeat": repeat,
+            "min_timed_s": min_timed_s}
 
 
 def bench_train(methods=None, world_size: int | None = None, backend: str | None = None,
@@ -311,7 +355,7 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
                 iterations: int = 10, bucket_cap_mb: float = 25.0, bandwidth_bps=None,
                 out=None, profile_out=None, progress: bool = False,
                 autocast: str = "none", hook_out=None, hook_repeats: int = 5,
-                repeat: int = 0) -> pd.DataFrame:
+                repeat: int = 0, min_timed_s: float = 0.0) -> pd.DataFrame:
     """Time DDP training of workload `model` (a built-in name, MODULE:FACTORY or
     path/to/file.py:FACTORY; `batch_size` None: the factory's own) with each of `methods`
     (default: "ddp", then every registered method with its defaults; else names and (name,
@@ -321,12 +365,14 @@ def bench_train(methods=None, world_size: int | None = None, backend: str | None
     the workload's measured profile there (one already there is kept, not measured again);
     `hook_out`: append the hook-path costs of the methods (`benches.hookpath`, at the
     workload's bucket sizes, median of `hook_repeats`) there; `repeat`: the rows' repeat
-    (the same runs measured again are new rows). Returns this sweep's rows."""
+    (the same runs measured again are new rows); `min_timed_s`: each run times at least
+    `iterations` and at least this many seconds (module docstring; 0: `iterations` only).
+    Returns this sweep's rows."""
     world_size = workers(world_size)
     backend = check_backend(backend, world_size)
     check_int(hook_repeats, "hook_repeats", 1)
     spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, bandwidth_bps,
-                     autocast, repeat)
+                     autocast, repeat, min_timed_s)
     with tempfile.TemporaryDirectory() as tmp:
         table, plan, todo = pending_runs(as_table(out, KEY_COLUMNS, DEFAULTS), KEY_COLUMNS, tmp,
                                          plan_runs, methods, spec, world_size, backend)
@@ -356,6 +402,8 @@ def main(argv=None) -> int:
     args.add_argument("--batch-size", type=int, default=None)
     args.add_argument("--warmup", type=int, default=3)
     args.add_argument("--iterations", type=int, default=10)
+    args.add_argument("--min-timed-seconds", type=float, default=0.0,
+                      help="time budget: each run times at least this many seconds too")
     args.add_argument("--bucket-cap-mb", type=float, default=25.0)
     args.add_argument("--autocast", choices=AUTOCAST, default="none")
     args.add_argument("--bandwidth", default=None, help="link rate to record, e.g. 10gbit")
@@ -373,7 +421,7 @@ def main(argv=None) -> int:
     bench_train(methods, None, a.backend, a.model,
                 a.batch_size, a.warmup, a.iterations, a.bucket_cap_mb, a.bandwidth, a.out,
                 a.profile_out, progress=True, autocast=a.autocast, hook_out=a.hook_out,
-                repeat=a.repeat)
+                repeat=a.repeat, min_timed_s=a.min_timed_seconds)
     return 0
 
 

@@ -16,7 +16,14 @@ runs N times, interleaved (every method once per pass, each pass in another orde
 `pass_order`), and predicts, holds against the model and ranks per method the run of the
 least median iteration time (`least_disturbed_runs`); every run stays in the table. One
 sequential run per method varied 5-10% on this shared 2-core machine (spreads of 16-31 ms on
-87-102 ms iterations in ``testbed-2026-11-28-auto``), more than the regret targets of 3-5%."""
+87-102 ms iterations in ``testbed-2026-11-28-auto``), more than the regret targets of 3-5%.
+Interleaved, the two runs of one method at one rate still differed by a median of 5.2% (90th
+percentile 15.7%; ``testbed-2026-11-28-repeats``): each timed 20 iterations, spread 17-56 ms
+on 82-133 ms, and the median of 20 such varies by about 3.5%, two of them by about 5%. So each
+run also times at least `MIN_TIMED_S` seconds (`benches.train`'s time budget): that sweep's
+runs of 82-338 ms would time 24-99 iterations (median 75), whose median varies by about 1.9%
+(3.5% x sqrt(20 / 75)); those of 0.65-1.45 s (ddp and none at 100 and 500 Mbit/s) keep their
+20. On its 96 runs the budget adds about 7.6 minutes to the 27-minute sweep."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +47,8 @@ class Pooled:
     costs: dict
 
 
+#: Seconds each training run of `validate` times at least, besides its iterations (docstring).
+MIN_TIMED_S = 8.0
 #: The hook-path bench's phases, summed to rank its repeated rows (`least_disturbed_costs`).
 PHASES = ("encode_s", "middle_s", "decode_s")
 
@@ -129,6 +138,16 @@ def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:
         "t_iter_s", kind="stable", na_position="last").drop_duplicates("_run")
     return best.sort_values("_run", key=lambda runs: runs.map(first)).drop(
         columns="_run").reset_index(drop=True)
+
+
+def timed_line(table: pd.DataFrame) -> str:
+    """One line: how many iterations each training run of a validation table (column
+    ``iterations``) timed."""
+    n = table["iterations"].dropna().astype(int)
+    many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    return (f"Timed iterations per training run: {many} (at least `--iterations`, and with a "
+            "time budget at least `--min-timed-seconds` seconds; column `iterations` of "
+            "`train-<rate>*.csv`).")
 
 
 def repeats_line(table: pd.DataFrame) -> str:

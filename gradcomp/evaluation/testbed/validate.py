@@ -7,7 +7,8 @@ validate`): in a `Testbed` of local namespaces, for every rate of a sweep,
    gloo's reductions cost, alpha what a collective costs right after compute);
 2. DDP training of a workload (a built-in model or the user's MODULE:FACTORY) with each
    method's hook gives measured iteration times (`bench_train`, `threads` torch threads per
-   worker), `train_repeats` runs each, interleaved (`pooled.pass_order`); each method's least
+   worker, each run timing at least `iterations` and `min_timed_s` seconds: `MIN_TIMED_S`),
+   `train_repeats` runs each, interleaved (`pooled.pass_order`); each method's least
    disturbed run (least median iteration time: `pooled.least_disturbed_runs`) is used;
 3. right after, every worker measures at the same time (as the workers compute side by side
    in training) the model's profile as DDP runs it without communicating
@@ -58,24 +59,23 @@ import torch
 
 from ...checks import check_int
 from ..analyses.cluster_fit import UNCOMPRESSED
-from ..benches.collective import AFTER_COMPUTE_MS
+from ..benches.collective import AFTER_COMPUTE_MS, collective_key
 from ..benches.collective import KEY_COLUMNS as COLLECTIVE_KEYS
-from ..benches.collective import collective_key
 from ..benches.converge import tokens_in
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (bench_hook_path, case_keys, gradient_source, hook_methods,
                                 hook_sizes, quarter_sizes, workload_gradient)
-from ..benches.train import make_spec, train_table
+from ..benches.train import make_spec, timing_args, train_table
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
 from ..model.fit import fit_collectives, network_from_fit
 from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
-from ..workloads.load import describe, load_workload
+from ..workloads.load import load_workload
 from .conditions import conditions_at, record_conditions
-from .pooled import (Pooled, least_disturbed, least_disturbed_runs, profile_line, repeats_line,
-                     train_keys, training_passes)
+from .pooled import (MIN_TIMED_S, Pooled, least_disturbed, least_disturbed_runs, profile_line,
+                     repeats_line, timed_line, train_keys, training_passes)
 from .regret import auto_comparison, regret_markdown, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns, read_once, slowdown_line
 from .testbed import Testbed
@@ -108,8 +108,6 @@ def rate_tag(rate_bps: float) -> str:
 def model_collective_sizes(model: str) -> list[int]:
     """The payloads of `COLLECTIVE_SIZES` up to the model's gradient (at least the two
     smallest, which decide the latency)."""
-    from ..workloads.load import load_workload
-
     grad_bytes = 4 * sum(p.numel() for p in load_workload(model).model.parameters())
     return [n for n in COLLECTIVE_SIZES if n <= max(grad_bytes, COLLECTIVE_SIZES[1])]
 
@@ -160,17 +158,17 @@ def run_job(testbed: Testbed, module: str, args: list[str], timeout: float) -> N
     testbed.run([sys.executable, "-m", module, *args], timeout=timeout)
 
 
-def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: int,
-                 warmup: int, iterations: int, bucket_cap_mb: float, workers: int,
-                 threads: int, collective_sizes, planned: dict[str, set], runs: dict,
-                 progress: bool, hook_repeats: int = HOOK_REPEATS) -> None:
+def measure_rate(out: Path, rate_bps: float, methods, spec: dict, batch_size: int | None,
+                 workers: int, threads: int, collective_sizes, planned: dict[str, set],
+                 runs: dict, progress: bool, hook_repeats: int = HOOK_REPEATS) -> None:
     """Collective sweep, training with every method (interleaved passes over `runs`,
-    `pooled.train_keys` of `methods`: `training_passes`), then profile and codec costs, in one
-    testbed at `rate_bps`; the keys of `planned` (`planned_keys`) the tables hold are skipped."""
-    tag = rate_tag(rate_bps)
+    `pooled.train_keys` of `methods`: `training_passes`; timed as `spec`, `make_spec`, says),
+    then profile and codec costs, in one testbed at `rate_bps`; `batch_size` as given (None:
+    the factory's); the keys of `planned` (`planned_keys`) the tables hold are skipped."""
+    tag, model = rate_tag(rate_bps), spec["model"]
     coll, train, codec = (out / f"collective-{tag}.csv", out / f"train-{tag}.csv",
                           out / f"hook-{tag}.csv")
-    prof = profile_path(out, rate_bps, model, describe(model, "model", batch_size)[1])
+    prof = profile_path(out, rate_bps, model, spec["batch_size"])
     need_coll = not planned["collective"] <= ResultTable(coll, COLLECTIVE_KEYS).done_keys()
     need_train = not planned["train"] <= train_table(train).done_keys()
     need_prof = not prof.exists()
@@ -190,14 +188,14 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                      "--bandwidth", repr(rate_bps)], timeout=900)
         if need_train:
             for repeat, names, untimed in training_passes(methods, runs, train_table(train)
-                                                          .done_keys(), warmup):
+                                                          .done_keys(), spec["warmup"]):
                 say(progress, f"{format_rate(rate_bps)}: training (repeat {repeat}) with "
                     f"{', '.join(names)}")
                 run_job(testbed, "gradcomp.evaluation.benches.train",
                         ["--out", str(train), "--backend", "gloo", "--methods", ",".join(names),
                          "--model", model, *batch_args(batch_size), "--warmup", str(untimed),
-                         "--iterations", str(iterations), "--bucket-cap-mb",
-                         str(bucket_cap_mb), "--bandwidth", repr(rate_bps),
+                         *timing_args(spec), "--bucket-cap-mb",
+                         str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
                          "--repeat", str(repeat)], timeout=1800)
         if need_prof or need_codec:
             say(progress, f"{format_rate(rate_bps)}: "
@@ -206,7 +204,7 @@ def measure_rate(out: Path, rate_bps: float, methods, model: str, batch_size: in
                                if need) + " on every worker at once")
             run_job(testbed, "gradcomp.evaluation.testbed.validate",
                     ["--model", model, *batch_args(batch_size), "--methods",
-                     ",".join(methods), "--bucket-cap-mb", str(bucket_cap_mb),
+                     ",".join(methods), "--bucket-cap-mb", str(spec["bucket_cap_mb"]),
                      *(["--profile-out", str(prof)] if need_prof else []),
                      *(["--codec-out", str(codec)] if need_codec else []),
                      "--hook-repeats", str(hook_repeats)], timeout=900)
@@ -300,7 +298,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict[str, set], shared: Po
         # bench_train passes bucket_cap_mb to DDP explicitly: torch then gives the first
         # bucket the same cap (its 1 MiB first bucket applies to the default only).
         cap = float(run["bucket_cap_mb"])
-        pred = (_NO_PREDICTION if method is None else
+        pred = (NO_PREDICTION if method is None else
                 predict(profile, network, method, DDP(cap, first_bucket_mb=cap),
                         contention, baseline_s=math.nan))
         label = method.name if method is not None and method.diloco else run_label(run)
@@ -325,17 +323,19 @@ def pooled_inputs(out: Path, rates, hook_keys, model: str, batch_size: int) -> P
 
 
 def compared(rate_bps: float, run, pred, profile) -> dict:
-    """The columns every validation row has: the rate, the training `run`'s method and
-    measured time against the prediction `pred`, and the `profile`'s single-worker time."""
+    """The columns every validation row has: the rate, the training `run`'s method, measured
+    time and timed iterations against the prediction `pred`, and the `profile`'s single-worker
+    time."""
     return {"rate_bps": rate_bps, "rate": format_rate(rate_bps), "method": run["method"],
             "measured": run["t_iter_s"], "predicted": pred.t_iter_s,
             "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
             "measured_spread": run["t_iter_spread_s"], "exposed_comm": pred.exposed_comm_s,
-            "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single}
+            "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single,
+            "iterations": run["iterations"]}
 
 
 #: `auto`'s row: no prediction (it chooses among methods at run time).
-_NO_PREDICTION = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan,
+NO_PREDICTION = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan,
                                  wire_bytes=math.nan)
 
 
@@ -372,12 +372,9 @@ def markdown(table: pd.DataFrame) -> str:
             + grid.reset_index().to_markdown(index=False) + "\n\nOver all "
             f"{int(overall['runs'])} runs: median |error| {overall['median_abs_rel_error']:.1%},"
             f" max {overall['max_abs_rel_error']:.1%}.\n")
-    if "compute_slowdown" in table:
-        text += "\n" + slowdown_line(table) + "\n"
-    if "profile_file" in table:
-        text += "\n" + profile_line(table) + "\n"
-    if "repeats" in table:
-        text += "\n" + repeats_line(table) + "\n"
+    for column, line in (("compute_slowdown", slowdown_line), ("profile_file", profile_line),
+                         ("repeats", repeats_line), ("iterations", timed_line)):
+        text += "\n" + line(table) + "\n" if column in table else ""
     text += diloco_markdown(table)
     auto = auto_comparison(table)
     if len(auto):
@@ -393,20 +390,23 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
                    bucket_cap_mb: float = 25.0, workers: int = 2, threads: int = 1,
                    contention: float = 1.0, collective_sizes=None,
                    progress: bool = True, hook_repeats: int = HOOK_REPEATS,
-                   train_repeats: int = TRAIN_REPEATS) -> pd.DataFrame:
+                   train_repeats: int = TRAIN_REPEATS,
+                   min_timed_s: float = MIN_TIMED_S) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed when
     it holds tables of an earlier run); returns the validation table, also written to
     ``validation.csv`` with the plot ``validation.png``. `hook_repeats`: timed repeats of
     each hook-path cost (after `hook_warmup` untimed ones); `train_repeats`: training runs
     per method and rate, interleaved, the least disturbed used (a folder measured with
-    fewer: the missing repeats are measured)."""
+    fewer: the missing repeats are measured); `min_timed_s`: each training run times at
+    least this many seconds too (`benches.train`'s time budget; 0: `iterations` only)."""
     rates = [parse_rate(r, "rates") for r in rates]
     if not rates:
         raise ValueError("rates=[] is not allowed: give at least one rate")
     methods = with_auto_candidates(check_methods(methods))
     check_int(hook_repeats, "hook_repeats", 1)
     check_int(train_repeats, "train_repeats", 1)
-    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None,
+                     min_timed_s=min_timed_s)
     if collective_sizes is None:
         collective_sizes = model_collective_sizes(model)
     planned = planned_keys(methods, spec, workers, collective_sizes, train_repeats)
@@ -415,9 +415,8 @@ def validate_sweep(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: str
     out.mkdir(parents=True, exist_ok=True)
     say(progress, f"results in {out}")
     for rate in rates:
-        measure_rate(out, rate, methods, model, batch_size, warmup, iterations, bucket_cap_mb,
-                     workers, threads, list(collective_sizes), planned, runs, progress,
-                     hook_repeats)
+        measure_rate(out, rate, methods, spec, batch_size, workers, threads,
+                     list(collective_sizes), planned, runs, progress, hook_repeats)
     shared = pooled_inputs(out, rates, planned["hook"], model, spec["batch_size"])
     inputs = read_once(lambda rate, keys: rate_inputs(out, rate, keys))
 

@@ -8,18 +8,18 @@ a node, the shaped links between nodes), in both layouts:
   gpus_per_node=G)``, a hook that compresses only between nodes (no "ddp" row: DDP has no
   such layout).
 
-Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce
-and all-gather inside every node at once and across the nodes for every local rank at once,
-each after compute, as in training), training of each layout (`benches.train`; `auto` in a
-job of its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed
-iterations are its steady state; `train_repeats` interleaved passes, each run's least
-disturbed repeat used, as in `validate`: `pooled.least_disturbed_runs`), then on all N G
-ranks at once, so under the contention
-training sees (N G processes on the machine's cores), the profile as DDP runs it and the hook
-path's per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G
-shards' over N payloads (hierarchical, `benches.hookpath`). Neither of these two times any
-communication, so neither depends on the rate: they are measured once, in the testbed of the
-first rate that needs them, and used at every rate (`measured_once`).
+Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce and
+all-gather inside every node at once and across the nodes for every local rank at once, each
+after compute, as in training), training of each layout (`benches.train`; `auto` in a job of
+its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed iterations are
+its steady state; each run timing at least `iterations` and `min_timed_s` seconds;
+`train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
+`pooled.least_disturbed_runs`), then on all N G ranks at once, so under the contention training
+sees (N G processes on the machine's cores), the profile as DDP runs it and the hook path's
+per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G shards' over N
+payloads (hierarchical, `benches.hookpath`). Neither of these two times any communication, so
+neither depends on the rate: they are measured once, in the testbed of the first rate that
+needs them, and used at every rate (`measured_once`).
 
 The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
 collective's fitted latency and efficiency (G times a local-rank ring's fitted bandwidth over
@@ -53,7 +53,7 @@ from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
 from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
                                 quarter_sizes)
-from ..benches.train import make_spec, train_table
+from ..benches.train import make_spec, timing_args, train_table
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
@@ -65,17 +65,16 @@ from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
 from .ratecheck import TIER_KEYS, run_tier_sweep
 from .conditions import conditions_at, record_conditions
-from .pooled import least_disturbed_runs, train_keys, training_passes
+from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
 from .regret import regret_markdown, with_auto_candidates, write_regret
 from .slowdown import predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
-                       TRAIN_REPEATS, batch_args, check_methods, compared, hook_warmup, markdown,
-                       model_collective_sizes, profile_path, rate_tag, say, summarize)
+                       NO_PREDICTION, TRAIN_REPEATS, batch_args, check_methods, compared,
+                       hook_warmup, markdown, model_collective_sizes, profile_path, rate_tag,
+                       say, summarize)
 
 SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
-
-_NONE = SimpleNamespace(t_iter_s=math.nan, exposed_comm_s=math.nan, wire_bytes=math.nan)
 
 
 def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, dict]]:
@@ -203,7 +202,7 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
                          "--out", str(_train_file(out, rate_bps, layout)), "--backend",
                          "gloo", "--methods", ",".join(names), "--model", model,
                          *batch_args(spec["batch_size"]), "--warmup", str(warmup),
-                         "--iterations", str(spec["iterations"]), "--bucket-cap-mb",
+                         *timing_args(spec), "--bucket-cap-mb",
                          str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
                          "--hook-options", json.dumps(layout_options(layout, g)),
                          "--repeat", str(repeat)], timeout=3600)
@@ -277,7 +276,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
         for _, run in train.iterrows():
             name = run["method"]
             cap = float(run["bucket_cap_mb"])
-            pred = _NONE if name == "auto" else predict(
+            pred = NO_PREDICTION if name == "auto" else predict(
                 profile, network, priced(run, costs), DDP(cap, first_bucket_mb=cap),
                 contention, baseline_s=math.nan, layout=layout)
             rows.append({**compared(rate_bps, run, pred, profile), "method": run_label(run),
@@ -331,12 +330,12 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
                       bucket_cap_mb: float = 25.0, nodes: int = 2, gpus_per_node: int = 2,
                       threads: int = 1, contention: float = 1.0, layouts=LAYOUTS,
                       collective_sizes=None, progress: bool = True,
-                      hook_repeats: int = HOOK_REPEATS,
-                      train_repeats: int = TRAIN_REPEATS) -> pd.DataFrame:
+                      hook_repeats: int = HOOK_REPEATS, train_repeats: int = TRAIN_REPEATS,
+                      min_timed_s: float = MIN_TIMED_S) -> pd.DataFrame:
     """Measure, predict and compare (module docstring) into the folder `out` (resumed);
     returns the validation table. `hook_repeats`: timed repeats of each hook-path cost
-    (after `validate.hook_warmup` untimed ones); `train_repeats`: training runs per method,
-    layout and rate (`validate.validate_sweep`'s)."""
+    (after `validate.hook_warmup` untimed ones); `train_repeats` and `min_timed_s`: training
+    runs per method, layout and rate and each one's time budget (`validate.validate_sweep`'s)."""
     check_int(nodes, "nodes", 2)
     check_int(hook_repeats, "hook_repeats", 1)
     check_int(train_repeats, "train_repeats", 1)
@@ -347,7 +346,8 @@ def validate_two_tier(out, rates=DEFAULT_RATES, methods=DEFAULT_METHODS, model: 
         raise ValueError(f"rates={rates!r}, layouts={layouts!r} are not allowed: give at least "
                          f"one rate and layouts of {', '.join(LAYOUTS)}")
     methods = with_auto_candidates(check_methods(methods))
-    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None)
+    spec = make_spec(model, batch_size, warmup, iterations, bucket_cap_mb, None,
+                     min_timed_s=min_timed_s)
     sizes = list(collective_sizes or model_collective_sizes(model))
     planned = planned_keys(methods, spec, nodes, gpus_per_node, layouts, sizes, train_repeats)
     out = Path(out)
