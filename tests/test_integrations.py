@@ -2,6 +2,7 @@
 written, on 2 CPU processes each; a run resumed from the trainer's checkpoint in fresh processes
 ends with the same parameters, bit for bit, as the straight run, and one resumed without the
 hook state does not. Plus the callbacks' refusals and the import boundary."""
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import gradcomp.comm
+from script_runs import split_runs
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,19 +118,19 @@ def test_lightning_callback_refuses_what_it_cannot_do():
 def accelerate_runs(tmp_path_factory):
     pytest.importorskip("accelerate")
     script = docs_example("train_accelerate.py")
-    dirs = {k: tmp_path_factory.mktemp(f"accelerate_{k}") for k in ("straight", "resumed", "bare")}
+    runs = ("straight", "resumed", "bare", "control")
+    dirs = {k: tmp_path_factory.mktemp(f"accelerate_{k}") for k in runs}
     for d in dirs.values():
         (d / "train_accelerate.py").write_text(script)
 
-    def launch(d, *args):
+    def launch(d, script, *args):
         return run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                     "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
                     "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-                    "train_accelerate.py", *args], d)
+                    script, *args], d)
 
+    logs = {"straight": launch(dirs["straight"], "train_accelerate.py", "2")}
     first = dirs["straight"] / "checkpoints" / "epoch1"
-    logs = {"straight": launch(dirs["straight"], "2"),
-            "resumed": launch(dirs["resumed"], "2", str(first))}
     # The check must be able to fail: the same checkpoint with the residuals dropped.
     bare = dirs["bare"] / "checkpoints" / "epoch1"
     shutil.copytree(first, bare)
@@ -138,7 +140,16 @@ def accelerate_runs(tmp_path_factory):
     from gradcomp.comm.checkpoint import checksum  # edited on purpose: signed again
     hook["sha256"] = {r: checksum(mine) for r, mine in hook["ranks"].items()}
     torch.save(hook, bare / "custom_checkpoint_0.pkl")
-    logs["bare"] = launch(dirs["bare"], "2", "checkpoints/epoch1")
+    # One launch, not two, runs the resumed run in fresh processes, then the bare run and a
+    # control in the same processes: the control, resumed from the full checkpoint after the
+    # bare run, must end as the straight run did, so the bare run's difference is the
+    # dropped residuals', not the shared processes'.
+    after = {"resumed": ["2", str(first)], "bare": ["2", "checkpoints/epoch1"],
+             "control": ["2", str(first)]}
+    runs_json = json.dumps([[k, str(dirs[k]), "train_accelerate.py", *args]
+                            for k, args in after.items()])
+    logs.update(split_runs(launch(dirs["resumed"], str(ROOT / "tests" / "script_runs.py"),
+                                  runs_json)))
     from safetensors.torch import load_file
 
     params = {k: load_file(d / "checkpoints" / "epoch2" / "model.safetensors")
@@ -154,6 +165,8 @@ def test_accelerate_example_resumes_from_save_state_bit_exact(accelerate_runs):
     assert saved["complete"] and sorted(saved["ranks"]) == [0, 1]
     assert same_params(params["resumed"], params["straight"])
     assert not same_params(params["bare"], params["straight"])
+    assert same_params(params["control"], params["straight"])
+    assert "compressed iterations: 32" in logs["control"]
 
 
 def test_accelerate_register_refuses_what_it_cannot_do():

@@ -1,8 +1,6 @@
 """`gradcomp validate`: measure in the testbed, predict, compare; resumable (root)."""
 import json
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -14,14 +12,10 @@ from gradcomp.evaluation.testbed.validate import rate_tag, summarize, validate_s
 REASON = testbed.unavailable_reason()
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "gradcomp.cli", "validate", *args],
-                          capture_output=True, text=True, timeout=600)
-
-
 def validate_here(capsys, *args) -> str:
-    """`gradcomp validate args` in this process (for a folder whose tables are all measured:
-    it only predicts, so no testbed and no process of its own); its stdout."""
+    """`gradcomp validate args` in this process (its testbed's jobs in processes of their
+    own, as ever; a folder whose tables are all measured: it only predicts, nothing runs);
+    its stdout."""
     from gradcomp import cli as command
 
     capsys.readouterr()
@@ -77,14 +71,12 @@ def test_bad_rates_and_methods_are_named(capsys):
 
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
-def test_validate_measures_predicts_and_resumes(tmp_path):
+def test_validate_measures_predicts_and_resumes(tmp_path, capsys):
     # One timed hook-path repeat (after one untimed): the costs' values are not judged here.
     args = ("--rates", "2.5gbit", "--methods", "ddp,fp16,auto", "--model", "tiny",
             "--iterations", "3", "--hook-repeats", "1", "--train-repeats", "1",
             "--min-timed-seconds", "0", "--out", str(tmp_path), "--json")
-    out = cli(*args)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result = json.loads(validate_here(capsys, *args))
     rows = pd.DataFrame(result["rows"])
     # auto's candidates run fixed too, with its options, before it (each variant its row)
     assert list(rows["method"]) == ["ddp", "fp16", "none", "bf16", "powersgd(rank=4)",

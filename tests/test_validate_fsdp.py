@@ -3,8 +3,6 @@ in the network and the fit, units of the bench's sizes, the serial timeline of a
 costs), its option errors, and one real run in the testbed (root)."""
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -127,14 +125,14 @@ def test_bad_methods_and_parallelism_are_named(capsys):
 
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
-def test_validate_fsdp_measures_predicts_and_resumes(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "gradcomp.cli", "validate", "--parallelism",
-                          "fsdp", "--rates", "2.5gbit", "--methods", "fsdp,int8", "--model",
-                          "tiny", "--iterations", "2", "--hook-repeats", "1", "--out",
-                          str(tmp_path), "--json"],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    rows = pd.DataFrame(json.loads(out.stdout)["rows"])
+def test_validate_fsdp_measures_predicts_and_resumes(tmp_path, capsys):
+    from gradcomp import cli as command  # in this process; the testbed's jobs in their own
+
+    capsys.readouterr()
+    assert command.main(["validate", "--parallelism", "fsdp", "--rates", "2.5gbit",
+                         "--methods", "fsdp,int8", "--model", "tiny", "--iterations", "2",
+                         "--hook-repeats", "1", "--out", str(tmp_path), "--json"]) == 0
+    rows = pd.DataFrame(json.loads(capsys.readouterr().out)["rows"])
     assert list(rows["method"]) == ["fsdp", "int8"] and (rows["rate_bps"] == 2.5e9).all()
     assert (rows["measured"] > 0).all()
     assert all(math.isfinite(p) and p > 0 for p in rows["predicted"])
