@@ -4,6 +4,7 @@ namespace, then all-reduces across every rank and inside its node; prints one JS
 import json
 import os
 import subprocess
+import sys
 
 import torch
 import torch.distributed as dist
@@ -20,7 +21,10 @@ total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
 inside = torch.tensor([rank + 1.0])
 dist.all_reduce(inside, group=nodes[rank // g])
-print(json.dumps({**env, "NODE_RANK": node_rank, "namespace": namespace,
-                  "dist_rank": rank, "dist_world": world, "sum": total.item(),
-                  "node_sum": inside.item()}), flush=True)
+line = json.dumps({**env, "NODE_RANK": node_rank, "namespace": namespace, "dist_rank": rank,
+                   "dist_world": world, "sum": total.item(), "node_sum": inside.item()})
+# one write of the whole line: the ranks of a node share torchrun's stdout, and a line
+# written in one call under PIPE_BUF bytes is not split by another rank's (print writes the
+# text and the newline apart when stdout is unbuffered)
+os.write(sys.stdout.fileno(), (line + "\n").encode())
 dist.destroy_process_group()

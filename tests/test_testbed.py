@@ -27,6 +27,9 @@ def _sleep(tb):
 
 
 def _hold(body, conn):
+    # As from an interactive shell: SIGINT raises KeyboardInterrupt (a shell that starts the
+    # suite as a background job hands every process below it SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with Testbed(2, "100mbit") as tb:
             conn.send(tb.run_id)
