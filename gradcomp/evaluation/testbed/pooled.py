@@ -143,8 +143,7 @@ def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:
 def timed_line(table: pd.DataFrame) -> str:
     """One line: how many iterations each training run of a validation table (column
     ``iterations``) timed."""
-    n = table["iterations"].dropna().astype(int)
-    many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    many = _span(table["iterations"])
     return (f"Timed iterations per training run: {many} (at least `--iterations`, and with a "
             "time budget at least `--min-timed-seconds` seconds; column `iterations` of "
             "`train-<rate>*.csv`).")
@@ -153,11 +152,16 @@ def timed_line(table: pd.DataFrame) -> str:
 def repeats_line(table: pd.DataFrame) -> str:
     """One line: how many training runs per method and rate a validation table (column
     ``repeats``) chose from, and the rule."""
-    n = table["repeats"].dropna().astype(int)
-    if n.max() == 1:
+    many = _span(table["repeats"])
+    if many == "1":
         return "Training runs: one per method and rate, its time the measured time here."
-    many = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
     return (f"Training runs: {many} per method and rate, measured interleaved (every method "
             "once per pass, each pass in another order); the least disturbed, the one of least "
             "median iteration time, is the measured time here, every run is kept in "
             "`train-<rate>*.csv` (column `repeat`).")
+
+
+def _span(column: pd.Series) -> str:
+    """A count column's values as "n" or "least-most"."""
+    n = column.dropna().astype(int)
+    return f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
