@@ -219,10 +219,10 @@ def forked_exit(argv: list, log, env: dict, limit_s: float) -> int:
 
 def python_exit(args: list) -> int:
     """Run `python ARGS` (`-m MODULE ...` or `SCRIPT ...`) in this process as a fresh
-    interpreter would run it (sys.argv, sys.path[0], `__main__`, the exit handlers at the
-    end, output unbuffered), and return its exit status."""
-    for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True, write_through=True)
+    interpreter would run it (sys.argv, sys.path[0], `__main__`, output line by line to file
+    descriptors 1 and 2, the exit handlers at the end), and return its exit status."""
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # as a fresh one's, on fds 1 and 2
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
     module = args[0] == "-m"
     # first on the path: the working directory (-m) or the script's folder; then PYTHONPATH's
     # ROOT, then the rest of this process's path without its own first entries
