@@ -108,7 +108,6 @@ def compile_cases(rank, world_size, out_dir):
     import torch._dynamo
     import torch._dynamo.compiled_autograd as ca
 
-    torch.set_num_threads(1)
     res = {}
     for m in gradcomp.names():
         torch._dynamo.reset()
@@ -216,7 +215,6 @@ def save_on_rank_0_only(rank, method):
 def mistakes_cases(rank, world_size, out_dir):
     """Damaged checkpoints; then (last: a rank left alone ends its process group) rank 0
     calling save_state while rank 1 trains on, with PowerSGD (which hung for 30 minutes)."""
-    torch.set_num_threads(1)
     res = {"damaged": damaged_cases(rank)}
     res["save_on_rank_0_only"] = save_on_rank_0_only(rank, "powersgd")
     if dist.is_initialized():
@@ -228,7 +226,7 @@ def mistakes_cases(rank, world_size, out_dir):
 
 def checkpoint_cases(rank, world_size, out_dir, ckpt_dir):
     """Every case of one spawn, in an order that keeps each as it was alone: the straight runs
-    first (default threads, nothing compiled yet), then torch.compile, then the mistakes (last:
+    first (nothing compiled yet), then torch.compile, then the mistakes (last:
     a rank left alone ends its process group)."""
     return {"straight": straight_cases(rank, world_size, out_dir, ckpt_dir),
             "compiled": compile_cases(rank, world_size, out_dir),

@@ -55,6 +55,11 @@ def spawn(fn, world_size: int, *args, backend: str = "gloo") -> list:
 
 
 def _entry(rank, fn, world_size, store, out_dir, args, backend):
+    # One intra-op thread per rank, as torchrun gives each of several local ranks: ranks with
+    # a thread per core each, more ranks than cores, spend most of their CPU in OpenMP's spin
+    # waits for one another (a step of the small model: ~60 CPU ms with 2 threads on 2 cores
+    # and 4 ranks, ~10 with 1)
+    torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=20))
     try:

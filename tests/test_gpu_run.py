@@ -1,7 +1,9 @@
 """The prepared GPU run (`benchmarks/gpu/run.py`), rehearsed: its dry run executes every step
 on the CPU at tiny sizes (Triton's interpreter) and leaves every table it promises."""
 import csv
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -56,3 +58,49 @@ def test_the_dry_run_leaves_every_table(dry_run):
     assert "int8 compress" in (out / "call_overhead.log").read_text()
     with tarfile.open(archive) as tar:
         assert "results/steps.json" in tar.getnames()
+
+
+def load_run_script(monkeypatch):
+    spec = importlib.util.spec_from_file_location("gpu_run", ROOT / "benchmarks/gpu/run.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # where its dataclass looks
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it puts ROOT first
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = """import os, sys
+print(sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.getcwd(),
+      os.environ["GRADCOMP_TEST_MARK"])
+print("on stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_dry_runs_forked_step_runs_its_command_line_as_python_would(tmp_path, monkeypatch):
+    """A dry run's step, forked from run.py: the script's arguments, path, working directory
+    and environment, its output in the log, its exit status; `-m MODULE` too; a step over its
+    time limit is killed as subprocess.run kills it; run.py itself goes on as it was."""
+    run = load_run_script(monkeypatch)
+    (tmp_path / "step.py").write_text(SCRIPT)
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(60)\n")
+    env = dict(os.environ, GRADCOMP_TEST_MARK="marked")
+    path, argv = list(sys.path), list(sys.argv)
+
+    def step(args, limit_s=60):
+        with open(tmp_path / "log", "w") as log:
+            code = run.forked_exit(["python", *args], log, env, limit_s)
+        return code, (tmp_path / "log").read_text()
+
+    code, log = step([str(tmp_path / "step.py"), "3"])
+    assert code == 3
+    assert log == f"['3'] True {ROOT} marked\non stderr\n"
+    assert step([str(tmp_path / "step.py"), "0"])[0] == 0
+    code, log = step(["-m", "json.tool", str(tmp_path / "x.json")])  # closes its stdout
+    assert code == 0 and log == '{\n    "a": 1\n}\n'
+    code, log = step([str(tmp_path / "nosuch.py")])
+    assert code == 1 and "FileNotFoundError" in log
+    with pytest.raises(subprocess.TimeoutExpired):
+        step([str(tmp_path / "slow.py")], limit_s=1)
+    assert (sys.path, sys.argv) == (path, argv) and "GRADCOMP_TEST_MARK" not in os.environ

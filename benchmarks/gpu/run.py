@@ -26,19 +26,29 @@ the checkout has no git), rewritten after every step, as is the
 `--archive` (a .tar.gz of the folder), so a run cut short keeps what it measured. `--dry-run`
 runs the same steps on the CPU at tiny sizes with Triton's interpreter (the CUDA-only tests:
 collected, not run), so the script is known to work before a GPU is lent; the test suite runs it.
+A dry run starts each step as a child forked from this process, which has imported what the
+local worker processes preload (torch, its compiler, gradcomp's evaluation suite), and runs the
+step's command line in it as `python` would: its arguments, environment, working directory, log
+and time limit. So a rehearsal costs the steps' work, not a fresh interpreter's start-up each;
+on a GPU each step is a fresh interpreter, as before.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib
 import importlib.util
 import json
 import os
 import platform
 import re
+import runpy
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,20 +165,92 @@ def archive(folder: Path, target: Path | None) -> None:
     os.replace(tmp, target)
 
 
-def run_step(step: Step, argv: list, out: Path, limit_s: float, env: dict) -> dict:
+def run_step(step: Step, argv: list, out: Path, limit_s: float, env: dict,
+             fork: bool = False) -> dict:
+    """Run one step's command line with its output in the step's log: a fresh process, or
+    with `fork` a child forked from this one (`forked_exit`)."""
     log = out / f"{step.name}.log"
     start = time.monotonic()
     with open(log, "w") as f:
         f.write("$ " + " ".join(argv) + "\n")
         f.flush()
         try:
-            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=limit_s)
-            status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+            if fork:
+                code = forked_exit(argv, f, env, limit_s)
+            else:
+                code = subprocess.run(argv, cwd=ROOT, env=env, stdout=f,
+                                      stderr=subprocess.STDOUT, timeout=limit_s).returncode
+            status = "ok" if code == 0 else f"failed (exit {code})"
         except subprocess.TimeoutExpired:
             status = f"timed out after {limit_s:.0f} s"
     return {"step": step.name, "command": " ".join(argv), "status": status,
             "seconds": round(time.monotonic() - start, 1), "log": log.name}
+
+
+def forked_exit(argv: list, log, env: dict, limit_s: float) -> int:
+    """The exit status of `argv` (`PY -m MODULE ARGS` or `PY SCRIPT ARGS`) run in a child
+    forked from this process with `env`, in ROOT, its output in `log`; the child is killed
+    and subprocess.TimeoutExpired raised after `limit_s` seconds, as subprocess.run does."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            os.environ.clear()
+            os.environ.update(env)
+            os.chdir(ROOT)
+            code = python_exit(argv[1:])
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + limit_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(argv, limit_s)
+        time.sleep(0.1)
+
+
+def python_exit(args: list) -> int:
+    """Run `python ARGS` (`-m MODULE ...` or `SCRIPT ...`) in this process as a fresh
+    interpreter would run it (sys.argv, sys.path[0], `__main__`, output line by line to file
+    descriptors 1 and 2, the exit handlers at the end), and return its exit status."""
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # as a fresh one's, on fds 1 and 2
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
+    module = args[0] == "-m"
+    # first on the path: the working directory (-m) or the script's folder; then PYTHONPATH's
+    # ROOT, then the rest of this process's path without its own first entries
+    first = str(ROOT) if module else os.path.dirname(os.path.abspath(args[0]))
+    own = (str(ROOT), os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:] = [first, str(ROOT), *(p for p in sys.path if p not in own)]
+    code = 0
+    try:
+        if module:
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+    except SystemExit as exc:
+        if isinstance(exc.code, int) or exc.code is None:
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - reported as the interpreter reports it
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if not stream.closed:  # a command may close them, as json.tool closes stdout
+            stream.flush()
+    return code
 
 
 def main(argv=None) -> int:
@@ -186,7 +268,8 @@ def main(argv=None) -> int:
                PYTHONUNBUFFERED="1")
     if args.dry_run:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-        os.environ.update(CUDA_VISIBLE_DEVICES="")
+        os.environ.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+        preload()
     import torch
 
     if not args.dry_run and not torch.cuda.is_available():
@@ -213,12 +296,20 @@ def main(argv=None) -> int:
                          "left", "seconds": 0})
         else:
             cmd = [_fill(a, fill) for a in (step.dry if args.dry_run else step.gpu)]
-            done.append(run_step(step, cmd, out, min(limit, left), env))
+            done.append(run_step(step, cmd, out, min(limit, left), env, fork=args.dry_run))
         print(f"{done[-1]['step']:14s} {done[-1]['status']} ({done[-1]['seconds']} s)",
               flush=True)
         write_json(out / "steps.json", {"env": info, "steps": done})
         archive(out, target)
     return 0 if all(d["status"] == "ok" for d in done) else 1
+
+
+def preload() -> None:
+    """Import once what every forked step would import (what local workers preload)."""
+    from gradcomp.evaluation.common.processes import PRELOAD
+
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def _fill(arg: str, fill: dict) -> str:
