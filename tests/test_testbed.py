@@ -92,7 +92,7 @@ def _holder(body):
     return proc, ours
 
 
-def test_bad_options_name_the_option():
+def test_bad_options_name_the_option(monkeypatch):
     with pytest.raises(ValueError, match="workers"):
         Testbed(1)
     with pytest.raises(ValueError, match="topology"):
@@ -105,6 +105,9 @@ def test_bad_options_name_the_option():
         Testbed(2, "fast")
     with pytest.raises(ValueError, match="command"):
         testbed.run_command([])
+    monkeypatch.setenv("GRADCOMP_FORK_JOBS", "yes")
+    with pytest.raises(ValueError, match="GRADCOMP_FORK_JOBS='yes' is not allowed"):
+        Testbed(2)
 
 
 def test_without_root_a_clear_message(monkeypatch, capsys, tmp_path):

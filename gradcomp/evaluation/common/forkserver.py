@@ -203,7 +203,7 @@ def _send(conn: socket.socket, number: int) -> None:
         pass
 
 
-def run_job(request: dict) -> None:
+def run_request(request: dict) -> None:
     """Run a forked job's module as ``python -m`` would, in this (fresh-seeded) process."""
     import runpy
 
@@ -219,4 +219,4 @@ def run_job(request: dict) -> None:
 
 
 if __name__ == "__main__":
-    run_job(serve(sys.argv[1]))
+    run_request(serve(sys.argv[1]))
