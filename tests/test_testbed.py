@@ -31,6 +31,17 @@ print(json.dumps({"preloaded": preloaded, "name": __name__, "argv": sys.argv,
                   "threads": sys.modules["torch"].get_num_threads() if preloaded else None}),
       flush=True)
 what = sys.argv[1 + int(os.environ["RANK"])]
+pid_file = os.environ["MASTER_PORT"] + ".pid"  # rank 0's pid in this run
+if what.startswith("after0-"):  # end only once rank 0 has (else it might be stopped first)
+    while not os.path.exists(pid_file) or os.path.getsize(pid_file) == 0:
+        __import__("time").sleep(0.01)
+    while os.path.exists(f"/proc/{int(open(pid_file).read())}"):
+        __import__("time").sleep(0.01)
+    what = what[len("after0-"):]
+elif os.environ["RANK"] == "0":
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
 if what == "raise":
     raise ValueError("the probe failed")
 if what == "sleep":
@@ -258,7 +269,7 @@ def _probe_runs(tb, cwd):
     case: all succeed, one fails (the other is stopped), an exception, a SystemExit message."""
     argv = [sys.executable, "-m", "probe"]
     outcomes = []
-    for case in (["0", "0"], ["sleep", "3"], ["0", "raise"], ["0", "bye"]):
+    for case in (["0", "0"], ["sleep", "3"], ["0", "after0-raise"], ["0", "after0-bye"]):
         results = tb.run([*argv, *case], env={"PROBE_EXTRA": "x"}, cwd=cwd, check=False,
                          timeout=120)
         outcomes.append([(r.returncode, json.loads(r.stdout.splitlines()[0]),
@@ -294,6 +305,7 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
             assert a["ppid"] == os.getpid() != b["ppid"]
     assert seen[0][0]["name"] == "__main__" and seen[0][0]["leader"]
     assert seen[0][0]["argv"] == [str(tmp_path / "probe.py"), "0", "0"]
+    assert seen[2][1]["argv"][1:] == ["0", "after0-raise"]
     assert seen[0][0]["path0"] == seen[0][0]["cwd"] == str(tmp_path)
     # one server per namespace, reused by every run, in that namespace, gone with the testbed
     parents = {rank: {case[rank]["ppid"] for case in seen} for rank in (0, 1)}
