@@ -32,12 +32,12 @@ print(json.dumps({"preloaded": preloaded, "name": __name__, "argv": sys.argv,
       flush=True)
 what = sys.argv[1 + int(os.environ["RANK"])]
 pid_file = os.environ["MASTER_PORT"] + ".pid"  # rank 0's pid in this run
-if what.startswith("after0-"):  # end only once rank 0 has (else it might be stopped first)
-    while not os.path.exists(pid_file) or os.path.getsize(pid_file) == 0:
+if what.startswith(("after0-", "started0-")):  # once rank 0 has printed (and ended)
+    while not os.path.exists(pid_file):
         __import__("time").sleep(0.01)
-    while os.path.exists(f"/proc/{int(open(pid_file).read())}"):
+    while what.startswith("after0-") and os.path.exists(f"/proc/{open(pid_file).read()}"):
         __import__("time").sleep(0.01)
-    what = what[len("after0-"):]
+    what = what.split("-")[1]
 elif os.environ["RANK"] == "0":
     with open(pid_file + ".tmp", "w") as f:
         f.write(str(os.getpid()))
@@ -51,6 +51,10 @@ sys.exit(int(what) if what.isdigit() else what)
 
 
 def _sleep_job(tb):
+    tb.run(["sleep", "60"])
+
+
+def _sleep_module(tb):
     tb.run(SLEEP_MODULE)
 
 
@@ -236,10 +240,13 @@ def test_two_testbeds_at_once_do_not_collide():
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_tears_everything_down(sig):
-    proc, pipe = _holder(_sleep_job)
+    # SIGINT: a plain command's job; SIGTERM: a module job, forked from a server per
+    # namespace (the same teardown: KeyboardInterrupt or SystemExit through `close`)
+    proc, pipe = _holder(_sleep_job if sig == signal.SIGINT else _sleep_module)
     run_id = pipe.recv()
     assert run_id.startswith(testbed.PREFIX) and leftovers(run_id)["namespaces"]
-    _until_forked(run_id, 4)  # 2 servers, 2 jobs
+    if sig == signal.SIGTERM:
+        _until_forked(run_id, 4)  # 2 servers, 2 jobs
     os.kill(proc.pid, sig)
     proc.join(timeout=30)
     assert proc.exitcode is not None  # it ended
@@ -250,7 +257,7 @@ def test_an_interrupted_run_tears_everything_down(sig):
 
 @needs_root
 def test_cleanup_stale_removes_a_killed_run_but_not_a_live_one():
-    proc, pipe = _holder(_sleep_job)
+    proc, pipe = _holder(_sleep_module)
     dead = pipe.recv()
     with Testbed(2, "100mbit") as live:
         _until_forked(dead, 4)
@@ -269,7 +276,7 @@ def _probe_runs(tb, cwd):
     case: all succeed, one fails (the other is stopped), an exception, a SystemExit message."""
     argv = [sys.executable, "-m", "probe"]
     outcomes = []
-    for case in (["0", "0"], ["sleep", "3"], ["0", "after0-raise"], ["0", "after0-bye"]):
+    for case in (["0", "0"], ["sleep", "started0-3"], ["0", "after0-raise"], ["0", "after0-bye"]):
         results = tb.run([*argv, *case], env={"PROBE_EXTRA": "x"}, cwd=cwd, check=False,
                          timeout=120)
         outcomes.append([(r.returncode, json.loads(r.stdout.splitlines()[0]),
