@@ -1,13 +1,15 @@
 """A rank of a two-tier testbed job (tests/test_testbed_nodes.py): it checks that torchrun's
 variables number it as on a real cluster (node by node) and that it runs in its node's
-namespace, then all-reduces across every rank and inside its node; prints one JSON line."""
+namespace, then all-reduces across every rank and inside its node; prints one JSON line, with
+how it started (torch already imported: forked from its node's fork server)."""
 import json
 import os
 import subprocess
 import sys
 
-import torch
-import torch.distributed as dist
+preloaded = "torch" in sys.modules
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 env = {k: int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                        "GROUP_RANK")}
@@ -22,7 +24,9 @@ dist.all_reduce(total)
 inside = torch.tensor([rank + 1.0])
 dist.all_reduce(inside, group=nodes[rank // g])
 line = json.dumps({**env, "NODE_RANK": node_rank, "namespace": namespace, "dist_rank": rank,
-                   "dist_world": world, "sum": total.item(), "node_sum": inside.item()})
+                   "dist_world": world, "sum": total.item(), "node_sum": inside.item(),
+                   "preloaded": preloaded, "parent": os.getppid(),
+                   "threads": torch.get_num_threads()})
 # one write of the whole line: the ranks of a node share torchrun's stdout, and a line
 # written in one call under PIPE_BUF bytes is not split by another rank's (print writes the
 # text and the newline apart when stdout is unbuffered)

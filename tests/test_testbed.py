@@ -1,4 +1,5 @@
 """The bandwidth-emulated testbed: real namespaces, veths, tbf qdiscs and processes (root)."""
+import json
 import multiprocessing
 import os
 import signal
@@ -16,14 +17,67 @@ REASON = testbed.unavailable_reason()
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 EMPTY = {"namespaces": [], "links": [], "qdiscs": []}
+# A module job (forked from the namespace's server) that sleeps for a minute
+SLEEP_MODULE = [sys.executable, "-m", "timeit", "-n", "1", "-r", "1",
+                "__import__('time').sleep(60)"]
+# A module job reporting how it was started, then ending as its argument for its rank says
+PROBE = """import json, os, sys
+preloaded = "torch" in sys.modules
+print(json.dumps({"preloaded": preloaded, "name": __name__, "argv": sys.argv,
+                  "cwd": os.getcwd(), "path0": sys.path[0], "ppid": os.getppid(),
+                  "leader": os.getpid() == os.getpgid(0) == os.getsid(0),
+                  "net": os.readlink("/proc/self/ns/net"), "extra": os.environ["PROBE_EXTRA"],
+                  "env": {k: os.environ[k] for k in ("RANK", "MASTER_PORT", "OMP_NUM_THREADS")},
+                  "threads": sys.modules["torch"].get_num_threads() if preloaded else None}),
+      flush=True)
+what = sys.argv[1 + int(os.environ["RANK"])]
+pid_file = os.environ["MASTER_PORT"] + ".pid"  # rank 0's pid in this run
+if what.startswith(("after0-", "started0-")):  # once rank 0 has printed (and ended)
+    while not os.path.exists(pid_file):
+        __import__("time").sleep(0.01)
+    while what.startswith("after0-") and os.path.exists(f"/proc/{open(pid_file).read()}"):
+        __import__("time").sleep(0.01)
+    what = what.split("-")[1]
+elif os.environ["RANK"] == "0":
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+if what == "raise":
+    raise ValueError("the probe failed")
+if what == "sleep":
+    __import__("time").sleep(60)
+sys.exit(int(what) if what.isdigit() else what)
+"""
 
 
 def _sleep_job(tb):
     tb.run(["sleep", "60"])
 
 
-def _sleep(tb):
-    time.sleep(60)
+def _sleep_module(tb):
+    tb.run(SLEEP_MODULE)
+
+
+def _server_and_jobs(run_id):
+    """The live processes whose command line names `run_id`: its fork servers (their socket
+    path does) and the jobs they forked (same command line)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if run_id.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _until_forked(run_id, count):
+    """Wait until `count` processes (servers and their jobs) of `run_id` run."""
+    end = time.monotonic() + 120
+    while len(_server_and_jobs(run_id)) < count:
+        assert time.monotonic() < end, "the fork servers and their jobs did not start"
+        time.sleep(0.2)
 
 
 def _hold(body, conn):
@@ -53,7 +107,7 @@ def _holder(body):
     return proc, ours
 
 
-def test_bad_options_name_the_option():
+def test_bad_options_name_the_option(monkeypatch):
     with pytest.raises(ValueError, match="workers"):
         Testbed(1)
     with pytest.raises(ValueError, match="topology"):
@@ -66,6 +120,9 @@ def test_bad_options_name_the_option():
         Testbed(2, "fast")
     with pytest.raises(ValueError, match="command"):
         testbed.run_command([])
+    monkeypatch.setenv("GRADCOMP_FORK_JOBS", "yes")
+    with pytest.raises(ValueError, match="GRADCOMP_FORK_JOBS='yes' is not allowed"):
+        Testbed(2)
 
 
 def test_without_root_a_clear_message(monkeypatch, capsys, tmp_path):
@@ -183,24 +240,83 @@ def test_two_testbeds_at_once_do_not_collide():
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_tears_everything_down(sig):
-    proc, pipe = _holder(_sleep_job)
+    # SIGINT: a plain command's job; SIGTERM: a module job, forked from a server per
+    # namespace (the same teardown: KeyboardInterrupt or SystemExit through `close`)
+    proc, pipe = _holder(_sleep_job if sig == signal.SIGINT else _sleep_module)
     run_id = pipe.recv()
     assert run_id.startswith(testbed.PREFIX) and leftovers(run_id)["namespaces"]
+    if sig == signal.SIGTERM:
+        _until_forked(run_id, 4)  # 2 servers, 2 jobs
     os.kill(proc.pid, sig)
     proc.join(timeout=30)
     assert proc.exitcode is not None  # it ended
-    assert leftovers(run_id) == EMPTY
+    assert leftovers(run_id) == EMPTY and _server_and_jobs(run_id) == []
     assert not (testbed.REGISTRY / run_id).exists()
+    assert not (testbed.SOCKETS / run_id).exists()
 
 
 @needs_root
 def test_cleanup_stale_removes_a_killed_run_but_not_a_live_one():
-    proc, pipe = _holder(_sleep)
+    proc, pipe = _holder(_sleep_module)
     dead = pipe.recv()
     with Testbed(2, "100mbit") as live:
+        _until_forked(dead, 4)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         assert leftovers(dead)["namespaces"]  # SIGKILL gives no chance to clean up
+        assert len(_server_and_jobs(dead)) == 4
         assert dead in cleanup_stale()
-        assert leftovers(dead) == EMPTY
+        assert leftovers(dead) == EMPTY and _server_and_jobs(dead) == []
+        assert not (testbed.SOCKETS / dead).exists()
         assert len(leftovers(live.run_id)["namespaces"]) == 2
+
+
+def _probe_runs(tb, cwd):
+    """The probe's outcomes (return codes, parsed stdout, stderr's last line) in `tb`, per
+    case: all succeed, one fails (the other is stopped), an exception, a SystemExit message."""
+    argv = [sys.executable, "-m", "probe"]
+    outcomes = []
+    for case in (["0", "0"], ["sleep", "started0-3"], ["0", "after0-raise"], ["0", "after0-bye"]):
+        results = tb.run([*argv, *case], env={"PROBE_EXTRA": "x"}, cwd=cwd, check=False,
+                         timeout=120)
+        outcomes.append([(r.returncode, json.loads(r.stdout.splitlines()[0]),
+                          (r.stderr.strip().splitlines() or [""])[-1]) for r in results])
+    with pytest.raises(TimeoutError):
+        tb.run([*argv, "sleep", "sleep"], env={"PROBE_EXTRA": "x"}, cwd=cwd, timeout=1)
+    return outcomes
+
+
+@needs_root
+def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    with Testbed(2, "1gbit") as tb:
+        forked = _probe_runs(tb, tmp_path)
+        servers = _server_and_jobs(tb.run_id)
+        tb.fork = False
+        fresh = _probe_runs(tb, tmp_path)
+        run_id = tb.run_id
+    # every case ends alike: codes (a SystemExit's, an exception's 1, SIGTERM for the rank
+    # stopped when the other failed) and stderr's last line
+    codes = [[(code, last) for code, _, last in case] for case in fresh]
+    assert codes == [[(code, last) for code, _, last in case] for case in forked]
+    assert codes[1:] == [[(-15, ""), (3, "")], [(0, ""), (1, "ValueError: the probe failed")],
+                         [(0, ""), (1, "bye")]]
+    seen = [[row for _, row, _ in case] for case in forked]
+    for case_fresh, case_forked in zip(fresh, forked):
+        for (_, a, _), (_, b, _) in zip(case_fresh, case_forked):  # the same start, less torch
+            assert (a["preloaded"], b["preloaded"]) == (False, True)
+            assert b["threads"] == 1  # OMP_NUM_THREADS = threads, read by the server's torch
+            same = ("name", "argv", "cwd", "path0", "leader", "net", "extra")
+            assert {k: a[k] for k in same} == {k: b[k] for k in same}
+            assert a["env"]["RANK"] == b["env"]["RANK"] and a["env"]["OMP_NUM_THREADS"] == "1"
+            assert a["ppid"] == os.getpid() != b["ppid"]
+    assert seen[0][0]["name"] == "__main__" and seen[0][0]["leader"]
+    assert seen[0][0]["argv"] == [str(tmp_path / "probe.py"), "0", "0"]
+    assert seen[2][1]["argv"][1:] == ["0", "after0-raise"]
+    assert seen[0][0]["path0"] == seen[0][0]["cwd"] == str(tmp_path)
+    # one server per namespace, reused by every run, in that namespace, gone with the testbed
+    parents = {rank: {case[rank]["ppid"] for case in seen} for rank in (0, 1)}
+    assert len(parents[0]) == len(parents[1]) == 1 and parents[0] != parents[1]
+    assert set.union(*parents.values()) <= set(servers)
+    assert seen[0][0]["net"] != seen[0][1]["net"]
+    assert leftovers(run_id) == EMPTY and _server_and_jobs(run_id) == []

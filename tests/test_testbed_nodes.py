@@ -72,14 +72,20 @@ def _check_job(rows, run_id):
 def test_a_job_per_rank_and_a_torchrun_job_per_node_and_nothing_left():
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable),
                                                         "torchrun")
-    with NodeTestbed(2, 2, "1gbit") as tb:
-        _check_job(_rows(tb.run([sys.executable, WORKER], timeout=120)), tb.run_id)
+    with NodeTestbed(2, 2, "1gbit") as tb:  # a module job: forked from each node's server
+        rows = _rows(tb.run([sys.executable, "-m", "node_workers"], timeout=120,
+                            cwd=os.path.dirname(WORKER)))
+        _check_job(rows, tb.run_id)
         run_id = tb.run_id
+    assert all(r["preloaded"] and r["threads"] == 1 for r in rows)
+    parents = [r["parent"] for r in rows]  # the ranks of a node share its server
+    assert parents[0] == parents[1] != parents[2] == parents[3] != os.getpid()
     assert leftovers(run_id) == {"namespaces": [], "links": [], "qdiscs": []}
     with NodeTestbed(2, 2, "1gbit", per_node=True) as tb:
         results = tb.run([torchrun, WORKER], timeout=180)  # one torchrun per node
         assert len(results) == 2
         _check_job(_rows(results), tb.run_id)
+        assert not any(r["preloaded"] for r in _rows(results))  # torchrun's: fresh
         run_id = tb.run_id
     assert leftovers(run_id) == {"namespaces": [], "links": [], "qdiscs": []}
 

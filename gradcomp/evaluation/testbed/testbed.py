@@ -26,8 +26,12 @@ LOCAL_WORLD_SIZE=1, MASTER_ADDR = rank 0's address, MASTER_PORT, GLOO_SOCKET_IFN
 namespace's veth, OMP_NUM_THREADS = `threads`, GRADCOMP_TESTBED_RATE_BPS = its link's rate),
 waits for all, and stops the others as soon as one fails. A torchrun job is started as
 ``torchrun --nnodes N --nproc-per-node 1 --node-rank $RANK --master-addr $MASTER_ADDR
---master-port $MASTER_PORT ...`` through ``sh -c``. Several ranks per namespace (nodes of
-several GPUs): `testbed.nodes.NodeTestbed`.
+--master-port $MASTER_PORT ...`` through ``sh -c``. A module job, ``[sys.executable, "-m",
+module, ...]``, is forked from its namespace's fork server (`common.forkserver`: one per
+namespace, started at the first such job with the rank's environment, torch and gradcomp
+imported, stopped with the testbed), as a fresh interpreter runs it less ~3 s of imports; other
+commands start as above (all of them: `fork` = False, or GRADCOMP_FORK_JOBS=0). Several ranks
+per namespace (nodes of several GPUs, sharing its server): `testbed.nodes.NodeTestbed`.
 """
 from __future__ import annotations
 
@@ -43,11 +47,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...checks import check_number
+from ..common.forkserver import ForkServers, fork_enabled, forkable
 from ..common.store import write_atomic
 from ..common.units import format_rate, parse_rate
 
 PREFIX = "gctb"
 REGISTRY = Path("/run/gradcomp-testbed")
+SOCKETS = REGISTRY / "forkservers"  # a run's fork server sockets: SOCKETS/<run id>/
 TOPOLOGIES = ("star", "p2p")
 SUBNET = "10.213.0"
 MAX_WORKERS = 99
@@ -146,7 +152,9 @@ class Testbed:
         self.links = [Link(r, f"{self.run_id}-{r}", f"{self.run_id}n{r}",
                            f"{SUBNET}.{r + 1}", parse_rate(v, "rate"))
                       for r, v in enumerate(rates)]
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list = []  # subprocess.Popen or forkserver.Job
+        self.fork = fork_enabled()  # GRADCOMP_FORK_JOBS (forkserver)
+        self._servers = ForkServers(SOCKETS / self.run_id)
         self._old_handlers: dict = {}
         self._up = False
 
@@ -249,6 +257,7 @@ class Testbed:
         """Stop the jobs, delete the links, bridge and namespaces (qdiscs go with their
         devices); safe to call twice."""
         self._stop_jobs()
+        self._servers.close()
         if self._up:
             _remove_run(self.run_id)
             self._up = False
@@ -280,16 +289,19 @@ class Testbed:
             raise RuntimeError("the testbed is not set up: use it as a context manager")
         port = self.port + secrets.randbelow(2000)
         full_env = {**os.environ, **(env or {})}
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         with tempfile.TemporaryDirectory() as tmp:
             logs = [(open(os.path.join(tmp, f"{r}.out"), "w+"),
                      open(os.path.join(tmp, f"{r}.err"), "w+")) for r in range(self.processes)]
             try:
-                self._procs = [subprocess.Popen(self.command(r, list(argv), port),
-                                                env=full_env, cwd=cwd, stdout=out,
-                                                stderr=err, start_new_session=True)
-                               for r, (out, err) in enumerate(logs)]
-                deadline = math.inf if timeout is None else time.monotonic() + timeout
+                servers = self._fork_servers(list(argv), port, full_env, cwd)
                 try:
+                    for r, (out, err) in enumerate(logs):  # one by one: all are stopped
+                        self._procs.append(servers[r].start(
+                            list(argv), {**full_env, **self.environment(r, port)}, out, err)
+                            if servers else subprocess.Popen(
+                                self.command(r, list(argv), port), env=full_env, cwd=cwd,
+                                stdout=out, stderr=err, start_new_session=True))
                     failed = self._wait(deadline)
                 finally:
                     self._stop_jobs()
@@ -308,6 +320,12 @@ class Testbed:
             raise JobFailed(f"rank {failed} exited with {bad.returncode}: "
                             f"{bad.stderr.strip()[-2000:]}", results)
         return results
+
+    def _fork_servers(self, argv, port: int, env: dict, cwd) -> list:
+        """Per process, its namespace's fork server (started at once) for module jobs."""
+        return [self._servers.server(self.link_of(r).namespace, self.command(r, [], port),
+                                     env, os.path.abspath(cwd or os.getcwd()))
+                for r in range(self.processes)] if self.fork and forkable(argv) else []
 
     def _wait(self, deadline: float) -> int | None:
         """Wait until all exit (None) or one fails (its rank); TimeoutError past deadline."""
@@ -360,6 +378,7 @@ def _remove_run(run_id: str) -> None:
         _sh("ip", "link", "del", name, check=False)
     for ns in _namespaces(run_id):
         _sh("ip", "netns", "del", ns, check=False)
+    shutil.rmtree(SOCKETS / run_id, ignore_errors=True)
     (REGISTRY / run_id).unlink(missing_ok=True)
 
 
