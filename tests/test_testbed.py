@@ -281,6 +281,8 @@ def _probe_runs(tb, cwd):
                          timeout=120)
         outcomes.append([(r.returncode, json.loads(r.stdout.splitlines()[0]),
                           (r.stderr.strip().splitlines() or [""])[-1]) for r in results])
+        for pid_file in cwd.glob("*.pid"):  # a later run may draw the same MASTER_PORT
+            pid_file.unlink()
     with pytest.raises(TimeoutError):
         tb.run([*argv, "sleep", "sleep"], env={"PROBE_EXTRA": "x"}, cwd=cwd, timeout=1)
     return outcomes
