@@ -30,13 +30,14 @@ def docs_example(name: str) -> str:
 
 
 def run(cmd, cwd, timeout=300) -> str:
+    """The output of `cmd` run in `cwd`, its stderr merged into its stdout as written (a
+    warning stays in the part of a `script_runs` launch of the run that gave it)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1",
                PYTHONWARNINGS="ignore::DeprecationWarning")
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    return out
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return proc.stdout
 
 
 def free_port() -> int:
@@ -50,17 +51,25 @@ def free_port() -> int:
 def lightning_runs(tmp_path_factory):
     pytest.importorskip("lightning")
     script = docs_example("train_lightning.py")
-    dirs = {k: tmp_path_factory.mktemp(f"lightning_{k}") for k in ("straight", "resumed", "bare")}
+    runs = ("straight", "resumed", "bare", "control")
+    dirs = {k: tmp_path_factory.mktemp(f"lightning_{k}") for k in runs}
     for d in dirs.values():
         (d / "train_lightning.py").write_text(script)
-    py = [sys.executable, "train_lightning.py"]
-    logs = {"straight": run(py + ["2"], dirs["straight"])}
+    logs = {"straight": run([sys.executable, "train_lightning.py", "2"], dirs["straight"])}
     first = dirs["straight"] / "checkpoints" / "epoch=0-step=16.ckpt"
-    logs["resumed"] = run(py + ["2", str(first)], dirs["resumed"])
     bare = torch.load(first, weights_only=True)  # the same, less the hook state
     del bare["callbacks"]["Compression"]
     torch.save(bare, dirs["bare"] / "bare.ckpt")
-    logs["bare"] = run(py + ["2", "bare.ckpt"], dirs["bare"])
+    # As for Accelerate below: one launch runs the resumed run in fresh processes, then the
+    # bare run and a control in the same processes. Under torchrun, Lightning starts no
+    # processes of its own and its later runs join the process group the first one made.
+    after = {"resumed": ["2", str(first)], "bare": ["2", "bare.ckpt"],
+             "control": ["2", str(first)]}
+    runs_json = json.dumps([[k, str(dirs[k]), "train_lightning.py", *args]
+                            for k, args in after.items()])
+    logs.update(split_runs(run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                "--nproc_per_node", "2", str(ROOT / "tests" / "script_runs.py"),
+                                runs_json], dirs["resumed"])))
     ckpts = {k: torch.load(d / "checkpoints" / "epoch=1-step=32.ckpt", weights_only=True)
              for k, d in dirs.items()}
     return ckpts, logs, first
@@ -90,6 +99,10 @@ def test_lightning_resume_from_its_checkpoint_is_bit_exact(lightning_runs):
     # The check can fail: without the hook state the run goes elsewhere, with a warning.
     assert not same_params(ckpts["bare"]["state_dict"], ckpts["straight"]["state_dict"])
     assert "holds no gradcomp hook state" in logs["bare"]
+    # ... and not because the bare run shared its processes: the control, resumed from the
+    # full checkpoint after it in the same processes, ends as the straight run did.
+    assert same_params(ckpts["control"]["state_dict"], ckpts["straight"]["state_dict"])
+    assert "compressed iterations: 32" in logs["control"]
 
 
 def test_lightning_callback_refuses_what_it_cannot_do():
