@@ -12,8 +12,8 @@ a run without `-n` is left as it is.
   collected, so that no worker is left with a long file at the end. xdist hands files out in
   the order its workers collected them (this scheduler does not reorder them by number of
   tests, which says little about their cost here). LONGEST_FIRST is a hint only (CPU seconds
-  per file, benchmarks/results/suite-2026-11-28/files.csv, whose wall seconds were taken on a
-  loaded machine): a stale one costs time, never a result.
+  per file, benchmarks/results/suite-2026-11-28/files.csv, measured on a quiet machine): a
+  stale one costs time, never a result.
 """
 from pathlib import PurePath
 
@@ -22,9 +22,9 @@ import pytest
 TESTBED = "testbed"
 TESTBED_FILES = {"test_testbed", "test_testbed_nodes", "test_cli_testbed", "test_validate",
                  "test_validate_fsdp", "test_validate_tiers"}
-LONGEST_FIRST = [TESTBED, "test_report", "test_integrations", "test_hierarchical",
-                 "test_converge", "test_gpu_run", "test_hooks_distributed", "test_teardown",
-                 "test_workloads", "test_kernels_ef", "test_checkpoint", "test_notebook"]
+LONGEST_FIRST = [TESTBED, "test_integrations", "test_report", "test_converge",
+                 "test_teardown", "test_hierarchical", "test_kernels_ef", "test_checkpoint",
+                 "test_hooks_distributed", "test_workloads", "test_notebook", "test_gpu_run"]
 
 
 def group_of(nodeid: str) -> str:
