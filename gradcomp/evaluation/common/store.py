@@ -126,6 +126,8 @@ class ResultTable:
         self.defaults = dict(defaults or {})
         self.parquet = self.path.suffix.lower() == ".parquet"
         self._scanned = False  # the whole file was checked for damaged lines by an append
+        self._known: tuple | None = None  # (the file's `_mark` after this table's last append,
+        #                                    the keys on disk then)
 
     @property
     def lock(self) -> Path:
@@ -150,7 +152,7 @@ class ResultTable:
                                  f"value must be one line")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
-            if self.key_columns and self.key(row) in self.done_keys():
+            if self.key_columns and self.key(row) in self._stored_keys():
                 warnings.warn(f"{self.path}: a row with key {self.key(row)} is stored already "
                               "(another run writing to this table measured it); kept that "
                               "one", stacklevel=2)
@@ -167,8 +169,30 @@ class ResultTable:
                 header = self._widen(header, new)
             prefix = "" if header else _line(list(row))
             header = header or list(row)
+            keys = self._stored_keys() if self.key_columns else set()
+            self._known = None  # (until the line is on disk)
             self._write_line(prefix + _line([text(row.get(c)) for c in header]))
+            if self.key_columns:
+                keys.add(self.key(row))
+                self._known = self._mark(), keys
         return True
+
+    def _mark(self) -> tuple | None:
+        """What tells whether the file changed: its device, inode, size and modification time
+        (None when it does not exist)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _stored_keys(self) -> set[tuple[str, ...]]:
+        """`done_keys()`, read again only when the file is not as this table's last append left
+        it (another writer, a rewrite, an edit): so a long sweep's appends do not each read
+        every row before theirs. Called with the lock held."""
+        if self._known is None or self._known[0] != self._mark():
+            self._known = self._mark(), self.done_keys()
+        return self._known[1]
 
     @contextmanager
     def _locked(self):
