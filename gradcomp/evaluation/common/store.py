@@ -22,6 +22,9 @@ Several processes may append to one table (two sweeps with the same `--out`): ev
 holds an exclusive lock (`fcntl.flock`) on the side file ``.<name>.lock`` next to the table,
 so a rewrite (a new column, a quarantine) never drops another writer's row, and a row whose
 key another writer stored meanwhile is not stored twice (`append` warns and returns False).
+An append reads the stored keys again only when the file is not as this table's own last
+append left it (device, inode, size, modification time), so an append does not grow with
+the rows stored before it.
 A failed write (a full disk) cuts the file back to its rows before the append and raises an
 OSError naming the table.
 """
