@@ -127,6 +127,20 @@ def test_tabulated_rounds_and_walk_steps_do_not_change_the_permutation():
             assert torch.equal(P.permute(torch.arange(k), n, keys, walk_steps=steps), want)
 
 
+def test_a_small_cpu_gradient_looks_its_rounds_up_in_tables(monkeypatch):
+    # 1% of a 5.5k-value bucket (the convergence task's): a few dozen values to walk, where
+    # every hashed round costs ~10 torch calls; the tables are computed once, for 2**7 halves.
+    built, tables = [], P.round_tables
+    monkeypatch.setattr(P, "round_tables", lambda m, *a: built.append(m) or tables(m, *a))
+    keys = [5, 6, 7, 8]
+    got = P.positions(5508, 55, keys)
+    assert built == [7]
+    want = P.feistel(torch.arange(55), 7, keys)
+    while (want >= 5508).any():  # cycle-walked with hashed rounds
+        want = torch.where(want >= 5508, P.feistel(want, 7, keys), want)
+    assert torch.equal(got, want)
+
+
 def test_reference_rejects_bad_arguments():
     for bad in ([1, 2, 3], [1, 2, 3, 2**31], [1, 2, 3, -1], [1, 2, 3, 1.0], "1234", None):
         with pytest.raises(ValueError, match="keys"):

@@ -233,6 +233,24 @@ def test_two_processes_appending_lose_no_row_and_store_no_key_twice(tmp_path):
     assert len(table.frame()) == 300
 
 
+def test_appends_read_the_table_again_only_after_another_writer_changed_it(tmp_path,
+                                                                           monkeypatch):
+    # A long sweep's curve table: each append used to read every row before it.
+    reads, records = [], ResultTable._records
+    monkeypatch.setattr(ResultTable, "_records", lambda self: reads.append(1) or records(self))
+    table = ResultTable(tmp_path / "r.csv", ("i",))
+    for i in range(50):
+        assert table.append({"i": i, "x": i / 2})
+    assert len(reads) == 1
+    assert ResultTable(tmp_path / "r.csv", ("i",)).append({"i": 50})  # another writer
+    with pytest.warns(UserWarning, match="stored already"):
+        assert table.append({"i": 50}) is False
+    assert table.append({"i": 51, "y": "new"})  # a new column: the file is rewritten
+    read = len(reads)
+    assert table.append({"i": 52}) and len(reads) == read
+    assert table.done_keys() == {(str(i),) for i in range(53)}
+
+
 def test_a_failed_write_leaves_the_table_as_it_was_and_names_it(tmp_path):
     import resource
     import signal

@@ -22,6 +22,9 @@ Several processes may append to one table (two sweeps with the same `--out`): ev
 holds an exclusive lock (`fcntl.flock`) on the side file ``.<name>.lock`` next to the table,
 so a rewrite (a new column, a quarantine) never drops another writer's row, and a row whose
 key another writer stored meanwhile is not stored twice (`append` warns and returns False).
+An append reads the stored keys again only when the file is not as this table's own last
+append left it (device, inode, size, modification time), so an append does not grow with
+the rows stored before it.
 A failed write (a full disk) cuts the file back to its rows before the append and raises an
 OSError naming the table.
 """
@@ -126,6 +129,8 @@ class ResultTable:
         self.defaults = dict(defaults or {})
         self.parquet = self.path.suffix.lower() == ".parquet"
         self._scanned = False  # the whole file was checked for damaged lines by an append
+        self._known: tuple | None = None  # (the file's `_mark` after this table's last append,
+        #                                    the keys on disk then)
 
     @property
     def lock(self) -> Path:
@@ -150,7 +155,7 @@ class ResultTable:
                                  f"value must be one line")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
-            if self.key_columns and self.key(row) in self.done_keys():
+            if self.key_columns and self.key(row) in self._stored_keys():
                 warnings.warn(f"{self.path}: a row with key {self.key(row)} is stored already "
                               "(another run writing to this table measured it); kept that "
                               "one", stacklevel=2)
@@ -167,8 +172,30 @@ class ResultTable:
                 header = self._widen(header, new)
             prefix = "" if header else _line(list(row))
             header = header or list(row)
+            keys = self._stored_keys() if self.key_columns else set()
+            self._known = None  # (until the line is on disk)
             self._write_line(prefix + _line([text(row.get(c)) for c in header]))
+            if self.key_columns:
+                keys.add(self.key(row))
+                self._known = self._mark(), keys
         return True
+
+    def _mark(self) -> tuple | None:
+        """What tells whether the file changed: its device, inode, size and modification time
+        (None when it does not exist)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _stored_keys(self) -> set[tuple[str, ...]]:
+        """`done_keys()`, read again only when the file is not as this table's last append left
+        it (another writer, a rewrite, an edit): so a long sweep's appends do not each read
+        every row before theirs. Called with the lock held."""
+        if self._known is None or self._known[0] != self._mark():
+            self._known = self._mark(), self.done_keys()
+        return self._known[1]
 
     @contextmanager
     def _locked(self):
