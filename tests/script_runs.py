@@ -1,14 +1,23 @@
 """Run scripts one after the other in this process, each in its own directory with its own
-arguments, as `python SCRIPT ARGS` started there would run it: `script_runs.py RUNS`, RUNS a
-JSON list of [name, directory, script, *args]. A launcher's processes (e.g. `accelerate
-launch script_runs.py ...`) then serve several runs: one interpreter start-up, one set of
-imports and one process group for all of them. Rank 0 prints `RUN_MARK + name` on a line of
-its own before each run, so that the runs' shared output can be split (`split_runs`)."""
+arguments, as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) started there would run it:
+`script_runs.py RUNS`, RUNS a JSON list of [name, directory, script, *args] or [name,
+directory, "-m", module, *args]; a run that exits with status 0 lets the next one start. A
+launcher's processes (e.g. `accelerate launch script_runs.py ...`) then serve several runs: one
+interpreter start-up, one set of imports and one process group for all of them. Rank 0 prints
+`RUN_MARK + name` on a line of its own before each run, so that the runs' shared output can be
+split (`split_runs`).
+
+A run after one that ended torchrun's process group makes its own on a store of its own
+(`fresh_store`): the default group's keys in torchrun's store are the same each time, and a
+rank could read the last group's address of another before that rank wrote its new one."""
 import gc
 import json
 import os
 import runpy
+import socket
 import sys
+
+import torch.distributed as dist
 
 RUN_MARK = "== script_runs: "
 
@@ -21,13 +30,37 @@ def split_runs(output: str) -> dict[str, str]:
     return dict(part.split("\n", 1) if "\n" in part else (part, "") for part in parts)
 
 
+def fresh_store(name: str) -> None:
+    """Point env:// at a new store that rank 0 hosts on a free port, agreed on through
+    torchrun's store (read while its agent still hosts it)."""
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)
+    key = f"script_runs/{name}/port"
+    if os.environ["RANK"] == "0":
+        with socket.socket() as s:
+            s.bind((os.environ["MASTER_ADDR"], 0))
+            agent.set(key, str(s.getsockname()[1]))
+    os.environ["MASTER_PORT"] = agent.get(key).decode()
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"  # rank 0 hosts it
+
+
 def main(runs: list[list[str]]) -> None:
-    for name, directory, script, *args in runs:
+    for i, (name, directory, script, *args) in enumerate(runs):
+        if i and "RANK" in os.environ and not dist.is_initialized():
+            fresh_store(name)
         if os.environ.get("RANK", "0") == "0":
             print(f"\n{RUN_MARK}{name}", flush=True)
         os.chdir(directory)
-        sys.argv = [script, *args]
-        runpy.run_path(script, run_name="__main__")
+        try:
+            if script == "-m":
+                sys.argv = [*args]  # run_module puts the module's file in front
+                runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [script, *args]
+                runpy.run_path(script, run_name="__main__")
+        except SystemExit as done:
+            if done.code not in (None, 0):
+                raise
         sys.stdout.flush()
         gc.collect()  # the run's objects (its model, its DDP) go before the next run
 

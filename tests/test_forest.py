@@ -1,5 +1,5 @@
 """Forest packing (rates, capacities, bounds, schedule) and the forest all-reduce executor
-against dist.all_reduce on 2, 3 and 4 gloo ranks."""
+against dist.all_reduce on groups of 2, 3 and 4 gloo ranks (one spawn of 4)."""
 import math
 
 import numpy as np
@@ -172,9 +172,25 @@ def test_one_worker_is_a_no_op_forest():
     assert forest.rate == math.inf and forest.split(5) == [(0, 5)]
 
 
+SIZES = (4, 3, 2)  # of the executor's groups: ranks 0..n-1, the largest first
+
+
 def _executor_cases(rank, world_size, out_dir):
-    """Many cases in one spawn: random forests, sizes (also 0 and fewer elements than trees
-    or chunks), chunk counts, dtypes; returns per case whether the result equals all_reduce."""
+    """Every group size of SIZES in one spawn of 4 ranks (4: the default group; 3 and 2: a
+    group of ranks 0..n-1, whose group ranks are the global ones), the largest first, so that
+    a rank outside the next group is done and waits for none: {n: `_cases` on that group, or
+    None outside it}."""
+    groups, subgroups = {}, {}
+    for n in SIZES:  # every rank makes every group, in the same order
+        groups[n] = None if n == world_size else dist.new_group(list(range(n)))
+        subgroups[n] = dist.new_group(list(range(1, n)) if n > 2 else [0, 1])
+    return {n: _cases(rank, n, groups[n], subgroups[n]) if rank < n else None for n in SIZES}
+
+
+def _cases(rank, world_size, group, subgroup):
+    """Many cases on `group` of `world_size` ranks: random forests, sizes (also 0 and fewer
+    elements than trees or chunks), chunk counts, dtypes; returns per case whether the result
+    equals all_reduce."""
     results = []
     gen = torch.Generator().manual_seed(1000 + rank)
     forests = [pack_forest(random_matrix(world_size, 0)),
@@ -186,35 +202,40 @@ def _executor_cases(rank, world_size, out_dir):
                 # Integer values: sums are exact in any order.
                 x = torch.randint(-1000, 1000, (numel,), generator=gen).float()
                 expected = x.clone()
-                dist.all_reduce(expected)
-                forest_all_reduce(x, forest, chunks)
+                dist.all_reduce(expected, group=group)
+                forest_all_reduce(x, forest, chunks, group=group)
                 results.append((f, numel, chunks, "exact", bool(torch.equal(x, expected))))
         x = torch.randn(513, generator=gen, dtype=torch.float64)
         expected = x.clone()
-        dist.all_reduce(expected)
-        forest_all_reduce(x, forest, 5)
+        dist.all_reduce(expected, group=group)
+        forest_all_reduce(x, forest, 5, group=group)
         results.append((f, 513, 5, "float64", bool(torch.allclose(x, expected, rtol=1e-12))))
         m = torch.randint(-50, 50, (4, 3, 5), generator=gen).to(torch.float16)
         expected = m.clone()
-        dist.all_reduce(expected)
-        forest_all_reduce(m, forest, 2)
+        dist.all_reduce(expected, group=group)
+        forest_all_reduce(m, forest, 2, group=group)
         results.append((f, 60, 2, "float16-3d", bool(torch.equal(m, expected))))
-    # A subgroup: ranks 1.. (all ranks on 2), so group ranks differ from global ones.
+    # A subgroup: ranks 1.. (all ranks of 2), so group ranks differ from global ones.
     members = list(range(1, world_size)) if world_size > 2 else [0, 1]
-    group = dist.new_group(members)
     if rank in members:
         x = torch.randint(-1000, 1000, (777,), generator=gen).float()
         expected = x.clone()
-        dist.all_reduce(expected, group=group)
-        forest_all_reduce(x, pack_forest(random_matrix(len(members), 1)), 3, group=group)
+        dist.all_reduce(expected, group=subgroup)
+        forest_all_reduce(x, pack_forest(random_matrix(len(members), 1)), 3, group=subgroup)
         results.append(("group", 777, 3, "exact", bool(torch.equal(x, expected))))
     return results
 
 
+@pytest.fixture(scope="module")
+def executor():
+    """Every group size's cases, per rank, from one spawn of 4 ranks."""
+    return spawn(_executor_cases, max(SIZES))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_executor_equals_all_reduce(world_size):
-    per_rank = spawn(_executor_cases, world_size)
+def test_executor_equals_all_reduce(executor, world_size):
+    per_rank = [ranks[world_size] for ranks in executor][:world_size]
     assert all(r is not None for r in per_rank)
     members = world_size - 1 if world_size > 2 else 2
     assert sum(r[0] == "group" for results in per_rank for r in results) == members

@@ -1,13 +1,17 @@
 """The README's DDP script, as written, under torchrun on 2 gloo processes (CPU): it registers
 the hook, every training step runs through it, and the ranks end with the same weights from
-different data (docs/ddp.md's snippet runs in tests/test_docs_examples.py). Plus the README's
-promise to a busy reader: short, the script on its first screen."""
+different data (docs/ddp.md's snippet runs in tests/test_docs_examples.py). In the same launch
+(one interpreter start-up and one set of imports per rank for both), `gradcomp bench train`
+joins torchrun's processes and rank 0 writes. Plus the README's promise to a busy reader:
+short, the script on its first screen."""
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,19 +42,46 @@ def test_readme_is_short_and_shows_the_ddp_script_on_its_first_screen():
     assert end < 60
 
 
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """One torchrun launch of 2 processes (tests/script_runs.py): the README's script, then
+    `gradcomp bench train` of the tiny model with ddp and fp16; (the launch, the script's
+    directory, bench train's table)."""
+    readme, bench = tmp_path_factory.mktemp("readme"), tmp_path_factory.mktemp("bench")
+    (readme / "train.py").write_text(ddp_script() + CHECK)
+    table = bench / "train.csv"
+    runs = [["readme", str(readme), "train.py"],
+            ["bench", str(bench), "-m", "gradcomp.cli", "bench", "train", "--model", "tiny",
+             "--methods", "ddp,fp16", "--repeats", "1", "--bucket-cap-mb", "1",
+             "--autocast", "bf16", "--out", str(table)]]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(ROOT / "tests" / "script_runs.py"),
+                           json.dumps(runs)], cwd=readme, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return done, readme, table
+
+
 @pytest.mark.slow
-def test_readme_ddp_script_runs_under_torchrun_as_written(tmp_path):
+def test_readme_ddp_script_runs_under_torchrun_as_written(launch):
+    done, readme, _ = launch
+    assert done.returncode == 0, done.stderr[-3000:]  # (bench train's failure fails it too)
     script = ddp_script()
     for part in ("init_process_group", "DistributedDataParallel", "gradcomp.comm.register",
                  "backward()"):
         assert part in script
-    (tmp_path / "train.py").write_text(script + CHECK)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-               CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node", "2", "train.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    checks = sorted((tmp_path / f"check-{rank}.txt").read_text().split() for rank in (0, 1))
+    checks = sorted((readme / f"check-{rank}.txt").read_text().split() for rank in (0, 1))
     assert checks == [["0", "powersgd", "10", "True"], ["1", "powersgd", "10", "True"]]
     assert done.stdout.count(": powersgd, loss ") == 2  # the script's own line, on each rank
+
+
+@pytest.mark.slow
+def test_bench_train_joins_torchrun_and_rank_zero_writes(launch):
+    done, _, table = launch
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = pd.read_csv(table)
+    assert rows["method"].tolist() == ["ddp", "fp16"]  # one row each: rank 0 wrote
+    assert (rows["world_size"] == 2).all() and (rows["backend"] == "gloo").all()
+    assert (rows["autocast"] == "bf16").all() and (rows["bucket_cap_mb"] == 1.0).all()
+    assert done.stdout.count("fp16") == 1  # rank 0 printed the table, once

@@ -1,10 +1,9 @@
 """The workload contract (`gradcomp.Workload`, MODULE:FACTORY or FILE.py:FACTORY), the built-in
 workloads, a user's transformer file through profile, bench train, bench converge and advise
---measured on 2 CPU workers, and bench train under torchrun."""
+--measured on 2 CPU workers (bench train under torchrun: tests/test_readme_ddp.py, in the
+README script's launch)."""
 import io
 import json
-import os
-import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -127,23 +126,6 @@ def test_a_users_transformer_file_runs_through_every_command(tmp_path):
         ((measured["predicted"] - measured["measured"]) / measured["measured"]).tolist())
     code, _, err = gradcomp_cli("advise", "--profile", "resnet50", "--measured", runs)
     assert code == 2 and "give the profile of the same workload" in err
-
-
-@pytest.mark.slow
-def test_bench_train_joins_torchrun_and_rank_zero_writes(tmp_path):
-    out = tmp_path / "train.csv"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "2", "-m", "gradcomp.cli", "bench", "train", "--model",
-               "tiny", "--methods", "ddp,fp16", "--repeats", "1", "--bucket-cap-mb", "1",
-               "--autocast", "bf16", "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = pd.read_csv(out)
-    assert rows["method"].tolist() == ["ddp", "fp16"]  # one row each: rank 0 wrote
-    assert (rows["world_size"] == 2).all() and (rows["backend"] == "gloo").all()
-    assert (rows["autocast"] == "bf16").all() and (rows["bucket_cap_mb"] == 1.0).all()
-    assert done.stdout.count("fp16") == 1  # rank 0 printed the table, once
 
 
 def test_the_readme_vision_example_loads_from_its_file_and_learns():
