@@ -40,6 +40,8 @@ def main() -> str:
         "median": by["iterations"].median(), "mean": by["iterations"].mean(),
         "max": by["iterations"].max(),
         "final accuracy, median": by["final_accuracy"].median(),
+        "best accuracy, median (min-max)": by["best_accuracy"].agg(
+            lambda a: f"{a.median():.3f} ({a.min():.3f}-{a.max():.3f})"),
         "auto's choices (runs)": by["auto_choices"].agg(lambda c: ", ".join(
             f"{k} {n}" for k, n in c.dropna().str.split(" since").str[0]
             .str.removeprefix("bucket 0: ").value_counts().items())),
@@ -63,7 +65,8 @@ def main() -> str:
     fastest = {r: tta.loc[CANDIDATES, f"{r}: ms/iter"].idxmin() for r in rates}
     text = (f"Seeds {whole[0]}..{whole[-1]} ({len(whole)}; every variant finished them; runs "
             f"per variant in converge.csv: {seeds.min()}-{seeds.max()})\n\n"
-            "## Iterations to target (teacher, test accuracy 0.85, at most 600)\n\n"
+            "## Iterations to target (teacher, test accuracy 0.85, at most 600; inf: not "
+            "reached)\n\n"
             + table.to_markdown(floatfmt=".3g")
             + "\n\n## Median iterations to target x iteration time on the flat testbed "
             "(MLP, `testbed-2026-11-28-budget`, least of two runs)\n\n"
