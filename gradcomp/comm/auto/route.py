@@ -18,7 +18,10 @@ from ..state import HookState, Route
 from ..telemetry import BucketRecord, seconds_between
 
 #: Methods that preserved convergence in gradcomp's measured runs (with error feedback where
-#: they need it): uncompressed, 16-bit, PowerSGD, top-k.
+#: they need it): uncompressed, 16-bit, PowerSGD, top-k. Top-k and random-k without error
+#: feedback, faster per iteration on the testbed, took a median 150 iterations to `bench
+#: converge`'s target and never reached it in 600, where these took 60-80
+#: (benchmarks/results/auto-cands-2026-11-28).
 DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
                       ("topk", {"ratio": 0.01, "error_feedback": True}))
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
