@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gradcomp.evaluation.common import processes
+from gradcomp.evaluation.common.forkserver import WITHOUT_DDP
 from gradcomp.evaluation.testbed import testbed
 from gradcomp.evaluation.testbed.ratecheck import expected_allreduce_s
 from gradcomp.evaluation.testbed.testbed import JobFailed, Testbed, cleanup_stale, leftovers
@@ -23,7 +24,8 @@ SLEEP_MODULE = [sys.executable, "-m", "timeit", "-n", "1", "-r", "1",
 # A module job reporting how it was started, then ending as its argument for its rank says
 PROBE = """import json, os, sys
 preloaded = "torch" in sys.modules
-print(json.dumps({"preloaded": preloaded, "name": __name__, "argv": sys.argv,
+print(json.dumps({"preloaded": preloaded, "dynamo": "torch._dynamo" in sys.modules,
+                  "name": __name__, "argv": sys.argv,
                   "cwd": os.getcwd(), "path0": sys.path[0], "ppid": os.getppid(),
                   "leader": os.getpid() == os.getpgid(0) == os.getsid(0),
                   "net": os.readlink("/proc/self/ns/net"), "extra": os.environ["PROBE_EXTRA"],
@@ -86,6 +88,7 @@ def _hold(body, conn):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with Testbed(2, "100mbit") as tb:
+            tb.preload = WITHOUT_DDP  # the sleep builds no DDP model
             conn.send(tb.run_id)
             body(tb)
     except KeyboardInterrupt:  # SIGINT's, after the teardown (SIGTERM's: SystemExit)
@@ -307,6 +310,7 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     for case_fresh, case_forked in zip(fresh, forked):
         for (_, a, _), (_, b, _) in zip(case_fresh, case_forked):  # the same start, less torch
             assert (a["preloaded"], b["preloaded"]) == (False, True)
+            assert (a["dynamo"], b["dynamo"]) == (False, True)  # the default preload's
             assert b["threads"] == 1  # OMP_NUM_THREADS = threads, read by the server's torch
             same = ("name", "argv", "cwd", "path0", "leader", "net", "extra")
             assert {k: a[k] for k in same} == {k: b[k] for k in same}

@@ -1,10 +1,12 @@
 """Start ``python -m module args`` jobs by forking a server that has already imported
 `processes.PRELOAD` (torch, torch._dynamo, gradcomp.evaluation: ~3-4 CPU s a fresh interpreter
-spends before its first line), as the testbed does in each of its network namespaces.
+spends before its first line), as the testbed does in each of its network namespaces; for jobs
+that build no DDP model, `WITHOUT_DDP` (torch._dynamo, which DDP's constructor imports, is
+about half the preload's CPU).
 
-The server (``python -m gradcomp.evaluation.common.forkserver SOCKET``) is started with the
+The server (``python -m gradcomp.evaluation.common.forkserver SOCKET MODULE...``) is started with the
 environment and in the directory of the jobs it will serve (OMP_NUM_THREADS and the like are
-read at import), imports the preload, listens on a filesystem AF_UNIX socket (a path socket: an
+read at import), imports the preload (the MODULEs), listens on a filesystem AF_UNIX socket (a path socket: an
 abstract one would belong to one network namespace) and prints one line when ready. Per job a
 client sends argv, the environment and the working directory, and the job's stdout and stderr
 as file descriptors; the server forks, answers the child's pid, and reports its wait status
@@ -31,6 +33,8 @@ from .processes import PRELOAD
 
 SERVER = "gradcomp.evaluation.common.forkserver"
 MAX_MESSAGE = 1 << 20  # the request's bytes: argv, environment and directory as JSON
+#: The preload of servers whose jobs build no DDP model (e.g. collectives alone).
+WITHOUT_DDP = tuple(name for name in PRELOAD if name != "torch._dynamo")
 
 
 def forkable(argv) -> bool:
@@ -81,14 +85,15 @@ class Job:
 
 class Server:
     """One fork server (client side): `command` starts it (a prefix such as ``ip netns exec
-    NS env ...`` then the server's own argv), with `env`, in `cwd`; it listens at `path`."""
+    NS env ...`` then the server's own argv), with `env`, in `cwd`, importing the modules of
+    `preload`; it listens at `path`."""
 
-    def __init__(self, command: list[str], env: dict, cwd: str, path: Path):
+    def __init__(self, command: list[str], env: dict, cwd: str, path: Path, preload=PRELOAD):
         self.path, self.cwd = path, cwd
         self._log = path.with_suffix(".log")
         with open(self._log, "w") as log:
-            self._proc = subprocess.Popen([*command, sys.executable, "-m", SERVER, str(path)],
-                                          env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            self._proc = subprocess.Popen([*command, sys.executable, "-m", SERVER, str(path),
+                                           *preload], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, stderr=log,
                                           start_new_session=True)
         self._ready = False
@@ -123,21 +128,22 @@ class Server:
 
 
 class ForkServers:
-    """The servers of one owner (a testbed): one per namespace, directory and environment,
-    started on first use, with their sockets in `directory`."""
+    """The servers of one owner (a testbed): one per namespace, directory, environment and
+    preload, started on first use, with their sockets in `directory`."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         self._servers: dict[tuple, Server] = {}
 
-    def server(self, place: str, command: list[str], env: dict, cwd: str) -> Server:
+    def server(self, place: str, command: list[str], env: dict, cwd: str,
+               preload=PRELOAD) -> Server:
         """The server of `place` (e.g. a namespace) for jobs with `env` in `cwd`, started
         with `command` as its prefix if there is none yet (it preloads while others start)."""
-        key = (place, cwd, tuple(sorted(env.items())))
+        key = (place, cwd, tuple(sorted(env.items())), tuple(preload))
         if key not in self._servers:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"{place}.{len(self._servers)}.sock"
-            self._servers[key] = Server(command, env, cwd, path)
+            self._servers[key] = Server(command, env, cwd, path, preload)
         return self._servers[key]
 
     def close(self) -> None:
@@ -147,10 +153,10 @@ class ForkServers:
 
 
 # -- the server ----------------------------------------------------------------------------
-def serve(path: str) -> dict:
-    """Preload, listen at `path`, fork a child per request and report its status; returns
-    only in a child, with its request (argv, env, cwd)."""
-    for name in PRELOAD:
+def serve(path: str, preload=PRELOAD) -> dict:
+    """Import the modules of `preload`, listen at `path`, fork a child per request and report
+    its status; returns only in a child, with its request (argv, env, cwd)."""
+    for name in preload:
         importlib.import_module(name)
     # the preload's objects out of the collector's sight (Python's gc.freeze docs: for a
     # server that forks): a child's collections, its exit's included, do not walk (and so
@@ -227,4 +233,4 @@ def run_request(request: dict) -> None:
 
 
 if __name__ == "__main__":
-    run_request(serve(sys.argv[1]))
+    run_request(serve(sys.argv[1], sys.argv[2:]))

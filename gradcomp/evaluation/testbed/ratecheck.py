@@ -26,6 +26,7 @@ from functools import partial
 
 import pandas as pd
 
+from ..common.forkserver import WITHOUT_DDP
 from ..common.units import parse_rate
 from .nodes import NodeTestbed
 from .testbed import Testbed
@@ -82,6 +83,7 @@ def tier_check(nodes: int = 2, gpus_per_node: int = 2, rate="100mbit",
     rate_bps = parse_rate(rate, "rate")
     with NodeTestbed(nodes, gpus_per_node, rate_bps) as testbed, \
             tempfile.TemporaryDirectory() as tmp:
+        testbed.preload = WITHOUT_DDP  # collectives alone
         rows = run_tier_sweep(testbed, os.path.join(tmp, "tiers.csv"), [nbytes], repeats=5,
                               first_only=True, timeout=300).set_index("tier")
     result = {"rate_bps": rate_bps, "nbytes": nbytes, "nodes": nodes,
