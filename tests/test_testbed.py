@@ -29,6 +29,7 @@ print(json.dumps({"preloaded": preloaded, "dynamo": "torch._dynamo" in sys.modul
                   "cwd": os.getcwd(), "path0": sys.path[0], "ppid": os.getppid(),
                   "leader": os.getpid() == os.getpgid(0) == os.getsid(0),
                   "net": os.readlink("/proc/self/ns/net"), "extra": os.environ["PROBE_EXTRA"],
+                  "sys": sorted(os.listdir("/sys/class/net")),
                   "env": {k: os.environ[k] for k in ("RANK", "MASTER_PORT", "OMP_NUM_THREADS")},
                   "threads": sys.modules["torch"].get_num_threads() if preloaded else None}),
       flush=True)
@@ -72,6 +73,11 @@ def _server_and_jobs(run_id):
         except OSError:
             pass
     return found
+
+
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _until_forked(run_id, count):
@@ -297,6 +303,7 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     with Testbed(2, "1gbit") as tb:
         forked = _probe_runs(tb, tmp_path)
         servers = _server_and_jobs(tb.run_id)
+        parent_of = {pid: _parent(pid) for pid in servers}
         tb.fork = False
         fresh = _probe_runs(tb, tmp_path)
         run_id = tb.run_id
@@ -312,7 +319,7 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
             assert (a["preloaded"], b["preloaded"]) == (False, True)
             assert (a["dynamo"], b["dynamo"]) == (False, True)  # the default preload's
             assert b["threads"] == 1  # OMP_NUM_THREADS = threads, read by the server's torch
-            same = ("name", "argv", "cwd", "path0", "leader", "net", "extra")
+            same = ("name", "argv", "cwd", "path0", "leader", "net", "sys", "extra")
             assert {k: a[k] for k in same} == {k: b[k] for k in same}
             assert a["env"]["RANK"] == b["env"]["RANK"] and a["env"]["OMP_NUM_THREADS"] == "1"
             assert a["ppid"] == os.getpid() != b["ppid"]
@@ -320,9 +327,12 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     assert seen[0][0]["argv"] == [str(tmp_path / "probe.py"), "0", "0"]
     assert seen[2][1]["argv"][1:] == ["0", "after0-raise"]
     assert seen[0][0]["path0"] == seen[0][0]["cwd"] == str(tmp_path)
-    # one server per namespace, reused by every run, in that namespace, gone with the testbed
+    # one server per namespace, reused by every run, in that namespace, gone with the testbed;
+    # namespace 1's forked from namespace 0's (no interpreter's start, no imports)
     parents = {rank: {case[rank]["ppid"] for case in seen} for rank in (0, 1)}
     assert len(parents[0]) == len(parents[1]) == 1 and parents[0] != parents[1]
     assert set.union(*parents.values()) <= set(servers)
+    assert parent_of[next(iter(parents[1]))] == next(iter(parents[0]))
     assert seen[0][0]["net"] != seen[0][1]["net"]
+    assert f"{run_id}n1" in seen[0][1]["sys"] and f"{run_id}n0" not in seen[0][1]["sys"]
     assert leftovers(run_id) == EMPTY and _server_and_jobs(run_id) == []

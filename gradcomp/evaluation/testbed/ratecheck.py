@@ -56,7 +56,7 @@ def rate_check(rate="100mbit", nbytes: int = CHECK_BYTES, workers: int = 2) -> d
     """An all-reduce of `nbytes` at `rate` (median of 5 repeats) against the rate's time."""
     rate_bps = parse_rate(rate, "rate")
     with Testbed(workers, rate_bps) as testbed:
-        testbed.fork = False  # one job: a fresh rank imports less than a fork server preloads
+        testbed.preload = WITHOUT_DDP  # collectives alone
         measured = allreduce_time(testbed, nbytes, repeats=5)
     expected = expected_allreduce_s(nbytes, workers, rate_bps)
     return {"rate_bps": rate_bps, "nbytes": nbytes, "workers": workers,

@@ -28,11 +28,10 @@ waits for all, and stops the others as soon as one fails. A torchrun job is star
 ``torchrun --nnodes N --nproc-per-node 1 --node-rank $RANK --master-addr $MASTER_ADDR
 --master-port $MASTER_PORT ...`` through ``sh -c``. A module job, ``[sys.executable, "-m",
 module, ...]``, is forked from its namespace's fork server (`common.forkserver`: one per
-namespace, started at the first such job with the rank's environment, `preload` imported
-(torch, gradcomp; `forkserver.WITHOUT_DDP` for jobs that build no DDP model), stopped with the
-testbed), as a fresh interpreter runs it less ~3 s of imports; other commands start as above
-(all: `fork` = False, or GRADCOMP_FORK_JOBS=0). Several ranks per namespace (nodes of several
-GPUs, sharing its server): `testbed.nodes.NodeTestbed`.
+namespace, from the first such job to the testbed's end, with the rank's environment and
+`preload` imported (`forkserver.WITHOUT_DDP`: no DDP), namespace 0's started, the others forked
+from it), as a fresh interpreter runs it less ~3 s of imports; other commands start as above
+(all: `fork` = False, or GRADCOMP_FORK_JOBS=0). Ranks sharing a namespace: `nodes`.
 """
 from __future__ import annotations
 
@@ -326,7 +325,8 @@ class Testbed:
     def _fork_servers(self, argv, port: int, env: dict, cwd) -> list:
         """Per process, its namespace's fork server (started at once) for module jobs."""
         return [self._servers.server(self.link_of(r).namespace, self.command(r, [], port),
-                                     env, os.path.abspath(cwd or os.getcwd()), self.preload)
+                                     env, os.path.abspath(cwd or os.getcwd()), self.preload,
+                                     self.environment(r, port))
                 for r in range(self.processes)] if self.fork and forkable(argv) else []
 
     def _wait(self, deadline: float) -> int | None:
