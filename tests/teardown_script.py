@@ -7,7 +7,8 @@ the interpreter's own shutdown; the last in the torchrun worker itself. A run th
 exit 0 ends the worker with its number and exit status, so torchrun reports the job failed.
 The imports are frozen out of the collector's sight before the forks (`gc.freeze`, as the
 testbed's fork server does): a child's exit then does not walk them, copying every page they
-are on (about 1.8 CPU s a run); what a run creates, its process groups too, is collected as before."""
+are on (about 1.8 CPU s a run); what a run creates, its process groups too, is collected as
+before."""
 import gc
 import os
 import sys
