@@ -1,13 +1,14 @@
 """A rank of a two-tier testbed job (tests/test_testbed_nodes.py): it checks that torchrun's
 variables number it as on a real cluster (node by node) and that it runs in its node's
 namespace, then all-reduces across every rank and inside its node; prints one JSON line, with
-how it started (torch already imported: forked from its node's fork server)."""
+how it started (torch already imported: forked from its node's fork server; torch._dynamo
+too: that server's preload had it)."""
 import json
 import os
 import subprocess
 import sys
 
-preloaded = "torch" in sys.modules
+preloaded, dynamo = "torch" in sys.modules, "torch._dynamo" in sys.modules
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -25,7 +26,7 @@ inside = torch.tensor([rank + 1.0])
 dist.all_reduce(inside, group=nodes[rank // g])
 line = json.dumps({**env, "NODE_RANK": node_rank, "namespace": namespace, "dist_rank": rank,
                    "dist_world": world, "sum": total.item(), "node_sum": inside.item(),
-                   "preloaded": preloaded, "parent": os.getppid(),
+                   "preloaded": preloaded, "dynamo": dynamo, "parent": os.getppid(),
                    "threads": torch.get_num_threads()})
 # one write of the whole line: the ranks of a node share torchrun's stdout, and a line
 # written in one call under PIPE_BUF bytes is not split by another rank's (print writes the

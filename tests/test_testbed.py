@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gradcomp.evaluation.common import processes
+from gradcomp.evaluation.common.forkserver import WITHOUT_DDP
 from gradcomp.evaluation.testbed import testbed
 from gradcomp.evaluation.testbed.ratecheck import expected_allreduce_s
 from gradcomp.evaluation.testbed.testbed import JobFailed, Testbed, cleanup_stale, leftovers
@@ -23,10 +24,12 @@ SLEEP_MODULE = [sys.executable, "-m", "timeit", "-n", "1", "-r", "1",
 # A module job reporting how it was started, then ending as its argument for its rank says
 PROBE = """import json, os, sys
 preloaded = "torch" in sys.modules
-print(json.dumps({"preloaded": preloaded, "name": __name__, "argv": sys.argv,
+print(json.dumps({"preloaded": preloaded, "dynamo": "torch._dynamo" in sys.modules,
+                  "name": __name__, "argv": sys.argv,
                   "cwd": os.getcwd(), "path0": sys.path[0], "ppid": os.getppid(),
                   "leader": os.getpid() == os.getpgid(0) == os.getsid(0),
                   "net": os.readlink("/proc/self/ns/net"), "extra": os.environ["PROBE_EXTRA"],
+                  "sys": sorted(os.listdir("/sys/class/net")),
                   "env": {k: os.environ[k] for k in ("RANK", "MASTER_PORT", "OMP_NUM_THREADS")},
                   "threads": sys.modules["torch"].get_num_threads() if preloaded else None}),
       flush=True)
@@ -72,6 +75,11 @@ def _server_and_jobs(run_id):
     return found
 
 
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _until_forked(run_id, count):
     """Wait until `count` processes (servers and their jobs) of `run_id` run."""
     end = time.monotonic() + 120
@@ -86,6 +94,7 @@ def _hold(body, conn):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with Testbed(2, "100mbit") as tb:
+            tb.preload = WITHOUT_DDP  # the sleep builds no DDP model
             conn.send(tb.run_id)
             body(tb)
     except KeyboardInterrupt:  # SIGINT's, after the teardown (SIGTERM's: SystemExit)
@@ -294,6 +303,7 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     with Testbed(2, "1gbit") as tb:
         forked = _probe_runs(tb, tmp_path)
         servers = _server_and_jobs(tb.run_id)
+        parent_of = {pid: _parent(pid) for pid in servers}
         tb.fork = False
         fresh = _probe_runs(tb, tmp_path)
         run_id = tb.run_id
@@ -307,8 +317,9 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     for case_fresh, case_forked in zip(fresh, forked):
         for (_, a, _), (_, b, _) in zip(case_fresh, case_forked):  # the same start, less torch
             assert (a["preloaded"], b["preloaded"]) == (False, True)
+            assert (a["dynamo"], b["dynamo"]) == (False, True)  # the default preload's
             assert b["threads"] == 1  # OMP_NUM_THREADS = threads, read by the server's torch
-            same = ("name", "argv", "cwd", "path0", "leader", "net", "extra")
+            same = ("name", "argv", "cwd", "path0", "leader", "net", "sys", "extra")
             assert {k: a[k] for k in same} == {k: b[k] for k in same}
             assert a["env"]["RANK"] == b["env"]["RANK"] and a["env"]["OMP_NUM_THREADS"] == "1"
             assert a["ppid"] == os.getpid() != b["ppid"]
@@ -316,9 +327,12 @@ def test_module_jobs_fork_from_a_server_per_namespace_as_fresh_ones_run(tmp_path
     assert seen[0][0]["argv"] == [str(tmp_path / "probe.py"), "0", "0"]
     assert seen[2][1]["argv"][1:] == ["0", "after0-raise"]
     assert seen[0][0]["path0"] == seen[0][0]["cwd"] == str(tmp_path)
-    # one server per namespace, reused by every run, in that namespace, gone with the testbed
+    # one server per namespace, reused by every run, in that namespace, gone with the testbed;
+    # namespace 1's forked from namespace 0's (no interpreter's start, no imports)
     parents = {rank: {case[rank]["ppid"] for case in seen} for rank in (0, 1)}
     assert len(parents[0]) == len(parents[1]) == 1 and parents[0] != parents[1]
     assert set.union(*parents.values()) <= set(servers)
+    assert parent_of[next(iter(parents[1]))] == next(iter(parents[0]))
     assert seen[0][0]["net"] != seen[0][1]["net"]
+    assert f"{run_id}n1" in seen[0][1]["sys"] and f"{run_id}n0" not in seen[0][1]["sys"]
     assert leftovers(run_id) == EMPTY and _server_and_jobs(run_id) == []

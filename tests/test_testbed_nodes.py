@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from gradcomp import cli
+from gradcomp.evaluation.common.forkserver import WITHOUT_DDP
 from gradcomp.evaluation.testbed import testbed
 from gradcomp.evaluation.testbed.nodes import NodeTestbed, run_on_nodes
 from gradcomp.evaluation.testbed.testbed import leftovers
@@ -73,11 +74,12 @@ def test_a_job_per_rank_and_a_torchrun_job_per_node_and_nothing_left():
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable),
                                                         "torchrun")
     with NodeTestbed(2, 2, "1gbit") as tb:  # a module job: forked from each node's server
+        tb.preload = WITHOUT_DDP  # the job builds no DDP model: torch._dynamo is not imported
         rows = _rows(tb.run([sys.executable, "-m", "node_workers"], timeout=120,
                             cwd=os.path.dirname(WORKER)))
         _check_job(rows, tb.run_id)
         run_id = tb.run_id
-    assert all(r["preloaded"] and r["threads"] == 1 for r in rows)
+    assert all(r["preloaded"] and not r["dynamo"] and r["threads"] == 1 for r in rows)
     parents = [r["parent"] for r in rows]  # the ranks of a node share its server
     assert parents[0] == parents[1] != parents[2] == parents[3] != os.getpid()
     assert leftovers(run_id) == {"namespaces": [], "links": [], "qdiscs": []}

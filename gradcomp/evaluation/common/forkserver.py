@@ -1,11 +1,16 @@
 """Start ``python -m module args`` jobs by forking a server that has already imported
 `processes.PRELOAD` (torch, torch._dynamo, gradcomp.evaluation: ~3-4 CPU s a fresh interpreter
-spends before its first line), as the testbed does in each of its network namespaces.
+spends before its first line), as the testbed does in each of its network namespaces; for jobs
+that build no DDP model, `WITHOUT_DDP` (torch._dynamo, which DDP's constructor imports, is
+about half the preload's CPU).
 
-The server (``python -m gradcomp.evaluation.common.forkserver SOCKET``) is started with the
-environment and in the directory of the jobs it will serve (OMP_NUM_THREADS and the like are
-read at import), imports the preload, listens on a filesystem AF_UNIX socket (a path socket: an
-abstract one would belong to one network namespace) and prints one line when ready. Per job a
+The server (``python -m gradcomp.evaluation.common.forkserver SOCKET MODULE...``) is started
+with the environment and in the directory of the jobs it will serve (OMP_NUM_THREADS and the
+like are read at import), imports the preload (the MODULEs), listens on a filesystem AF_UNIX
+socket (a path socket: an abstract one would belong to one network namespace) and prints one
+line when ready. A server for another network namespace is forked from a first one
+(`Server.forked`: it joins the namespace as ``ip netns exec`` does, takes the environment and
+serves; no interpreter's start, no imports, which read the first one's environment). Per job a
 client sends argv, the environment and the working directory, and the job's stdout and stderr
 as file descriptors; the server forks, answers the child's pid, and reports its wait status
 when it ends. The child starts its own session (the caller signals process groups), takes the
@@ -16,6 +21,7 @@ its traceback and 1). Its stdin is /dev/null, and `ps` shows it with the server'
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import json
@@ -31,6 +37,8 @@ from .processes import PRELOAD
 
 SERVER = "gradcomp.evaluation.common.forkserver"
 MAX_MESSAGE = 1 << 20  # the request's bytes: argv, environment and directory as JSON
+#: The preload of servers whose jobs build no DDP model (e.g. collectives alone).
+WITHOUT_DDP = tuple(name for name in PRELOAD if name != "torch._dynamo")
 
 
 def forkable(argv) -> bool:
@@ -81,22 +89,43 @@ class Job:
 
 class Server:
     """One fork server (client side): `command` starts it (a prefix such as ``ip netns exec
-    NS env ...`` then the server's own argv), with `env`, in `cwd`; it listens at `path`."""
+    NS env ...`` then the server's own argv), with `env`, in `cwd`, importing the modules of
+    `preload`; it listens at `path`. `Server.forked` makes one without an interpreter's start."""
 
-    def __init__(self, command: list[str], env: dict, cwd: str, path: Path):
+    def __init__(self, command: list[str], env: dict, cwd: str, path: Path, preload=PRELOAD):
         self.path, self.cwd = path, cwd
         self._log = path.with_suffix(".log")
         with open(self._log, "w") as log:
-            self._proc = subprocess.Popen([*command, sys.executable, "-m", SERVER, str(path)],
-                                          env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            self._proc = subprocess.Popen([*command, sys.executable, "-m", SERVER, str(path),
+                                           *preload], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, stderr=log,
                                           start_new_session=True)
-        self._ready = False
+        self._out, self._ready = self._proc.stdout, False
+
+    @classmethod
+    def forked(cls, source: "Server", namespace: str, env: dict, path: Path) -> "Server":
+        """A server forked from `source` (its preload imported already, in its directory) into
+        the network namespace `namespace` (``ip netns``'s name) with `env`, listening at
+        `path`: as if started there, less the interpreter's start and the preload's imports
+        (read with the environment `source` started with)."""
+        server = cls.__new__(cls)
+        server.path, server.cwd, server._log = path, source.cwd, path.with_suffix(".log")
+        read, write = os.pipe()  # its stdout, where it says "ready"
+        server._out, server._ready = open(read, "rb"), False
+        with open(server._log, "w") as log, open(write, "wb") as out:
+            server._proc = source._request({"serve": str(path), "namespace": namespace,
+                                            "env": env, "cwd": source.cwd}, out, log,
+                                           [f"a fork server in {namespace}"])
+        return server
 
     def start(self, argv: list[str], env: dict, stdout, stderr) -> Job:
         """Fork `argv` (``[sys.executable, "-m", module, ...]``) with `env` in the server's
         directory, writing to the open files `stdout` and `stderr`."""
-        for line in ([] if self._ready else self._proc.stdout):  # the preload's time, once
+        return self._request({"argv": argv[2:], "env": env, "cwd": self.cwd}, stdout, stderr,
+                             argv)
+
+    def _request(self, request: dict, stdout, stderr, args: list[str]) -> Job:
+        for line in ([] if self._ready else self._out):  # the preload's time, once
             if line == b"ready\n":
                 self._ready = True
                 break
@@ -106,51 +135,61 @@ class Server:
                                f"{self._proc.returncode}: {self._log.read_text()[-2000:]}")
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.connect(str(self.path))
-        request = json.dumps({"argv": argv[2:], "env": env, "cwd": self.cwd}).encode()
-        socket.send_fds(conn, [request], [stdout.fileno(), stderr.fileno()])
-        return Job(conn, argv)
+        socket.send_fds(conn, [json.dumps(request).encode()], [stdout.fileno(), stderr.fileno()])
+        return Job(conn, args)
 
     def close(self) -> None:
         """Stop the server (its jobs are the caller's to stop)."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc.stdout.close()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self._proc.poll() is None:
+                try:
+                    os.kill(self._proc.pid, sig)
+                except ProcessLookupError:  # ended, its status on the way
+                    pass
+                try:
+                    self._proc.wait(3 if sig == signal.SIGTERM else None)
+                except subprocess.TimeoutExpired:
+                    continue
+        self._out.close()
 
 
 class ForkServers:
-    """The servers of one owner (a testbed): one per namespace, directory and environment,
-    started on first use, with their sockets in `directory`."""
+    """The servers of one owner (a testbed): one per network namespace, directory, environment
+    and preload, started on first use, with their sockets in `directory`. The first of a
+    directory, environment and preload starts afresh; the others are forked from it."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         self._servers: dict[tuple, Server] = {}
 
-    def server(self, place: str, command: list[str], env: dict, cwd: str) -> Server:
-        """The server of `place` (e.g. a namespace) for jobs with `env` in `cwd`, started
-        with `command` as its prefix if there is none yet (it preloads while others start)."""
-        key = (place, cwd, tuple(sorted(env.items())))
-        if key not in self._servers:
+    def server(self, namespace: str, command: list[str], env: dict, cwd: str,
+               preload=PRELOAD, rank_env: dict | None = None) -> Server:
+        """The server of `namespace` for jobs with `env` in `cwd`: started with `command`
+        (e.g. ``ip netns exec NAMESPACE env VAR=value ...``) as its prefix if it is the first
+        of its kind, else forked from that first into `namespace` with `env` and `rank_env`
+        (the variables `command` sets)."""
+        kind = (cwd, tuple(sorted(env.items())), tuple(preload))
+        if (namespace, kind) not in self._servers:
             self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{place}.{len(self._servers)}.sock"
-            self._servers[key] = Server(command, env, cwd, path)
-        return self._servers[key]
+            path = self.directory / f"{namespace}.{len(self._servers)}.sock"
+            first = next((s for (_, k), s in self._servers.items() if k == kind), None)
+            self._servers[namespace, kind] = (
+                Server(command, env, cwd, path, preload) if first is None else
+                Server.forked(first, namespace, {**env, **(rank_env or {})}, path))
+        return self._servers[namespace, kind]
 
     def close(self) -> None:
-        for server in self._servers.values():
+        for server in reversed(self._servers.values()):  # the forked before their source
             server.close()
         self._servers.clear()
 
 
 # -- the server ----------------------------------------------------------------------------
-def serve(path: str) -> dict:
-    """Preload, listen at `path`, fork a child per request and report its status; returns
-    only in a child, with its request (argv, env, cwd)."""
-    for name in PRELOAD:
+def serve(path: str, preload=PRELOAD) -> dict:
+    """Import the modules of `preload`, listen at `path`, fork a child per request and report
+    its status; returns only in a child, with its request (a job's argv, env, cwd; a forked
+    server's also "serve" and "namespace")."""
+    for name in preload:
         importlib.import_module(name)
     # the preload's objects out of the collector's sight (Python's gc.freeze docs: for a
     # server that forks): a child's collections, its exit's included, do not walk (and so
@@ -211,6 +250,44 @@ def _send(conn: socket.socket, number: int) -> None:
         pass
 
 
+CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
+MS_RDONLY, MS_REC, MS_SLAVE, MNT_DETACH = 1, 0x4000, 1 << 19, 2
+
+
+def enter_namespace(name: str) -> None:
+    """Join the network namespace `name` as ``ip netns exec`` does (iproute2's
+    netns_switch): its network, and a mount namespace of this process's own whose /sys is
+    that network's (its devices); there are no /etc/netns files to bind here."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            raise OSError(ctypes.get_errno(), f"{what} for network namespace {name}")
+
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        check(libc.setns(fd, CLONE_NEWNET), "setns")
+    finally:
+        os.close(fd)
+    check(libc.unshare(CLONE_NEWNS), "unshare")
+    check(libc.mount(b"", b"/", b"none", ctypes.c_ulong(MS_SLAVE | MS_REC), None), "mount /")
+    flags = 0
+    if libc.umount2(b"/sys", MNT_DETACH) != 0 and os.statvfs("/sys").f_flag & os.ST_RDONLY:
+        flags = MS_RDONLY  # overlaid: a read-only /sys cannot be shadowed read-write
+    check(libc.mount(name.encode(), b"/sys", b"sysfs", ctypes.c_ulong(flags), None),
+          "mount /sys")
+
+
+def serve_forked(request: dict) -> dict:
+    """In a child forked to be a server (`Server.forked`): join its namespace, take its
+    environment and directory, and serve (`serve`, its preload imported already)."""
+    enter_namespace(request["namespace"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    return serve(request["serve"], ())
+
+
 def run_request(request: dict) -> None:
     """Run a forked job's module as ``python -m`` would, in this (fresh-seeded) process."""
     import runpy
@@ -227,4 +304,7 @@ def run_request(request: dict) -> None:
 
 
 if __name__ == "__main__":
-    run_request(serve(sys.argv[1]))
+    request = serve(sys.argv[1], sys.argv[2:])
+    while "serve" in request:  # forked to be a server (`Server.forked`), then its job's child
+        request = serve_forked(request)
+    run_request(request)

@@ -26,6 +26,7 @@ from functools import partial
 
 import pandas as pd
 
+from ..common.forkserver import WITHOUT_DDP
 from ..common.units import parse_rate
 from .nodes import NodeTestbed
 from .testbed import Testbed
@@ -55,7 +56,7 @@ def rate_check(rate="100mbit", nbytes: int = CHECK_BYTES, workers: int = 2) -> d
     """An all-reduce of `nbytes` at `rate` (median of 5 repeats) against the rate's time."""
     rate_bps = parse_rate(rate, "rate")
     with Testbed(workers, rate_bps) as testbed:
-        testbed.fork = False  # one job: a fresh rank imports less than a fork server preloads
+        testbed.preload = WITHOUT_DDP  # collectives alone
         measured = allreduce_time(testbed, nbytes, repeats=5)
     expected = expected_allreduce_s(nbytes, workers, rate_bps)
     return {"rate_bps": rate_bps, "nbytes": nbytes, "workers": workers,
@@ -82,6 +83,7 @@ def tier_check(nodes: int = 2, gpus_per_node: int = 2, rate="100mbit",
     rate_bps = parse_rate(rate, "rate")
     with NodeTestbed(nodes, gpus_per_node, rate_bps) as testbed, \
             tempfile.TemporaryDirectory() as tmp:
+        testbed.preload = WITHOUT_DDP  # collectives alone
         rows = run_tier_sweep(testbed, os.path.join(tmp, "tiers.csv"), [nbytes], repeats=5,
                               first_only=True, timeout=300).set_index("tier")
     result = {"rate_bps": rate_bps, "nbytes": nbytes, "nodes": nodes,

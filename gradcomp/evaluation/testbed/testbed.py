@@ -28,10 +28,10 @@ waits for all, and stops the others as soon as one fails. A torchrun job is star
 ``torchrun --nnodes N --nproc-per-node 1 --node-rank $RANK --master-addr $MASTER_ADDR
 --master-port $MASTER_PORT ...`` through ``sh -c``. A module job, ``[sys.executable, "-m",
 module, ...]``, is forked from its namespace's fork server (`common.forkserver`: one per
-namespace, started at the first such job with the rank's environment, torch and gradcomp
-imported, stopped with the testbed), as a fresh interpreter runs it less ~3 s of imports; other
-commands start as above (all of them: `fork` = False, or GRADCOMP_FORK_JOBS=0). Several ranks
-per namespace (nodes of several GPUs, sharing its server): `testbed.nodes.NodeTestbed`.
+namespace, from the first such job to the testbed's end, with the rank's environment and
+`preload` imported (`forkserver.WITHOUT_DDP`: no DDP), namespace 0's started, the others forked
+from it), as a fresh interpreter runs it less ~3 s of imports; other commands start as above
+(all: `fork` = False, or GRADCOMP_FORK_JOBS=0). Ranks sharing a namespace: `nodes`.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...checks import check_number
-from ..common.forkserver import ForkServers, fork_enabled, forkable
+from ..common.forkserver import PRELOAD, ForkServers, fork_enabled, forkable
 from ..common.store import write_atomic
 from ..common.units import format_rate, parse_rate
 
@@ -154,6 +154,7 @@ class Testbed:
                       for r, v in enumerate(rates)]
         self._procs: list = []  # subprocess.Popen or forkserver.Job
         self.fork = fork_enabled()  # GRADCOMP_FORK_JOBS (forkserver)
+        self.preload = PRELOAD  # what the fork servers import before forking module jobs
         self._servers = ForkServers(SOCKETS / self.run_id)
         self._old_handlers: dict = {}
         self._up = False
@@ -324,7 +325,8 @@ class Testbed:
     def _fork_servers(self, argv, port: int, env: dict, cwd) -> list:
         """Per process, its namespace's fork server (started at once) for module jobs."""
         return [self._servers.server(self.link_of(r).namespace, self.command(r, [], port),
-                                     env, os.path.abspath(cwd or os.getcwd()))
+                                     env, os.path.abspath(cwd or os.getcwd()), self.preload,
+                                     self.environment(r, port))
                 for r in range(self.processes)] if self.fork and forkable(argv) else []
 
     def _wait(self, deadline: float) -> int | None:
