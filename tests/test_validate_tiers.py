@@ -63,6 +63,43 @@ def test_the_two_tier_network_is_fitted_per_tier():
         inter["allreduce"].params["bandwidth_bps"])
 
 
+def test_the_flat_layout_is_priced_by_the_ring_over_every_rank():
+    # tests/data's sweep lacks the "ring" tier (timed since): flat is priced like hierarchical
+    tiers = pd.read_csv(MEASURED / "tiers-1gbit.csv")
+    old = tier_network(tiers, 2, 2, 1e9, "flat")
+    assert old.efficiency_of("allgather") == tier_network(tiers, 2, 2, 1e9).efficiency_of(
+        "allgather")
+    # a "ring" tier (here the local-rank rings' rows as if timed over all 4 ranks): flat
+    # takes its fits, one flow per direction, no share of the link; hierarchical ignores it
+    ring = tiers[tiers["tier"] == "inter"].assign(tier="ring", world_size=4,
+                                                  concurrent_groups=1)
+    both = pd.concat([tiers, ring], ignore_index=True)
+    flat = tier_network(both, 2, 2, 1e9, "flat")
+    fits = fit_collectives(ring)
+    for collective in ("allreduce", "allgather"):
+        assert flat.efficiency_of(collective) * 1e9 == pytest.approx(
+            fits[collective].params["bandwidth_bps"])
+        assert flat.alpha(collective) == pytest.approx(
+            max(fits[collective].params["alpha_s"], 0))
+    assert tier_network(both, 2, 2, 1e9) == tier_network(tiers, 2, 2, 1e9)
+
+
+def test_the_tier_sweep_measures_only_the_tiers_a_table_lacks(tmp_path):
+    from gradcomp.evaluation.benches.train import make_spec
+    from gradcomp.evaluation.testbed.validate_tiers import missing_tiers, planned_keys
+
+    planned = planned_keys(["none"], make_spec("tiny", None, 5, 5, 25.0, None), 2, 2, ["flat"],
+                           [16384, 65536])
+    assert missing_tiers(tmp_path, 1e9, planned) == ["intra", "inter", "ring"]
+    shutil.copy(MEASURED / "tiers-1gbit.csv", tmp_path)
+    # measured before the ring was timed: nothing to measure (flat priced as then)
+    assert missing_tiers(tmp_path, 1e9, planned) == []
+    table = pd.read_csv(MEASURED / "tiers-1gbit.csv")
+    ring = table[table["tier"] == "inter"].assign(tier="ring", world_size=4).iloc[:1]
+    pd.concat([table, ring]).to_csv(tmp_path / "tiers-1gbit.csv", index=False)
+    assert missing_tiers(tmp_path, 1e9, planned) == ["ring"]  # a ring row of 4: the rest
+
+
 def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path):
     for f in MEASURED.iterdir():
         shutil.copy(f, tmp_path)

@@ -8,10 +8,12 @@ per-tier collective sweep of a two-tier testbed (`tier_sweep`, run in it as
   each alone, the other ranks idle; the first against the time the link rate would imply (it
   must be far below), the second against the ring's time at the rate;
 * `tier_sweep` (on every rank of a two-tier testbed): per tier ("intra": a group per node,
-  "inter": a group per local rank, the ranks of one local rank across the nodes), collective
-  and payload, the slowest rank's median time, every group of the tier at once (as the
-  hierarchical hook runs them: the G groups across nodes share each node's link) or only the
-  first (``--first-only``), each call after `after_compute_ms` of compute as in training.
+  "inter": a group per local rank, the ranks of one local rank across the nodes; "ring": one
+  group of every rank, the flat layout's ring, which crosses each node's link once per
+  direction), collective and payload, the slowest rank's median time, every group of the tier
+  at once (as the hierarchical hook runs them: the G groups across nodes share each node's
+  link) or only the first (``--first-only``), each call after `after_compute_ms` of compute as
+  in training; `tier_network` fits them into the model's network.
   Rows: tier, groups ("all" / "first"), collective, nbytes, world_size (the group's size),
   concurrent_groups, time_s, time_spread_s, and the environment; `fit_collectives` fits a
   tier's rows like `benches.collective`'s.
@@ -19,6 +21,7 @@ per-tier collective sweep of a two-tier testbed (`tier_sweep`, run in it as
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -26,13 +29,16 @@ from functools import partial
 
 import pandas as pd
 
+from ...checks import check_choice
 from ..common.forkserver import WITHOUT_DDP
 from ..common.units import parse_rate
+from ..model.fit import fit_collectives
+from ..model.network import Network
 from .nodes import NodeTestbed
 from .testbed import Testbed
 
 TIER_KEYS = ("tier", "groups", "collective", "nbytes", "world_size")
-TIERS = ("intra", "inter")
+TIERS = ("intra", "inter", "ring")
 CHECK_BYTES = 4 * 2**20
 
 
@@ -66,11 +72,14 @@ def rate_check(rate="100mbit", nbytes: int = CHECK_BYTES, workers: int = 2) -> d
 
 def run_tier_sweep(testbed: NodeTestbed, out, sizes, collectives=("allreduce",),
                    repeats: int = 5, warmup: int = 1, after_compute_ms: float = 0.0,
-                   first_only: bool = False, timeout: float = 900) -> pd.DataFrame:
-    """`tier_sweep` on every rank of `testbed`, appending to the table `out`; its rows."""
+                   first_only: bool = False, timeout: float = 900,
+                   tiers=("intra", "inter")) -> pd.DataFrame:
+    """`tier_sweep` of `tiers` on every rank of `testbed`, appending to the table `out`; its
+    rows."""
     testbed.run([sys.executable, "-m", "gradcomp.evaluation.testbed.ratecheck", "--out",
                  str(out), "--sizes", ",".join(map(str, sizes)), "--collectives",
-                 ",".join(collectives), "--repeats", str(repeats), "--warmup", str(warmup),
+                 ",".join(collectives), "--tiers", ",".join(tiers),
+                 "--repeats", str(repeats), "--warmup", str(warmup),
                  "--after-compute-ms", repr(after_compute_ms),
                  *(["--first-only"] if first_only else [])], timeout=timeout)
     return pd.read_csv(out)
@@ -96,10 +105,36 @@ def tier_check(nodes: int = 2, gpus_per_node: int = 2, rate="100mbit",
     return result
 
 
+def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float,
+                 layout: str = "hierarchical") -> Network:
+    """The model's two-tier network from a tier sweep, as `layout` runs its collectives
+    (`validate_tiers`' docstring). Flat: the "ring" tier's fits, one flow per direction
+    crossing each node's link (the local-rank rings' all-gathers ran at 66-80% of the rate on
+    the two-tier sweep of 2026-11-28, the flat ring's at about 94% in training); a sweep
+    without it (measured before it was timed) prices flat like hierarchical."""
+    rows = tiers[tiers["groups"] == "all"]
+    fits = {t: fit_collectives(rows[rows["tier"] == t]) for t in TIERS
+            if (rows["tier"] == t).any()}
+
+    def finite(bps: float) -> float:
+        return bps if math.isfinite(bps) else 1e15  # a slope of 0: no bandwidth term
+
+    # the G rings across the nodes share each node's link; the flat ring alone crosses it
+    across, share = (fits["ring"], 1) if layout == "flat" and "ring" in fits else (
+        fits["inter"], g)
+    inside = fits["intra"]["allreduce"].params
+    return Network(nodes * g, rate_bps,
+                   {c: max(f.params["alpha_s"], 0.0) for c, f in across.items()},
+                   {c: share * finite(f.params["bandwidth_bps"]) / rate_bps
+                    for c, f in across.items()},
+                   gpus_per_node=g, intra_bandwidth_bps=finite(inside["bandwidth_bps"]),
+                   intra_latency_s=max(inside["alpha_s"], 0.0), algorithm="ring")
+
+
 def tier_sweep(sizes, collectives, repeats: int, warmup: int, after_compute_s: float,
-               first_only: bool) -> list[dict]:
+               first_only: bool, tiers=("intra", "inter")) -> list[dict]:
     """On every rank of a two-tier process group (torchrun's LOCAL_WORLD_SIZE ranks per
-    node): the module docstring's rows (every rank returns them)."""
+    node): the module docstring's rows of `tiers` (every rank returns them)."""
     import torch
     import torch.distributed as dist
 
@@ -113,10 +148,12 @@ def tier_sweep(sizes, collectives, repeats: int, warmup: int, after_compute_s: f
     nodes, (node, local) = world // g, divmod(dist.get_rank(), g)
     device = torch.device("cpu")
     groups = {"intra": [dist.new_group(list(range(n * g, (n + 1) * g))) for n in range(nodes)],
-              "inter": [dist.new_group(list(range(k, world, g))) for k in range(g)]}
+              "inter": [dist.new_group(list(range(k, world, g))) for k in range(g)],
+              "ring": [dist.group.WORLD]}
     lead_in = partial(compute_for, after_compute_s, device) if after_compute_s > 0 else None
     rows = []
-    for tier, mine in (("intra", node), ("inter", local)):
+    for tier in tiers:
+        mine = {"intra": node, "inter": local, "ring": 0}[tier]
         group = groups[tier][mine]
         size = dist.get_world_size(group)
         active = mine == 0 or not first_only
@@ -146,15 +183,17 @@ def main(argv=None) -> int:
     args.add_argument("--out", required=True)
     args.add_argument("--sizes", required=True, help="comma-separated bytes per rank")
     args.add_argument("--collectives", default="allreduce")
+    args.add_argument("--tiers", default="intra,inter", help=f"of {','.join(TIERS)}")
     args.add_argument("--repeats", type=int, default=5)
     args.add_argument("--warmup", type=int, default=1)
     args.add_argument("--after-compute-ms", type=float, default=0.0)
     args.add_argument("--first-only", action="store_true")
     a = args.parse_args(argv)
+    tiers = [check_choice(t, "--tiers", TIERS) for t in a.tiers.split(",")]
     init_from_env("gloo")
     try:
         rows = tier_sweep([int(n) for n in a.sizes.split(",")], a.collectives.split(","),
-                          a.repeats, a.warmup, a.after_compute_ms / 1e3, a.first_only)
+                          a.repeats, a.warmup, a.after_compute_ms / 1e3, a.first_only, tiers)
         if dist.get_rank() == 0:
             table = ResultTable(a.out, TIER_KEYS)
             env = environment("gloo", dist.get_world_size())

@@ -9,8 +9,8 @@ a node, the shaped links between nodes), in both layouts:
   such layout).
 
 Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce and
-all-gather inside every node at once and across the nodes for every local rank at once, each
-after compute, as in training), training of each layout (`benches.train`; `auto` in a job of
+all-gather inside every node at once, across the nodes for every local rank at once, and over
+all N G ranks as one ring, each after compute, as in training), training of each layout (`benches.train`; `auto` in a job of
 its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed iterations are
 its steady state; each run timing at least `iterations` and `min_timed_s` seconds;
 `train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
@@ -22,8 +22,9 @@ neither depends on the rate: they are measured once, in the testbed of the first
 needs them, and used at every rate (`measured_once`).
 
 The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
-collective's fitted latency and efficiency (G times a local-rank ring's fitted bandwidth over
-the rate: the G rings share the link), inside the fitted all-reduce latency and bandwidth of
+collective's fitted latency and efficiency as the layout runs it (hierarchical: G times a
+local-rank ring's fitted bandwidth over the rate, the G rings sharing the link; flat: the ring
+over all ranks', `ratecheck.tier_network`), inside the fitted all-reduce latency and bandwidth of
 the loopback; `timeline.predict(..., layout=...)`; every method's compute slowed by the compute
 slowdown lambda (`slowdown.fit_slowdowns`: each rate's and layout's fitted to that layout's
 ddp and none runs at the other rates, `predict_sweep`). Files as `validate`'s, tagged by rate and
@@ -58,12 +59,11 @@ from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
 from ..model.methods import method_spec, parse_methods
-from ..model.fit import fit_collectives, hook_costs
-from ..model.network import Network
+from ..model.fit import hook_costs
 from ..model.timeline import LAYOUTS, predict
 from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
-from .ratecheck import TIER_KEYS, run_tier_sweep
+from .ratecheck import TIER_KEYS, TIERS, run_tier_sweep, tier_network
 from .conditions import conditions_at, record_conditions
 from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
 from .regret import regret_markdown, with_auto_candidates, write_regret
@@ -119,13 +119,14 @@ def measured_once(out: Path, rate_bps: float, spec: dict, layout: str | None = N
 
 def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
                  train_repeats: int = 1) -> dict:
-    """The stored keys each table needs: "tiers", and per layout "train-<layout>"
+    """The stored keys each table needs: "tiers" (every tier of `ratecheck.TIERS`), and per
+    layout "train-<layout>"
     (`train_repeats` runs of each method) and "hook-<layout>" (flat: the bucket sizes over
     N G payloads; hierarchical: the shards' over N)."""
     tiers = ResultTable("tiers.csv", TIER_KEYS)
     keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
                                  "world_size": w})
-                      for t, w in (("intra", g), ("inter", nodes))
+                      for t, w in (("intra", g), ("inter", nodes), ("ring", nodes * g))
                       for c in ("allreduce", "allgather") for n in sizes}}
     codec = ResultTable("hook.csv", CODEC_KEYS)
     source = gradient_source(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
@@ -153,13 +154,26 @@ def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
     """What `measure_rate` has to measure at `rate_bps`: per table of `planned`
     (`planned_keys`) whether it lacks rows, and "profile" whether the profile is missing (the
     profile and hook tables another rate measured count: `measured_once`)."""
-    tables = {"tiers": ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)}
+    tables = {}
     for lay in layouts:
         tables[f"train-{lay}"] = train_table(_train_file(out, rate_bps, lay))
         tables[f"hook-{lay}"] = ResultTable(measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
-    todo = {name: not planned[name] <= table.done_keys() for name, table in tables.items()}
+    todo = {"tiers": bool(missing_tiers(out, rate_bps, planned)),
+            **{name: not planned[name] <= table.done_keys() for name, table in tables.items()}}
     todo["profile"] = not measured_once(out, rate_bps, spec).exists()
     return todo
+
+
+def missing_tiers(out: Path, rate_bps: float, planned: dict) -> list[str]:
+    """The tiers (`ratecheck.TIERS`) whose rows of `planned` the tier table at `rate_bps`
+    lacks; a table measured before the flat ring was timed lacks none of "ring" (its flat
+    layout is priced as it was then: `tier_network`)."""
+    table = ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)
+    done = table.done_keys()
+    missing = {dict(zip(TIER_KEYS, k))["tier"] for k in planned["tiers"] - done}
+    if done and not any(dict(zip(TIER_KEYS, k))["tier"] == "ring" for k in done):
+        missing.discard("ring")
+    return [t for t in TIERS if t in missing]
 
 
 def training_jobs(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
@@ -191,9 +205,11 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
     load, start = os.getloadavg()[0], time.monotonic()
     with NodeTestbed(nodes, g, rate_bps, threads=threads) as testbed:
         if todo["tiers"]:
-            say(progress, f"{where}: all-reduce and all-gather inside and across nodes")
+            say(progress, f"{where}: all-reduce and all-gather inside and across nodes, and "
+                "over every rank")
             run_tier_sweep(testbed, out / f"tiers-{rate_tag(rate_bps)}.csv", sizes,
-                           ("allreduce", "allgather"), COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS)
+                           ("allreduce", "allgather"), COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS,
+                           tiers=missing_tiers(out, rate_bps, planned))
         for repeat, layout, names, warmup in training_jobs(out, rate_bps, methods, spec, nodes,
                                                            g, layouts, train_repeats):
             say(progress, f"{where}: {layout} training (repeat {repeat}) with "
@@ -221,30 +237,14 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
     record_conditions(out / "conditions.csv", rate_bps, load, start)
 
 
-def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float) -> Network:
-    """The model's two-tier network from a tier sweep (module docstring)."""
-    rows = tiers[tiers["groups"] == "all"]
-    fits = {t: fit_collectives(rows[rows["tier"] == t]) for t in ("intra", "inter")}
-
-    def finite(bps: float) -> float:
-        return bps if math.isfinite(bps) else 1e15  # a slope of 0: no bandwidth term
-
-    across = fits["inter"]
-    inside = fits["intra"]["allreduce"].params
-    return Network(nodes * g, rate_bps,
-                   {c: max(f.params["alpha_s"], 0.0) for c, f in across.items()},
-                   {c: g * finite(f.params["bandwidth_bps"]) / rate_bps
-                    for c, f in across.items()},
-                   gpus_per_node=g, intra_bandwidth_bps=finite(inside["bandwidth_bps"]),
-                   intra_latency_s=max(inside["alpha_s"], 0.0), algorithm="ring")
-
-
 def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
                 layouts) -> SimpleNamespace:
     """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the
     network, the profile (and its file), the load while measuring, and per layout
     (`layouts`) the hook-path file, its costs and the training rows of `planned`."""
     profile_file = measured_once(out, rate_bps, spec)
+    tiers = ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS).frame(
+        planned["tiers"])
     per_layout = {}
     for layout in layouts:
         hook_path = measured_once(out, rate_bps, spec, layout)
@@ -252,10 +252,9 @@ def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: in
         costs = hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
             if len(codecs) else {}
         per_layout[layout] = (hook_path, costs, least_disturbed_runs(train_table(
-            _train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])))
+            _train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])),
+            tier_network(tiers, nodes, g, rate_bps, layout))
     return SimpleNamespace(
-        network=tier_network(ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)
-                             .frame(planned["tiers"]), nodes, g, rate_bps),
         profile_file=profile_file, profile=load_profile(profile_file),
         load=conditions_at(out / "conditions.csv", rate_bps), layouts=per_layout)
 
@@ -268,11 +267,11 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
     (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
     if inputs is None:
         inputs = rate_inputs(out, rate_bps, planned, spec, nodes, g, layouts)
-    network = replace(inputs.network, compute_slowdown=compute_slowdown)
     profile_file, profile, load = inputs.profile_file, inputs.profile, inputs.load
     rows = []
     for layout in layouts:
-        hook_path, costs, train = inputs.layouts[layout]
+        hook_path, costs, train, network = inputs.layouts[layout]
+        network = replace(network, compute_slowdown=compute_slowdown)
         for _, run in train.iterrows():
             name = run["method"]
             cap = float(run["bucket_cap_mb"])
