@@ -176,3 +176,25 @@ def test_advise_json_and_table_carry_intervals_margin_and_evidence(tmp_path):
     assert "**fp16 all-reduce**" in data["verdict"] and "Intervals from: " in data["verdict"]
     text = run_here(*argv).stdout
     assert re.search(r"terngrad \+EF .* \d\.\d+ \(\d\.\d+-\d\.\d+\)", text)
+
+
+def test_the_flip_search_summarises_the_convergence_table_once(monkeypatch):
+    # Each point searched prices the variants 3-7 times (`evidence.weigh`): the seeds are
+    # summarised per variant once for all of them, and the answers are those of the table.
+    from gradcomp.evaluation.analyses import time_to_accuracy as tta_module
+
+    runs = seeded_runs({("none", False): [70] * 3, ("fp16", False): [70] * 3,
+                        ("terngrad", True): [67] * 3})
+    table = cost_table("v100")
+    evidence = evidence_of(table)
+    tta = weighed.accuracy(runs, "resnet50", NET, table, evidence)
+    once = weighed.accuracy(tta_module.variants(runs), "resnet50", NET, table, evidence)
+    pd.testing.assert_frame_equal(once, tta)
+    summarised, per_variant = [], tta_module.per_variant
+    monkeypatch.setattr(tta_module, "per_variant",
+                        lambda rows: summarised.append(len(rows)) or per_variant(rows))
+    text = weighed.accuracy_flips(runs, tta, "resnet50", NET, table, evidence)
+    assert summarised == [9]  # the three variants' seeds, once
+    assert re.search(r"fp16 all-reduce at (\d+) workers", text)
+    assert weighed.accuracy(runs, "resnet50", NET, table, evidence).equals(tta)
+    assert len(summarised) == 2  # one pricing: summarised once, not per `weigh` call

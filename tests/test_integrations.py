@@ -40,6 +40,18 @@ def run(cmd, cwd, timeout=300) -> str:
     return proc.stdout
 
 
+def torchrun(preload: str, cwd, script: str, runs: dict, dirs: dict) -> str:
+    """The output of one torchrun launch on 2 ranks that runs `script` once per entry of
+    `runs` ({name: args}, each in its folder of `dirs`) one after the other in the same
+    processes (`script_runs`). The ranks are forked from an interpreter that has imported
+    `preload` (`preloaded_torchrun`): fresh processes, without a fresh interpreter's
+    imports each (a run resumed there still starts from its checkpoint alone)."""
+    runs_json = json.dumps([[k, str(dirs[k]), script, *args] for k, args in runs.items()])
+    return run([sys.executable, str(ROOT / "tests" / "preloaded_torchrun.py"), preload,
+                "--standalone", "--nproc_per_node", "2",
+                str(ROOT / "tests" / "script_runs.py"), runs_json], cwd)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,11 +77,8 @@ def lightning_runs(tmp_path_factory):
     # processes of its own and its later runs join the process group the first one made.
     after = {"resumed": ["2", str(first)], "bare": ["2", "bare.ckpt"],
              "control": ["2", str(first)]}
-    runs_json = json.dumps([[k, str(dirs[k]), "train_lightning.py", *args]
-                            for k, args in after.items()])
-    logs.update(split_runs(run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                "--nproc_per_node", "2", str(ROOT / "tests" / "script_runs.py"),
-                                runs_json], dirs["resumed"])))
+    logs.update(split_runs(torchrun("lightning,gradcomp.integrations.lightning",
+                                    dirs["resumed"], "train_lightning.py", after, dirs)))
     ckpts = {k: torch.load(d / "checkpoints" / "epoch=1-step=32.ckpt", weights_only=True)
              for k, d in dirs.items()}
     return ckpts, logs, first
@@ -156,13 +165,12 @@ def accelerate_runs(tmp_path_factory):
     # One launch, not two, runs the resumed run in fresh processes, then the bare run and a
     # control in the same processes: the control, resumed from the full checkpoint after the
     # bare run, must end as the straight run did, so the bare run's difference is the
-    # dropped residuals', not the shared processes'.
+    # dropped residuals', not the shared processes'. Launched by torchrun, which `accelerate
+    # launch` runs (its settings here are Accelerate's defaults).
     after = {"resumed": ["2", str(first)], "bare": ["2", "checkpoints/epoch1"],
              "control": ["2", str(first)]}
-    runs_json = json.dumps([[k, str(dirs[k]), "train_accelerate.py", *args]
-                            for k, args in after.items()])
-    logs.update(split_runs(launch(dirs["resumed"], str(ROOT / "tests" / "script_runs.py"),
-                                  runs_json)))
+    logs.update(split_runs(torchrun("accelerate,gradcomp.integrations.accelerate,torch._dynamo",
+                                    dirs["resumed"], "train_accelerate.py", after, dirs)))
     from safetensors.torch import load_file
 
     params = {k: load_file(d / "checkpoints" / "epoch2" / "model.safetensors")

@@ -46,8 +46,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     and where the costs came from. `device`: the GPU the question runs on, for its 16-bit
     baseline (None: the profile's).
 
-    With `convergence` (a `bench converge` summary table, one `task` and `target` of it):
-    one row per measured variant instead, ranked by predicted time to the target
+    With `convergence` (a `bench converge` summary table, one `task` and `target` of it, or
+    its `time_to_accuracy.Variants`): one row per measured variant instead, ranked by predicted time to the target
     (`time_to_accuracy`), those that did not reach it last.
 
     With a `topology` (`topology.load_topology`: a built-in name or a bandwidth-matrix file,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -101,23 +102,44 @@ def per_variant(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, costs=None,
-                     bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
-                     contention: float = 1.0, task=None, target=None,
-                     methods=None, tiers=None) -> pd.DataFrame:
-    """Rank the variants of a convergence summary (one target, see `select`; only `methods`
-    when given) by predicted time to target on `profile` with `workers` at `bandwidth`
-    (`costs`: a compress-bench table or fitted costs, `tiers` the cluster's two-tier fields,
-    as for `advise`; `methods` by name: ``diloco:H=10`` selects every DiLoCo variant). Variants
-    that did not reach the target come last, with NaN time. A DiLoCo variant's iterations are
-    inner steps, its t_iter an inner step's."""
+@dataclass(frozen=True)
+class Variants:
+    """One target's variants of a convergence summary (`variants`): `table`, one row per
+    variant (`per_variant`), and the target's `task`, `metric` and `target`. Made once, it
+    prices at many questions (`time_to_accuracy`) without being summarised again."""
+    table: pd.DataFrame
+    task: str
+    metric: str
+    target: float
+
+
+def variants(summary: pd.DataFrame, task=None, target=None, methods=None) -> Variants:
+    """The variants of one target of a convergence summary (see `select`), only `methods`
+    when given (by name: ``diloco:H=10`` selects every DiLoCo variant)."""
     rows = select(summary, task, target)
     if methods is not None:
         rows = rows[rows["method"].isin([str(m).split(":")[0] for m in methods])]
         if rows.empty:
             raise ValueError(f"methods={list(methods)!r}: none of them is in the convergence "
                              "table")
-    table = per_variant(rows)
+    first = rows.iloc[0]
+    return Variants(per_variant(rows), first["task"], first["metric"], first["target"])
+
+
+def time_to_accuracy(summary, profile, workers: int, bandwidth, costs=None,
+                     bucketing="ddp", latency_s: float = 0.0, efficiency: float = 1.0,
+                     contention: float = 1.0, task=None, target=None,
+                     methods=None, tiers=None) -> pd.DataFrame:
+    """Rank the variants of a convergence summary (one target, see `select`; only `methods`
+    when given) by predicted time to target on `profile` with `workers` at `bandwidth`
+    (`costs`: a compress-bench table or fitted costs, `tiers` the cluster's two-tier fields,
+    as for `advise`; `methods` by name: ``diloco:H=10`` selects every DiLoCo variant), or
+    the `Variants` made of one (`variants`: task, target and methods chose them then).
+    Variants that did not reach the target come last, with NaN time. A DiLoCo variant's
+    iterations are inner steps, its t_iter an inner step's."""
+    chosen = summary if isinstance(summary, Variants) else \
+        variants(summary, task, target, methods)
+    table = chosen.table.copy()
     prof = load_profile(profile)
     network = Network(workers, bandwidth, latency_s, efficiency, **(tiers or {}))
     fitted = as_costs(costs)
@@ -135,8 +157,8 @@ def time_to_accuracy(summary: pd.DataFrame, profile, workers: int, bandwidth, co
         ref["iterations_to_target"] if ref is not None else math.nan)
     table["speedup_to_target"] = (ref["time_to_target_s"] if ref is not None else math.nan) \
         / table["time_to_target_s"]
-    table = table.assign(task=rows["task"].iloc[0], metric=rows["metric"].iloc[0],
-                         target=rows["target"].iloc[0], profile=prof.name, workers=workers,
+    table = table.assign(task=chosen.task, metric=chosen.metric,
+                         target=chosen.target, profile=prof.name, workers=workers,
                          bandwidth_bps=network.bandwidth_bps, bucketing=bucketing,
                          costs="fitted" if fitted else "assumed")
     table = table.sort_values(["time_to_target_s", "final_accuracy"], ascending=[True, False],

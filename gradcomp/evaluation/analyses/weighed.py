@@ -16,6 +16,7 @@ from ..profiles.profiles import load_profile
 from .advise import advise, reference_algorithm
 from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
+from .time_to_accuracy import Variants, variants
 from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
                         priced_ranking, sixteen_bit, unsupported)
 from . import whatif
@@ -170,17 +171,19 @@ def _safe_flips(rank, net: dict, table: CostTable, device: str,
     return flips(decide, net, name, fewest, steps)
 
 
-def accuracy(summary: pd.DataFrame, profile, net: dict, table: CostTable, evidence: Evidence,
+def accuracy(summary, profile, net: dict, table: CostTable, evidence: Evidence,
              device: str | None = None, bucketing: str = "ddp", task=None, target=None,
              methods=None, topology=None) -> pd.DataFrame:
-    """The `time_to_accuracy` table of convergence `summary` on `net` priced by `table`
-    (`advise` with `summary`, which refuses a `topology`), weighed (`evidence.weigh`)."""
+    """The `time_to_accuracy` table of convergence `summary` (or its `Variants`) on `net`
+    priced by `table` (`advise` with it, which refuses a `topology`), weighed
+    (`evidence.weigh`): the summary's variants made once for every pricing."""
     device = _device(profile, device)
+    chosen = summary if isinstance(summary, Variants) else \
+        variants(summary, task, target, methods)
 
     def ask(costs, at):
-        return advise(profile, methods=methods, costs=costs, bucketing=bucketing,
-                      convergence=summary, task=task, target=target, topology=topology,
-                      device=device, **at)
+        return advise(profile, costs=costs, bucketing=bucketing, convergence=chosen,
+                      topology=topology, device=device, **at)
 
     return weigh(ask, net, table.costs, evidence, sixteen_bit(_device(profile, device)))
 
@@ -199,9 +202,10 @@ def accuracy_flips(summary: pd.DataFrame, tta: pd.DataFrame, profile, net: dict,
                     zip(summary["method"], summary["options"], summary["error_feedback"])]]
     if rows.empty:
         return ""
+    chosen = variants(rows, task, target)  # once for every point searched
 
     def decide(at) -> str:
-        weighed = accuracy(rows, profile, at, table, evidence, device, bucketing, task, target)
+        weighed = accuracy(chosen, profile, at, table, evidence, device, bucketing)
         row = choose(weighed, table, device).row
         return "no recommendation" if row is None else row["variant"]
 
