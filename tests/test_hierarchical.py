@@ -140,3 +140,14 @@ def test_hierarchy_options_are_checked_by_name():
         hierarchy_options(True, 0, "none")
     with pytest.raises(ValueError, match="hierarchical='yes' is not allowed"):
         hierarchy_options("yes", 2, "none")
+
+
+def test_the_tier_sweep_times_each_node_each_local_rank_and_the_ring_over_every_rank(runs):
+    # what `validate --nodes` fits the two layouts' networks to: the hierarchical hook's
+    # groups (a group per node, a group per local rank, all at once) and the flat ring
+    rows = runs[0]["tier_sweep"]
+    assert [(r["tier"], r["collective"], r["world_size"], r["concurrent_groups"]) for r in rows] \
+        == [(t, c, w, g) for t, w, g in (("intra", NODE, 2), ("inter", 2, NODE), ("ring", 4, 1))
+            for c in ("allreduce", "allgather")]
+    assert all(r["time_s"] > 0 and r["groups"] == "all" for r in rows)
+    assert all(runs[r]["tier_sweep"] == rows for r in range(1, WORLD))  # the slowest rank's
