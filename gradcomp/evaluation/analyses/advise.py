@@ -34,6 +34,18 @@ def reference_algorithm(algorithms=None) -> str:
     return "ring" if not algorithms or "ring" in algorithms else algorithms[0]
 
 
+def check_options(convergence, topology, task=None, target=None, algorithms=None) -> None:
+    """Refuse the options `advise` does not combine (a ValueError naming them)."""
+    if convergence is not None and topology is not None:
+        raise ValueError("convergence is not allowed with topology (--convergence with "
+                         "--topology): time to accuracy is priced on one bandwidth; drop one")
+    for name, value, needs in (("task", task, "convergence"), ("target", target, "convergence"),
+                               ("algorithms", algorithms, "topology")):
+        if value is not None and (convergence if needs == "convergence" else topology) is None:
+            raise ValueError(f"{name}={value!r} is not allowed without {needs} (--{name} needs "
+                             f"--{needs}): it would be ignored")
+
+
 def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            bucketing="ddp", latency_s: float | None = None, efficiency: float = 1.0,
            contention: float = 1.0, convergence=None, task=None,
@@ -47,8 +59,8 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     baseline (None: the profile's).
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it, or
-    its `time_to_accuracy.Variants`): one row per measured variant instead, ranked by predicted time to the target
-    (`time_to_accuracy`), those that did not reach it last.
+    its `time_to_accuracy.Variants`): one row per measured variant instead, ranked by
+    predicted time to the target (`time_to_accuracy`), those that did not reach it last.
 
     With a `topology` (`topology.load_topology`: a built-in name or a bandwidth-matrix file,
     built for `workers` and `bandwidth`): one row per method and all-reduce algorithm of
@@ -58,14 +70,7 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
     count is a ValueError); `latency_s` None: the topology's, else 0. `convergence` and
     `topology` do not combine (ValueError). `tiers`: the two-tier fields of a `Network` (a
     `cluster.Cluster`'s `tiers()`; None: one GPU per node)."""
-    if convergence is not None and topology is not None:
-        raise ValueError("convergence is not allowed with topology (--convergence with "
-                         "--topology): time to accuracy is priced on one bandwidth; drop one")
-    for name, value, needs in (("task", task, "convergence"), ("target", target, "convergence"),
-                               ("algorithms", algorithms, "topology")):
-        if value is not None and (convergence if needs == "convergence" else topology) is None:
-            raise ValueError(f"{name}={value!r} is not allowed without {needs} (--{name} needs "
-                             f"--{needs}): it would be ignored")
+    check_options(convergence, topology, task, target, algorithms)
     if topology is None and latency_s is None:
         latency_s = 0.0
     if convergence is not None:

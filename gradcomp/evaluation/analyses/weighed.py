@@ -13,7 +13,7 @@ import pandas as pd
 from ..model.cost_tables import CostTable
 from ..model.topology import BUILTINS
 from ..profiles.profiles import load_profile
-from .advise import advise, reference_algorithm
+from .advise import advise, check_options, reference_algorithm
 from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
 from .time_to_accuracy import Variants, variants
@@ -177,6 +177,7 @@ def accuracy(summary, profile, net: dict, table: CostTable, evidence: Evidence,
     """The `time_to_accuracy` table of convergence `summary` (or its `Variants`) on `net`
     priced by `table` (`advise` with it, which refuses a `topology`), weighed
     (`evidence.weigh`): the summary's variants made once for every pricing."""
+    check_options(summary, topology, task, target)  # before the summary is read
     device = _device(profile, device)
     chosen = summary if isinstance(summary, Variants) else \
         variants(summary, task, target, methods)
