@@ -22,9 +22,10 @@ import pytest
 TESTBED = "testbed"
 TESTBED_FILES = {"test_testbed", "test_testbed_nodes", "test_cli_testbed", "test_validate",
                  "test_validate_fsdp", "test_validate_tiers"}
-LONGEST_FIRST = [TESTBED, "test_integrations", "test_report", "test_converge",
-                 "test_teardown", "test_hierarchical", "test_kernels_ef", "test_checkpoint",
-                 "test_hooks_distributed", "test_workloads", "test_notebook", "test_gpu_run"]
+LONGEST_FIRST = [TESTBED, "test_report", "test_converge", "test_integrations",
+                 "test_hierarchical", "test_kernels_ef", "test_checkpoint",
+                 "test_hooks_distributed", "test_teardown", "test_notebook", "test_gpu_run",
+                 "test_readme_ddp", "test_kernels_sparse"]
 
 
 def group_of(nodeid: str) -> str:
