@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp.comm
-from gradcomp.evaluation.testbed.ratecheck import tier_sweep
+from gradcomp.evaluation.testbed.ratecheck import TIERS as TIERS_SWEPT, tier_sweep
 from ddp_workers import HOOKS, LR, LR_DEFAULT, OPTIONS, data, flat_params, make_model
 
 WORLD = 4
@@ -85,7 +85,7 @@ def cases(rank, world_size, out_dir):
     flat = train(rank, "topk", OPTIONS["topk"], steps=2, save_at=1)["saved"]
     res["errors"] = refused(rank, flat)
     res["tier_sweep"] = with_env({"LOCAL_WORLD_SIZE": str(NODE)}, lambda: tier_sweep(
-        [4096], ("allreduce", "allgather"), 1, 0, 0.0, False, ("intra", "inter", "ring")))
+        [4096], ("allreduce", "allgather"), 1, 0, 0.0, False, TIERS_SWEPT))
     return res
 
 

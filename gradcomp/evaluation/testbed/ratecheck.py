@@ -113,16 +113,17 @@ def tier_network(tiers: pd.DataFrame, nodes: int, g: int, rate_bps: float,
     the two-tier sweep of 2026-11-28, the flat ring's at about 94% in training); a sweep
     without it (measured before it was timed) prices flat like hierarchical."""
     rows = tiers[tiers["groups"] == "all"]
-    fits = {t: fit_collectives(rows[rows["tier"] == t]) for t in TIERS
-            if (rows["tier"] == t).any()}
+
+    def fit(tier: str) -> dict:
+        return fit_collectives(rows[rows["tier"] == tier])
 
     def finite(bps: float) -> float:
         return bps if math.isfinite(bps) else 1e15  # a slope of 0: no bandwidth term
 
     # the G rings across the nodes share each node's link; the flat ring alone crosses it
-    across, share = (fits["ring"], 1) if layout == "flat" and "ring" in fits else (
-        fits["inter"], g)
-    inside = fits["intra"]["allreduce"].params
+    flat = layout == "flat" and (rows["tier"] == "ring").any()
+    across, share = (fit("ring"), 1) if flat else (fit("inter"), g)
+    inside = fit("intra")["allreduce"].params
     return Network(nodes * g, rate_bps,
                    {c: max(f.params["alpha_s"], 0.0) for c, f in across.items()},
                    {c: share * finite(f.params["bandwidth_bps"]) / rate_bps
