@@ -96,6 +96,42 @@ def test_close_candidates_take_turns_and_the_decision_takes_the_medians_of_all_t
     assert clear.step(7, same) and clear.decided_at == 7 and clear.contenders == []
 
 
+def test_the_rounds_iteration_times_decide_between_close_contenders():
+    """Per bucket, top-k (1) is priced 13% under the all-reduce (0), within the margin, but
+    the iterations top-k carries take 10% longer (what its codec costs the compute beside it,
+    which the bucket's price does not hold): timed, the rounds decide for the all-reduce;
+    untimed, the table decides for top-k. A re-pricing (the link 25% slower) keeps the timed
+    choice while the two stay within the margin; a link 10x slower, on which top-k is
+    clearly best, moves it."""
+    codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]  # 6.0 ms and 5.2 ms at x = 1e-8, 4 workers
+    runs = {}
+    for timed in (False, True):
+        ch = chooser(check_every=5, slowdown=None, confirm_margin=0.5)
+        clock, i = 0.0, 1
+        while ch.decided_at is None:
+            ch.step(i, same, mark=clock if timed else None)
+            clock += 0.22 if ch.choice(0, i) == 1 else 0.20
+            feed(ch, [i], alpha=0.0, x=1e-8, codec=codec, nbytes=nbytes)
+            i += 1
+        runs[timed] = ch
+    assert runs[False].decisions == {0: 1} and runs[False].rounds == {}
+    ch = runs[True]
+    assert ch.contenders == [0, 1] and ch.decisions == {0: 0}
+    assert ch.rounds == pytest.approx({0: 0.20, 1: 0.22})
+    seen = []
+    for j in range(i, i + 20):
+        ch.step(j, same, mark=clock)
+        seen.append((ch.decisions[0], ch.x))
+        slower = 1.25e-8 if j < i + 10 else 1e-7
+        feed(ch, [j], alpha=0.0, x=slower, codec=codec, nbytes=nbytes)
+    # re-priced to the slower link (7.2-7.5 ms against 5.4-5.5 ms): kept
+    assert any(d == 0 and 1.15e-8 < x <= 1.25e-8 for d, x in seen)
+    assert seen[-1] == (1, pytest.approx(1e-7))  # 60 ms against 16 ms: the table's
+    again = chooser()
+    again.load_state_dict(ch.state_dict())
+    assert again.rounds == ch.rounds
+
+
 def test_the_network_fit_recovers_latency_and_bandwidth():
     points = [(6, b, 6 * 50e-6 + b * 1e-9) for b in (1e3, 1e5, 1e7)]
     alpha, x = fit_network(points)
@@ -328,6 +364,23 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     codec = state.chooser.codec
     assert codec and all(v < float("inf") for v in codec.values())
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
+
+
+def test_the_hook_times_the_confirmation_rounds(one_rank_group):
+    """Every candidate a contender (a margin nothing is outside of): the hook marks each
+    round's iterations, and the bucket takes the contender whose rounds took least time."""
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   confirm_margin=1e9,
+                                   candidates=["none", ("topk", {"ratio": 0.01})])
+    x = torch.randn(16, 64)
+    for _ in range(16):
+        ddp(x).square().mean().backward()
+    rounds = state.chooser.rounds
+    assert state.chooser.decided_at is not None and set(rounds) == {0, 1}
+    assert all(t > 0 for t in rounds.values())
+    assert state.chooser.decisions == {0: min(rounds, key=rounds.get)}
 
 
 def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):

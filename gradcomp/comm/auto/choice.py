@@ -17,10 +17,14 @@ separate stretches, a candidate explored while the machine was busier loses by t
 So when more than one candidate is priced within `confirm_margin` of a bucket's best (the
 contenders: those candidates, over every such bucket), they carry every bucket in turn, one
 iteration each, for `confirm_rounds` rounds (each round in the order rotated by one, so no
-contender always follows the same one), and the decision is taken from the medians of all
-their samples, the scan's and the rounds' (whatever load the machine had, every contender
-saw it within a few iterations). The rounds are decided on the scan's reduced samples: every
-rank runs the same ones.
+contender always follows the same one), decided on the scan's reduced samples (every rank
+runs the same rounds). The table is then priced from the medians of all samples, and each
+round's iteration is timed (first bucket to the next iteration's, the slowest rank's): a
+bucket whose best is priced within the margin of other contenders takes the one of least
+median iteration time (`rounds`), which also holds what a codec costs the compute beside it
+(on the 2-core testbed top-k and PowerSGD, priced ahead of bf16 per bucket, ran 6-13% slower
+per iteration). That stands while they stay within the margin: a re-pricing (drift) decides
+by the table only where it makes one candidate clearly best.
 
 Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
 codec the measured encode + decode seconds and comm the evaluation model's price of the
@@ -74,7 +78,9 @@ from typing import Callable
 
 import torch
 
-from .pricing import Sample, Transfer, fit_network
+from ..telemetry import seconds_between
+from .pricing import (Sample, Transfer, by_bucket_and_candidate, fit_network, idle_points,
+                      refit_bandwidth, relative_change)
 
 #: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
@@ -106,6 +112,7 @@ class Chooser:
     explore_start: int | None = None  # None: explore from `start`
     skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
     decisions: dict[int, int] = field(default_factory=dict)
+    rounds: dict[int, float] = field(default_factory=dict)  # contender -> median round seconds
     codec: dict[tuple[int, int], float] = field(default_factory=dict)
     nbytes: dict[tuple[int, int], float] = field(default_factory=dict)
     alpha: float = 0.0
@@ -116,6 +123,7 @@ class Chooser:
     explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
     window: list[Sample] = field(default_factory=list)  # reduced since the last check
     pending: tuple | None = None  # a launched reduction: (iterations, buckets, wait)
+    marks: dict = field(default_factory=dict)  # iteration -> mark at its first bucket (rounds)
 
     @property
     def first(self) -> int:
@@ -152,10 +160,13 @@ class Chooser:
         """The candidate that carries `bucket` in `iteration`."""
         if self.exploring(iteration):
             if self.confirm_start is not None and iteration >= self.confirm_start:
-                turn, n = iteration - self.confirm_start, len(self.contenders)
-                return self.contenders[(turn + turn // n) % n]
+                return self._contender_at(iteration)
             return self._candidate_at(self._slot(iteration)[0])
         return self.decisions.get(bucket, 0)
+
+    def _contender_at(self, iteration: int) -> int:  # in a confirmation round
+        turn, n = iteration - self.confirm_start, len(self.contenders)
+        return self.contenders[(turn + turn // n) % n]
 
     def measured(self, iteration: int) -> bool:
         """Whether samples of `iteration` are kept (during an exploration all are, the
@@ -168,15 +179,20 @@ class Chooser:
         return (self.exploring(iteration) and iteration < self.scan_end
                 and self._slot(iteration)[1] == iteration)
 
-    def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None) -> bool:
+    def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None,
+             mark=None) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
         for drift, start a periodic exploration. True when the decisions changed. With `launch`
         the samples after a decision are reduced without waiting, read an iteration later
-        (module docstring)."""
+        (module docstring). `mark`: this rank's `telemetry.mark` taken at the iteration's first
+        bucket (None: the confirmation rounds are not timed, the table decides)."""
+        if (mark is not None and self.decided_at is None and self.confirm_start is not None
+                and self.confirm_start < iteration <= self.explore_end):
+            self.marks[iteration] = mark
         if self.decided_at is None and self.first <= iteration - 1 < self.scan_end:
             self._skip_if_hopeless(iteration, reduce)
         if iteration == self.explore_end and self.decided_at is None:
-            if self._decide_from_exploration(reduce, iteration):
+            if self._decide_from_exploration(reduce, iteration, mark):
                 self.decided_at = iteration
                 return True
         if self.decided_at is None or self.exploring(iteration):
@@ -184,7 +200,7 @@ class Chooser:
             return False
         if iteration - self.decided_at >= self.redecide_every:
             self.explore_start, self.decided_at, self.codec_moved = iteration, None, False
-            self.contenders, self.confirm_start = [], None
+            self.contenders, self.confirm_start, self.rounds, self.marks = [], None, {}, {}
             self.samples.clear()
             self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
@@ -208,7 +224,7 @@ class Chooser:
         self.explored += self._reduced(reduce)
         candidate = self._candidate_at(position)
         best: dict[int, float] = {}
-        for (b, c), mine in _by_bucket_and_candidate(self.explored).items():
+        for (b, c), mine in by_bucket_and_candidate(self.explored).items():
             if c != candidate:
                 total = (statistics.median(s.codec_s for s in mine)
                          + statistics.median(s.comm_s for s in mine))
@@ -218,17 +234,20 @@ class Chooser:
                         for s in warm):
             self.skips.append((position + 1, iteration))
 
-    def _decide_from_exploration(self, reduce: Reduce, iteration: int) -> bool:
+    def _decide_from_exploration(self, reduce: Reduce, iteration: int, mark=None) -> bool:
         """Price every candidate from the exploration's samples and decide; at the scan's
         end, when contenders are close, start their confirmation rounds instead (the
-        samples kept for the decision after them): False."""
+        samples kept for the decision after them): False. After the rounds, their
+        iteration times take part in the decision (`_decide`)."""
+        if self.confirm_start is not None:
+            self.rounds = self._round_seconds(reduce)
         samples = self.explored + self._reduced(reduce)
         measured = {s.candidate for s in samples if not s.warmup}
         # a skipped candidate has its warm-up only: priced from it (an upper bound)
         samples = [s for s in samples if not s.warmup or s.candidate not in measured]
-        self.alpha, self.x = fit_network(self._points(samples))
+        self.alpha, self.x = fit_network(idle_points(samples, self.transfers, self.workers))
         buckets = sorted({s.bucket for s in samples})
-        groups = _by_bucket_and_candidate(samples)
+        groups = by_bucket_and_candidate(samples)
         for b in buckets:
             for c in range(len(self.transfers)):
                 mine = groups.get((b, c), [])
@@ -240,9 +259,24 @@ class Chooser:
         contenders = self._contenders(buckets)
         if self.confirm_start is None and self.confirm_rounds and len(contenders) > 1:
             self.explored, self.contenders, self.confirm_start = samples, contenders, iteration
+            self.marks = {} if mark is None else {iteration: mark}
             return False
-        self.explored = []
+        self.explored, self.marks = [], {}
         return True
+
+    def _round_seconds(self, reduce: Reduce) -> dict[int, float]:
+        """contender -> the median seconds of the confirmation rounds' iterations it carried,
+        each the slowest rank's (an iteration a rank did not time, e.g. across a resume: no
+        evidence)."""
+        iterations = range(self.confirm_start, self.explore_end)
+        seconds = [seconds_between(self.marks[i], self.marks[i + 1])
+                   if i in self.marks and i + 1 in self.marks else -math.inf for i in iterations]
+        slowest = reduce(torch.tensor(seconds, dtype=torch.float64)).tolist()
+        times: dict[int, list[float]] = {}
+        for i, s in zip(iterations, slowest):
+            if s >= 0:
+                times.setdefault(self._contender_at(i), []).append(s)
+        return {c: statistics.median(t) for c, t in sorted(times.items())}
 
     def _contenders(self, buckets) -> list[int]:
         """The candidates priced within `confirm_margin` of a bucket's best where more than
@@ -273,21 +307,22 @@ class Chooser:
                 for s, row in zip(samples, table)]
 
     def _decide(self, buckets) -> None:
-        self.decisions = {b: min(range(len(self.transfers)), key=lambda c: self.predict(b, c))
-                          for b in buckets}
+        """Each bucket's candidate of least predicted time; where that is a timed contender
+        and others are priced within `confirm_margin` of it, the one of them whose rounds
+        took least time (module docstring)."""
+        decisions = {}
+        for b in buckets:
+            price = {c: self.predict(b, c) for c in range(len(self.transfers))}
+            best = min(price, key=price.get)
+            near = [c for c in self.rounds if price[c] <= (1 + self.confirm_margin) * price[best]]
+            decisions[b] = (min(near, key=self.rounds.get) if best in self.rounds
+                            and len(near) > 1 else best)
+        self.decisions = decisions
 
     def predict(self, bucket: int, candidate: int) -> float:
         """Predicted seconds of `bucket` with `candidate`: codec + communication."""
         return self.codec[bucket, candidate] + self.transfers[candidate].seconds(
             self.workers, self.nbytes[bucket, candidate], self.alpha, self.x)
-
-    def _points(self, samples) -> list[tuple[float, float, float]]:
-        points = []
-        for s in samples:
-            if s.idle_link:
-                steps, per_byte = self.transfers[s.candidate].factors(self.workers)
-                points.append((steps, per_byte * s.nbytes, s.comm_s))
-        return points
 
     def _start(self, first: int, last: int, launch: Launch) -> tuple:
         """(iterations, buckets, wait): the reduction of the samples of iterations `first` to
@@ -380,7 +415,7 @@ class Chooser:
     def _reprice(self, x_now: float, codec_now: dict[int, float], drift: float) -> bool:
         """Take the new bandwidth and codec times of the chosen candidates and decide again
         when one moved by more than `drift`; True when a decision changed."""
-        drift = max(drift, _relative_change(x_now, self.x))
+        drift = max(drift, relative_change(x_now, self.x))
         if drift <= self.drift:
             return False
         self.x = x_now
@@ -391,26 +426,18 @@ class Chooser:
         return self.decisions != before
 
     def _refit_bandwidth(self, samples) -> float:
-        """Seconds per byte from recent idle-link transfers, latency kept; the old value when
-        there is nothing to fit. Only transfers whose bytes cost at least their latency (by
-        the table) count: the time of a small one (PowerSGD's factors) is mostly latency, and
-        what the fitted latency over- or underestimates of it would read as a bandwidth
-        change (measured on the testbed: x refitted to 0 from PowerSGD's transfers at 100
-        Mbit/s, which sent the next decision back to the uncompressed candidate)."""
-        points = [(a, b, t - a * self.alpha) for a, b, t in self._points(samples)
-                  if self.x == 0 or b * self.x >= a * self.alpha]
-        sbb = sum(b * b for _, b, _ in points)
-        return max(sum(b * t for _, b, t in points) / sbb, 0.0) if sbb else self.x
+        return refit_bandwidth(idle_points(samples, self.transfers, self.workers), self.alpha,
+                               self.x)
 
     # -- checkpoints ------------------------------------------------------------------------
     def __getstate__(self):
         """Picklable (as the hook state that holds it): a launched reduction stays behind."""
-        return {**self.__dict__, "pending": None}
+        return {**self.__dict__, "pending": None, "marks": {}}
 
     def state_dict(self) -> dict:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
                 "contenders": list(self.contenders), "confirm_start": self.confirm_start,
-                "decisions": dict(self.decisions),
+                "decisions": dict(self.decisions), "rounds": dict(self.rounds),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
                 "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved}
 
@@ -419,16 +446,5 @@ class Chooser:
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
         self.samples, self.explored, self.window, self.pending = [], [], [], None
+        self.marks = {}
 
-
-def _by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:
-    groups: dict[tuple[int, int], list[Sample]] = {}
-    for s in samples:
-        groups.setdefault((s.bucket, s.candidate), []).append(s)
-    return groups
-
-
-def _relative_change(now: float, then: float) -> float:
-    if then <= 0:
-        return 0.0 if now <= 0 else float("inf")
-    return abs(now / then - 1)

@@ -70,3 +70,40 @@ def flat_ring(workers: int, alpha: float, x: float) -> costs.Tiers:
     """A ring of `workers` at latency `alpha` and `x` seconds per byte (built once per fit:
     the hook prices every bucket of an iteration with it)."""
     return costs.Tiers(workers, alpha=alpha, bytes_per_s=1 / x if x > 0 else math.inf)
+
+
+def idle_points(samples, transfers: list[Transfer], workers: int
+                ) -> list[tuple[float, float, float]]:
+    """(latency steps, bytes x factor, seconds) of the samples whose link was idle, for
+    `fit_network`."""
+    points = []
+    for s in samples:
+        if s.idle_link:
+            steps, per_byte = transfers[s.candidate].factors(workers)
+            points.append((steps, per_byte * s.nbytes, s.comm_s))
+    return points
+
+
+def refit_bandwidth(points, alpha: float, x: float) -> float:
+    """Seconds per byte from recent idle-link transfers (`idle_points`), latency `alpha` kept;
+    `x` when there is nothing to fit. Only transfers whose bytes cost at least their latency
+    (at `x`) count: the time of a small one (PowerSGD's factors) is mostly latency, and what
+    the fitted latency over- or underestimates of it would read as a bandwidth change
+    (measured on the testbed: x refitted to 0 from PowerSGD's transfers at 100 Mbit/s, which
+    sent the next decision back to the uncompressed candidate)."""
+    points = [(a, b, t - a * alpha) for a, b, t in points if x == 0 or b * x >= a * alpha]
+    sbb = sum(b * b for _, b, _ in points)
+    return max(sum(b * t for _, b, t in points) / sbb, 0.0) if sbb else x
+
+
+def by_bucket_and_candidate(samples) -> dict[tuple[int, int], list[Sample]]:
+    groups: dict[tuple[int, int], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.bucket, s.candidate), []).append(s)
+    return groups
+
+
+def relative_change(now: float, then: float) -> float:
+    if then <= 0:
+        return 0.0 if now <= 0 else float("inf")
+    return abs(now / then - 1)

@@ -15,7 +15,7 @@ from .guard import Guard, guard_settings
 from ..communicators import Bucket, Communicator, build
 from ..ranks import Ranks
 from ..state import HookState, Route
-from ..telemetry import BucketRecord, seconds_between
+from ..telemetry import BucketRecord, mark, seconds_between
 
 #: Methods that preserved convergence in gradcomp's measured runs (with error feedback where
 #: they need it): uncompressed, 16-bit, PowerSGD, top-k. Top-k and random-k without error
@@ -183,7 +183,7 @@ class AutoRoute(Route):
         self._stepped = iteration
         chooser = self._chooser()
         self._collect(iteration)
-        chooser.step(iteration, self._reduce(device), self._launch(device))
+        chooser.step(iteration, self._reduce(device), self._launch(device), mark(device))
         if self.guard is not None:
             self.guard.step(iteration, self._reduce(device))
 
