@@ -22,9 +22,9 @@ runs the same rounds). The table is then priced from the medians of all samples,
 round's iteration is timed (first bucket to the next iteration's, the slowest rank's): a
 bucket whose best is priced within the margin of other contenders takes the one of least
 median iteration time (`rounds`), which also holds what a codec costs the compute beside it
-(on the 2-core testbed top-k and PowerSGD, priced ahead of bf16 per bucket, ran 6-13% slower
-per iteration). That stands while they stay within the margin: a re-pricing (drift) decides
-by the table only where it makes one candidate clearly best.
+(the table alone picked candidates 12-13% slower per iteration than the fastest at 2 of 6
+configurations of the 2-core two-tier testbed). That stands while they stay within the
+margin: a re-pricing (drift) decides by the table only where one candidate is clearly best.
 
 Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
 codec the measured encode + decode seconds and comm the evaluation model's price of the
