@@ -141,7 +141,7 @@ LOADED = Path(__file__).parent.parent / "benchmarks/results/testbed-two-tier-202
 METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd".split(",")
 
 
-def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other_rates(
+def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layout(
         tmp_path):
     # The committed two-tier run of 2026-11-28 (mlp, 3 rates, both layouts) as a folder of
     # today's sweep: the profile and hook-path costs measured once (here 2.5 Gbit/s's) and
@@ -191,19 +191,22 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     lambdas = rows.drop_duplicates(["layout", "rate_bps"]).set_index(
         ["layout", "rate_bps"])["compute_slowdown"]
     every = {k: None for k in planned}
-    for layout in layouts:  # each layout's lambda, applied to its every method
-        for rate in rates:
-            here = rows[(rows["rate_bps"] == rate) & (rows["layout"] == layout)]
-            expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
-                                    compute_slowdown=lambdas[layout, rate])
-            expected = expected[expected["method"] != "auto"]  # (every row: auto's too)
-            assert list(here["method"]) == list(expected["method"])
-            assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
-                                                            rel=1e-12, nan_ok=True)
-    # fitted on the layout's own uncompressed runs at the other rate: hierarchical has no ddp
-    assert set(rows.loc[rows["layout"] == "hierarchical", "slowdown_source"]) == {
-        "fitted to the none runs of the hierarchical layout at 100 Mbit/s",
-        "fitted to the none runs of the hierarchical layout at 2.5 Gbit/s"}
+    for (layout, rate, slowdown), here in rows.groupby(["layout", "rate_bps",
+                                                        "compute_slowdown"]):
+        expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
+                                compute_slowdown=slowdown)  # each run with its lambda
+        expected = expected[expected["method"].isin(here["method"])]
+        assert list(here["method"]) == list(expected["method"])
+        assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
+                                                        rel=1e-12, nan_ok=True)
+    flat_rows = rows[rows["layout"] == "flat"]  # flat: one lambda per rate, from the
+    assert flat_rows.groupby("rate_bps")["compute_slowdown"].nunique().eq(1).all()  # other's
+    # hierarchical: a lambda per method, fitted to the other methods' runs at the same rate
+    hier = rows[rows["layout"] == "hierarchical"]
+    assert hier.groupby("rate_bps")["compute_slowdown"].nunique().gt(1).all()
+    assert set(hier["slowdown_source"]) == {
+        "fitted per method to the other methods' runs of the hierarchical layout at 100 Mbit/s",
+        "fitted per method to the other methods' runs of the hierarchical layout at 2.5 Gbit/s"}
     assert lambdas["flat", 2.5e9] != lambdas["hierarchical", 2.5e9]
     md = (tmp_path / "validation.md").read_text()
     flat = slowdown_line(rows[rows["layout"] == "flat"].drop(columns="layout"))
@@ -213,7 +216,9 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
                     "the ddp and none runs of the flat layout at 100 Mbit/s).")
     assert flat in md.split("## Layout: hierarchical")[0]  # in its layout's section
     both = slowdown_line(rows)  # the command's line (and --json's rows): every layout's
-    assert f"; hierarchical 100 Mbit/s {lambdas['hierarchical', 100e6]:.3f} (" in both
+    low, high = hier.loc[hier["rate_bps"] == 100e6, "compute_slowdown"].agg(["min", "max"])
+    assert both.startswith("Compute slowdown lambda: flat 100 Mbit/s ")  # not one for all
+    assert f"; hierarchical 100 Mbit/s {low:.3f}-{high:.3f} per method (" in both
     assert "measured on all 4 ranks at once, under the contention the training runs see, " \
         "at each rate (profile-mlp-b64.json, profile-mlp-b64-100mbit.json, hook-flat.csv" in md
 
@@ -229,3 +234,31 @@ def test_the_report_says_when_the_profile_and_hook_costs_were_measured_once():
                                             "and used at every rate")
     table.loc[2, "hook_file"] = "hook-100mbit-flat.csv"
     assert measured_where(table).startswith("at each rate (profile-mlp-b64.json, hook-flat.csv")
+
+
+def test_each_methods_lambda_is_fitted_to_the_other_methods_runs_at_its_rate():
+    from gradcomp.evaluation.testbed.slowdown import fit_per_method, predict_per_method
+
+    # iteration = 0.1 s of communication + lambda x 0.2 s of compute; the runs of a, b and c
+    # slowed by 1.5 at 1 Gbit/s and 1.2 at 100 Mbit/s, odd's by 2.5; auto has no prediction
+    def table(slow_odd):
+        def predict_at(rate, slowdown, keys=None):
+            slow = 1.5 if rate == 1e9 else 1.2
+            return pd.DataFrame({
+                "method": ["a", "b", "odd", "c", "a", "auto"],
+                "measured": [0.1 + s * 0.2 for s in (slow, slow, slow_odd, slow, slow, slow)],
+                "predicted": [0.1 + slowdown * 0.2] * 5 + [float("nan")]})
+        return predict_at
+
+    fitted = fit_per_method([1e9, 1e8], table(2.5))
+    assert fitted[1e9, "odd"][0] == pytest.approx(1.5, abs=1e-3)  # its own runs left out
+    assert fitted[1e8, "odd"][0] == pytest.approx(1.2, abs=1e-3)  # the rate's own lambda
+    assert fitted[1e9, "a"][0] > 1.6  # odd's runs among a's others
+    assert fitted[1e9, "odd"][1] == "fitted per method to the other methods' runs at 1 Gbit/s"
+    assert fit_per_method([1e9], table(2.0))[1e9, "odd"] == fitted[1e9, "odd"]
+    assert fit_per_method([1e9], table(2.0))[1e9, "a"] != fitted[1e9, "a"]
+    rows = predict_per_method([1e9], table(2.5), {})
+    assert list(rows["method"]) == ["a", "b", "odd", "c", "a", "auto"]  # the table's order
+    assert rows.loc[2, "predicted"] == pytest.approx(0.1 + 1.5 * 0.2, rel=1e-3)
+    assert rows.loc[0, "compute_slowdown"] == rows.loc[4, "compute_slowdown"] \
+        == fitted[1e9, "a"][0]
