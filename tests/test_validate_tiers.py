@@ -201,12 +201,14 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layo
                                                         rel=1e-12, nan_ok=True)
     flat_rows = rows[rows["layout"] == "flat"]  # flat: one lambda per rate, from the
     assert flat_rows.groupby("rate_bps")["compute_slowdown"].nunique().eq(1).all()  # other's
-    # hierarchical: a lambda per method, fitted to the other methods' runs at the same rate
+    # hierarchical: fitted at each rate, to its none run; none's to the other methods' there
     hier = rows[rows["layout"] == "hierarchical"]
-    assert hier.groupby("rate_bps")["compute_slowdown"].nunique().gt(1).all()
+    assert hier.groupby("rate_bps")["compute_slowdown"].nunique().eq(2).all()
+    on = "runs of the hierarchical layout at "
     assert set(hier["slowdown_source"]) == {
-        "fitted per method to the other methods' runs of the hierarchical layout at 100 Mbit/s",
-        "fitted per method to the other methods' runs of the hierarchical layout at 2.5 Gbit/s"}
+        f"fitted to the none {on}100 Mbit/s", f"fitted to the none {on}2.5 Gbit/s",
+        f"none's: fitted to the other methods' {on}100 Mbit/s",
+        f"none's: fitted to the other methods' {on}2.5 Gbit/s"}
     assert lambdas["flat", 2.5e9] != lambdas["hierarchical", 2.5e9]
     md = (tmp_path / "validation.md").read_text()
     flat = slowdown_line(rows[rows["layout"] == "flat"].drop(columns="layout"))
@@ -216,9 +218,10 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layo
                     "the ddp and none runs of the flat layout at 100 Mbit/s).")
     assert flat in md.split("## Layout: hierarchical")[0]  # in its layout's section
     both = slowdown_line(rows)  # the command's line (and --json's rows): every layout's
-    low, high = hier.loc[hier["rate_bps"] == 100e6, "compute_slowdown"].agg(["min", "max"])
+    at = hier[hier["rate_bps"] == 100e6].set_index("method")["compute_slowdown"]
     assert both.startswith("Compute slowdown lambda: flat 100 Mbit/s ")  # not one for all
-    assert f"; hierarchical 100 Mbit/s {low:.3f}-{high:.3f} per method (" in both
+    assert (f"; hierarchical 100 Mbit/s {at['none']:.3f} (none's: fitted to the other methods' "
+            f"{on}100 Mbit/s), {at['topk']:.3f} (fitted to the none {on}100 Mbit/s);") in both
     assert "measured on all 4 ranks at once, under the contention the training runs see, " \
         "at each rate (profile-mlp-b64.json, profile-mlp-b64-100mbit.json, hook-flat.csv" in md
 
@@ -236,29 +239,31 @@ def test_the_report_says_when_the_profile_and_hook_costs_were_measured_once():
     assert measured_where(table).startswith("at each rate (profile-mlp-b64.json, hook-flat.csv")
 
 
-def test_each_methods_lambda_is_fitted_to_the_other_methods_runs_at_its_rate():
-    from gradcomp.evaluation.testbed.slowdown import fit_per_method, predict_per_method
+def test_lambda_at_rate_is_fitted_to_that_rates_uncompressed_runs_and_theirs_to_the_others():
+    from gradcomp.evaluation.testbed.slowdown import fit_at_rate, predict_at_rate
 
-    # iteration = 0.1 s of communication + lambda x 0.2 s of compute; the runs of a, b and c
-    # slowed by 1.5 at 1 Gbit/s and 1.2 at 100 Mbit/s, odd's by 2.5; auto has no prediction
-    def table(slow_odd):
+    # iteration = 0.1 s of communication + lambda x 0.2 s of compute: slowed by 1.5 at 1 Gbit/s
+    # and 1.2 at 100 Mbit/s, none's run by `slow_none` at 1 Gbit/s; auto has no prediction
+    def table(slow_none):
         def predict_at(rate, slowdown, keys=None):
             slow = 1.5 if rate == 1e9 else 1.2
+            runs = (slow, slow_none if rate == 1e9 else slow, slow, slow, slow, slow)
             return pd.DataFrame({
-                "method": ["a", "b", "odd", "c", "a", "auto"],
-                "measured": [0.1 + s * 0.2 for s in (slow, slow, slow_odd, slow, slow, slow)],
+                "method": ["a", "none", "b", "a", "none", "auto"],
+                "measured": [0.1 + s * 0.2 for s in runs],
                 "predicted": [0.1 + slowdown * 0.2] * 5 + [float("nan")]})
         return predict_at
 
-    fitted = fit_per_method([1e9, 1e8], table(2.5))
-    assert fitted[1e9, "odd"][0] == pytest.approx(1.5, abs=1e-3)  # its own runs left out
-    assert fitted[1e8, "odd"][0] == pytest.approx(1.2, abs=1e-3)  # the rate's own lambda
-    assert fitted[1e9, "a"][0] > 1.6  # odd's runs among a's others
-    assert fitted[1e9, "odd"][1] == "fitted per method to the other methods' runs at 1 Gbit/s"
-    assert fit_per_method([1e9], table(2.0))[1e9, "odd"] == fitted[1e9, "odd"]
-    assert fit_per_method([1e9], table(2.0))[1e9, "a"] != fitted[1e9, "a"]
-    rows = predict_per_method([1e9], table(2.5), {})
-    assert list(rows["method"]) == ["a", "b", "odd", "c", "a", "auto"]  # the table's order
-    assert rows.loc[2, "predicted"] == pytest.approx(0.1 + 1.5 * 0.2, rel=1e-3)
-    assert rows.loc[0, "compute_slowdown"] == rows.loc[4, "compute_slowdown"] \
-        == fitted[1e9, "a"][0]
+    fitted = fit_at_rate([1e9, 1e8], table(1.5))
+    assert fitted[1e9, "a"][0] == pytest.approx(1.5, abs=1e-3)  # the rate's own lambda
+    assert fitted[1e8, "b"][0] == pytest.approx(1.2, abs=1e-3)
+    assert fitted[1e9, "a"][1] == "fitted to the none runs at 1 Gbit/s"
+    assert fitted[1e9, "none"][1] == "none's: fitted to the other methods' runs at 1 Gbit/s"
+    odd = fit_at_rate([1e9], table(1.9))  # none's runs slower: a's and b's lambda follow
+    assert odd[1e9, "a"][0] == odd[1e9, "b"][0] == odd[1e9, "auto"][0] > 1.6
+    assert odd[1e9, "none"] == fitted[1e9, "none"]  # none's own runs left out of its fit
+    rows = predict_at_rate([1e9], table(1.9), {})
+    assert list(rows["method"]) == ["a", "none", "b", "a", "none", "auto"]  # the table's order
+    assert rows.loc[1, "predicted"] == pytest.approx(0.1 + 1.5 * 0.2, rel=1e-3)
+    assert rows.loc[0, "compute_slowdown"] == rows.loc[3, "compute_slowdown"] \
+        == odd[1e9, "a"][0]

@@ -3,8 +3,8 @@ sweep, fitted so that no run is predicted with a lambda fitted to itself: each r
 uncompressed runs (ddp, none) of the sweep's OTHER rates (leave-one-rate-out). Validated in
 ``benchmarks/results/slowdown-validation`` (the compressed methods' median |error| over the
 testbed folders 7.5% -> 5.0% this way). Or, where lambda varies with the rate
-(`fit_per_method`), each run's from every OTHER method's runs at its own rate
-(leave-one-method-out)."""
+(`fit_at_rate`), each rate's from the uncompressed runs AT that rate, theirs from the other
+methods' there (leave-one-method-out)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -17,13 +17,13 @@ from ..model.fit import fit_slowdown
 
 ASSUMED = "assumed: no other rate's uncompressed run to fit it on"
 
-#: Layouts whose lambda is fitted per rate and method (`fit_per_method`), not on the
-#: uncompressed runs of the other rates: the hierarchical layout's varies with the rate (its
-#: loopback exchange's copies take CPU from the other ranks' compute; per method 1.19-1.26,
-#: 1.44-1.48, 1.17-1.20 at 100 Mbit/s, 1 Gbit/s, 2.5 Gbit/s in testbed-two-tier-2026-11-28-
-#: repeats: median |error| 9.0% -> 3.7%); flat's does not, and per method it raised flat's
-#: median in each two-tier folder (4.2% -> 4.5% there): the other methods' errors add noise.
-PER_METHOD = ("hierarchical",)
+#: Layouts whose lambda is fitted at each rate (`fit_at_rate`), not on the uncompressed runs
+#: of the other rates: the hierarchical layout's varies with the rate (its loopback exchange's
+#: copies take CPU from the other ranks' compute): 1.24, 1.44-1.46, 1.18-1.19 at 100 Mbit/s,
+#: 1 Gbit/s, 2.5 Gbit/s in testbed-two-tier-2026-11-28-repeats, where the other rates' fit gave
+#: 1.26, 1.18, 1.43 (median |error| 9.0% -> 3.5%). Flat's does not vary: there a fit at the
+#: rate raised flat's median in 3 of 4 two-tier folders (a single run's noise, not the rate).
+AT_RATE = ("hierarchical",)
 
 
 def fit_slowdowns(rates, predict_at: Callable[[float, float], pd.DataFrame],
@@ -69,44 +69,52 @@ def predict_with_slowdowns(rates, predict_at: Callable[[float, float, dict], pd.
         for rate in rates], ignore_index=True)
 
 
-def fit_per_method(rates, predict_at: Callable[[float, float], pd.DataFrame], runs: str = ""
+def fit_at_rate(rates, predict_at: Callable[[float, float], pd.DataFrame],
+                   baselines=UNCOMPRESSED, runs: str = ""
                    ) -> dict[tuple[float, str], tuple[float, str]]:
     """Per rate of `rates` and method of its table: (lambda, where it comes from).
     `predict_at(rate, lambda)` is the validation table of a rate (columns method, measured,
     predicted; NaN where a method has no prediction); each method's lambda is
-    `fit.fit_slowdown`'s on the rows of every other method at the same rate (leave-one-method-
-    out: no run is predicted from its own method's times), 1.0 (`ASSUMED`) where there is no
-    other. `runs` qualifies them in the source named (e.g. " of both layouts")."""
+    `fit.fit_slowdown`'s on the rows of the uncompressed `baselines` at the same rate (what a
+    user measures anyway: an uncompressed run at the rate), a baseline's on the other
+    baselines' there or, with none, on every other method's: no run is predicted from its
+    own method's times; 1.0 (`ASSUMED`) where there is no other. `runs` qualifies them in
+    the source named (e.g. " of both layouts")."""
     fitted = {}
     for rate in rates:
         tables = {}
 
         def at(slowdown: float, rate=rate, tables=tables) -> pd.DataFrame:
-            if slowdown not in tables:  # each method's fit tries many of the same lambdas
+            if slowdown not in tables:  # the fits try many of the same lambdas
                 tables[slowdown] = predict_at(rate, slowdown)
             return tables[slowdown]
 
         base = at(1.0)
         for method in dict.fromkeys(base["method"]):
-            others = ((base["method"] != method) & base["predicted"].notna()).to_numpy()
-            if not others.any():
+            others = (base["method"] != method) & base["predicted"].notna()
+            plain = others & base["method"].isin(baselines)
+            fitted_on = (plain if plain.any() else others).to_numpy()
+            if not fitted_on.any():
                 fitted[rate, method] = (1.0, ASSUMED)
                 continue
-            fit = fit_slowdown(base["measured"].to_numpy()[others],
-                               lambda s: at(s)["predicted"].to_numpy()[others])
-            fitted[rate, method] = (fit.params["compute_slowdown"],
-                                    f"fitted per method to the other methods' runs{runs} at "
-                                    f"{format_rate(rate)}")
+            fit = fit_slowdown(base["measured"].to_numpy()[fitted_on],
+                               lambda s: at(s)["predicted"].to_numpy()[fitted_on])
+            names = (" and ".join(dict.fromkeys(base["method"][fitted_on])) if plain.any()
+                     else "other methods'")
+            fitted[rate, method] = (
+                fit.params["compute_slowdown"],
+                ("" if plain.any() or method not in baselines else f"{method}'s: ")
+                + f"fitted to the {names} runs{runs} at {format_rate(rate)}")
     return fitted
 
 
-def predict_per_method(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
-                       planned: dict, runs: str = "") -> pd.DataFrame:
+def predict_at_rate(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
+                       planned: dict, baselines=UNCOMPRESSED, runs: str = "") -> pd.DataFrame:
     """Every rate's validation table `predict_at(rate, lambda, planned)`, each method's rows
-    predicted with its own lambda (`fit_per_method`), stated in the columns
-    ``compute_slowdown`` and ``slowdown_source``."""
-    slowdowns = fit_per_method(rates, lambda rate, slowdown: predict_at(rate, slowdown, planned),
-                               runs)
+    predicted with its lambda (`fit_at_rate`), stated in the columns ``compute_slowdown``
+    and ``slowdown_source``."""
+    slowdowns = fit_at_rate(rates, lambda rate, slowdown: predict_at(rate, slowdown, planned),
+                               baselines, runs)
     tables = []
     for rate in rates:
         parts = []
@@ -136,14 +144,15 @@ def read_once(read: Callable[[float, dict], object]) -> Callable[[float, dict], 
 def slowdown_line(table: pd.DataFrame) -> str:
     """One line: the lambda each rate (and layout, where the table has a ``layout`` column)
     of a validation table (columns rate_bps, rate, compute_slowdown, slowdown_source) was
-    predicted with (its range where each method has its own), and where it came from."""
+    predicted with (each where methods have their own), and where it came from."""
     config = [c for c in ("layout", "rate_bps") if c in table]
     parts, shared = [], True
     for _, rows in table.groupby(config, sort=True):
-        r, low, high = rows.iloc[0], rows["compute_slowdown"].min(), rows["compute_slowdown"].max()
-        shared = shared and low == high
-        value = f"{low:.3f}" if low == high else f"{low:.3f}-{high:.3f} per method"
+        r = rows.iloc[0]
+        pairs = rows.drop_duplicates(["compute_slowdown", "slowdown_source"])
+        shared = shared and len(pairs) == 1
         parts.append(("" if "layout" not in r else f"{r['layout']} ") + f"{r['rate']} "
-                     f"{value} ({r['slowdown_source']})")
+                     + ", ".join(f"{p['compute_slowdown']:.3f} ({p['slowdown_source']})"
+                                 for _, p in pairs.iterrows()))
     return ("Compute slowdown lambda" + (", applied to every method: " if shared else ": ")
             + "; ".join(parts) + ".")

@@ -27,13 +27,13 @@ local-rank ring's fitted bandwidth over the rate, the G rings sharing the link; 
 over all ranks', `ratecheck.tier_network`), inside the fitted all-reduce latency and bandwidth of
 the loopback; `timeline.predict(..., layout=...)`; every method's compute slowed by the compute
 slowdown lambda (flat: `slowdown.fit_slowdowns`, each rate's fitted to the layout's ddp and
-none runs at the other rates; hierarchical: `slowdown.fit_per_method`, each method's fitted to
-the layout's other methods' runs at its rate; `predict_sweep`). Files as `validate`'s, tagged
-by rate and layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``, ``profile-<model>-b<batch>.json``,
-``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in folders measured before they were
-shared), ``conditions.csv``; the result ``validation.csv`` (with ``layout``, ``nodes``,
-``gpus_per_node``, ``compute_slowdown``, ``slowdown_source`` and the profile and hook files
-used), ``validation.md``, ``regret.csv``, ``auto-regret.csv`` and ``validation-<layout>.png``.
+none runs at the other rates; hierarchical: `slowdown.fit_at_rate`, each rate's to the
+layout's none runs there, none's to the other methods'; `predict_sweep`). Files as
+`validate`'s, tagged by rate and layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``,
+``profile-<model>-b<batch>.json``, ``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in
+folders measured before they were shared), ``conditions.csv``; the result: ``validation.csv``
+(``layout``, ``nodes``, ``gpus_per_node``, ``compute_slowdown``, ``slowdown_source``, profile
+and hook files), ``validation.md``, ``regret.csv``, ``auto-regret.csv``, ``validation-*.png``.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ from .ratecheck import TIER_KEYS, TIERS, run_tier_sweep, tier_network
 from .conditions import conditions_at, record_conditions
 from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
 from .regret import regret_markdown, with_auto_candidates, write_regret
-from .slowdown import PER_METHOD, predict_per_method, predict_with_slowdowns, read_once
+from .slowdown import AT_RATE, predict_at_rate, predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        NO_PREDICTION, TRAIN_REPEATS, batch_args, check_methods, compared,
@@ -300,7 +300,7 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
     """Every rate's rows (`predict_rate`), each layout's predicted with its own compute
     slowdown lambda per rate (columns ``compute_slowdown`` and ``slowdown_source``):
     `slowdown.fit_slowdowns`' on that layout's ddp and none runs at the other rates, or, in
-    the layouts of `slowdown.PER_METHOD`, `slowdown.fit_per_method`'s per method. Per layout
+    the layouts of `slowdown.AT_RATE`, `slowdown.fit_at_rate`'s at each rate. Per layout
     because the layouts slow down differently (flat's 1.00-1.12 at every rate on the quiet
     run of 2026-11-28, hierarchical's 1.30-1.59: its loopback exchange's copies take CPU
     time from the other ranks' compute; the model prices their time, not that)."""
@@ -317,7 +317,7 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
                                 inputs(rate, keys))
 
         runs = f" of the {layout} layout"
-        tables.append(predict_per_method(rates, predict_at, planned, runs) if layout in PER_METHOD
+        tables.append(predict_at_rate(rates, predict_at, planned, runs=runs) if layout in AT_RATE
                       else predict_with_slowdowns(rates, predict_at, planned, plain, runs=runs))
     table = pd.concat(tables, ignore_index=True)
     order = {rate: i for i, rate in enumerate(rates)}  # rate by rate, as measured
