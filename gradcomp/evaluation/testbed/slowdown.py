@@ -21,8 +21,8 @@ ASSUMED = "assumed: no other rate's uncompressed run to fit it on"
 #: of the other rates: the hierarchical layout's varies with the rate (its loopback exchange's
 #: copies take CPU from the other ranks' compute): 1.24, 1.44-1.46, 1.18-1.19 at 100 Mbit/s,
 #: 1 Gbit/s, 2.5 Gbit/s in testbed-two-tier-2026-11-28-repeats, where the other rates' fit gave
-#: 1.26, 1.18, 1.43 (median |error| 9.0% -> 3.5%). Flat's does not vary: there a fit at the
-#: rate raised flat's median in 3 of 4 two-tier folders (a single run's noise, not the rate).
+#: 1.26, 1.18, 1.43 (median |error| 9.0% -> 3.5%). Flat's hardly varies (1.01 at each rate
+#: there), and a fit at the rate raised flat's median in 3 of 4 two-tier folders.
 AT_RATE = ("hierarchical",)
 
 
@@ -70,8 +70,8 @@ def predict_with_slowdowns(rates, predict_at: Callable[[float, float, dict], pd.
 
 
 def fit_at_rate(rates, predict_at: Callable[[float, float], pd.DataFrame],
-                   baselines=UNCOMPRESSED, runs: str = ""
-                   ) -> dict[tuple[float, str], tuple[float, str]]:
+                baselines=UNCOMPRESSED, runs: str = ""
+                ) -> dict[tuple[float, str], tuple[float, str]]:
     """Per rate of `rates` and method of its table: (lambda, where it comes from).
     `predict_at(rate, lambda)` is the validation table of a rate (columns method, measured,
     predicted; NaN where a method has no prediction); each method's lambda is
@@ -109,12 +109,12 @@ def fit_at_rate(rates, predict_at: Callable[[float, float], pd.DataFrame],
 
 
 def predict_at_rate(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
-                       planned: dict, baselines=UNCOMPRESSED, runs: str = "") -> pd.DataFrame:
+                    planned: dict, baselines=UNCOMPRESSED, runs: str = "") -> pd.DataFrame:
     """Every rate's validation table `predict_at(rate, lambda, planned)`, each method's rows
     predicted with its lambda (`fit_at_rate`), stated in the columns ``compute_slowdown``
     and ``slowdown_source``."""
     slowdowns = fit_at_rate(rates, lambda rate, slowdown: predict_at(rate, slowdown, planned),
-                               baselines, runs)
+                            baselines, runs)
     tables = []
     for rate in rates:
         parts = []
