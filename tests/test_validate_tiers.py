@@ -254,15 +254,16 @@ def test_lambda_at_rate_is_fitted_to_that_rates_uncompressed_runs_and_theirs_to_
                 "predicted": [0.1 + slowdown * 0.2] * 5 + [float("nan")]})
         return predict_at
 
-    fitted = fit_at_rate([1e9, 1e8], table(1.5))
+    every, alone = {}, {}  # the tables' keys: here every row is priced either way
+    fitted = fit_at_rate([1e9, 1e8], table(1.5), every, alone)
     assert fitted[1e9, "a"][0] == pytest.approx(1.5, abs=1e-3)  # the rate's own lambda
     assert fitted[1e8, "b"][0] == pytest.approx(1.2, abs=1e-3)
     assert fitted[1e9, "a"][1] == "fitted to the none runs at 1 Gbit/s"
     assert fitted[1e9, "none"][1] == "none's: fitted to the other methods' runs at 1 Gbit/s"
-    odd = fit_at_rate([1e9], table(1.9))  # none's runs slower: a's and b's lambda follow
+    odd = fit_at_rate([1e9], table(1.9), every, alone)  # none's runs slower: a's and b's lambda follow
     assert odd[1e9, "a"][0] == odd[1e9, "b"][0] == odd[1e9, "auto"][0] > 1.6
     assert odd[1e9, "none"] == fitted[1e9, "none"]  # none's own runs left out of its fit
-    rows = predict_at_rate([1e9], table(1.9), {})
+    rows = predict_at_rate([1e9], table(1.9), every, alone)
     assert list(rows["method"]) == ["a", "none", "b", "a", "none", "auto"]  # the table's order
     assert rows.loc[1, "predicted"] == pytest.approx(0.1 + 1.5 * 0.2, rel=1e-3)
     assert rows.loc[0, "compute_slowdown"] == rows.loc[3, "compute_slowdown"] \

@@ -69,58 +69,66 @@ def predict_with_slowdowns(rates, predict_at: Callable[[float, float, dict], pd.
         for rate in rates], ignore_index=True)
 
 
-def fit_at_rate(rates, predict_at: Callable[[float, float], pd.DataFrame],
-                baselines=UNCOMPRESSED, runs: str = ""
+def fit_at_rate(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
+                planned: dict, plain: dict, baselines=UNCOMPRESSED, runs: str = ""
                 ) -> dict[tuple[float, str], tuple[float, str]]:
     """Per rate of `rates` and method of its table: (lambda, where it comes from).
-    `predict_at(rate, lambda)` is the validation table of a rate (columns method, measured,
-    predicted; NaN where a method has no prediction); each method's lambda is
-    `fit.fit_slowdown`'s on the rows of the uncompressed `baselines` at the same rate (what a
-    user measures anyway: an uncompressed run at the rate), a baseline's on the other
-    baselines' there or, with none, on every other method's: no run is predicted from its
-    own method's times; 1.0 (`ASSUMED`) where there is no other. `runs` qualifies them in
-    the source named (e.g. " of both layouts")."""
+    `predict_at(rate, lambda, keys)` is the validation table of a rate's runs of `keys`
+    (columns method, measured, predicted; NaN where a method has no prediction; `planned`:
+    the keys of every run, `plain`: of the `baselines`' alone, cheaper to price). Each
+    method's lambda is `fit.fit_slowdown`'s on the rows of the uncompressed `baselines` at the
+    same rate (what a user measures anyway: an uncompressed run at the rate), a baseline's on
+    the other baselines' there or, with none, on every other method's: no run is predicted
+    from its own method's times; 1.0 (`ASSUMED`) where there is no other. `runs` qualifies
+    them in the source named (e.g. " of both layouts")."""
     fitted = {}
     for rate in rates:
-        tables = {}
+        tables, fits = {}, {}
 
-        def at(slowdown: float, rate=rate, tables=tables) -> pd.DataFrame:
-            if slowdown not in tables:  # the fits try many of the same lambdas
-                tables[slowdown] = predict_at(rate, slowdown)
-            return tables[slowdown]
+        def at(slowdown: float, keys: dict, rate=rate, tables=tables) -> pd.DataFrame:
+            if (slowdown, id(keys)) not in tables:  # the fits try many of the same lambdas
+                tables[slowdown, id(keys)] = predict_at(rate, slowdown, keys)
+            return tables[slowdown, id(keys)]
 
-        base = at(1.0)
-        for method in dict.fromkeys(base["method"]):
-            others = (base["method"] != method) & base["predicted"].notna()
-            plain = others & base["method"].isin(baselines)
-            fitted_on = (plain if plain.any() else others).to_numpy()
-            if not fitted_on.any():
+        every, alone = at(1.0, planned), at(1.0, plain)
+        for method in dict.fromkeys(every["method"]):
+            on_plain = ((alone["method"] != method) & alone["method"].isin(baselines)
+                        & alone["predicted"].notna()).to_numpy()
+            keys, rows = (plain, on_plain) if on_plain.any() else (
+                planned, ((every["method"] != method) & every["predicted"].notna()).to_numpy())
+            if not rows.any():
                 fitted[rate, method] = (1.0, ASSUMED)
                 continue
-            fit = fit_slowdown(base["measured"].to_numpy()[fitted_on],
-                               lambda s: at(s)["predicted"].to_numpy()[fitted_on])
-            names = (" and ".join(dict.fromkeys(base["method"][fitted_on])) if plain.any()
+            table = at(1.0, keys)
+            if (id(keys), rows.tobytes()) not in fits:  # the compressed methods share one
+                fits[id(keys), rows.tobytes()] = fit_slowdown(
+                    table["measured"].to_numpy()[rows],
+                    lambda s, keys=keys, rows=rows: at(s, keys)["predicted"].to_numpy()[rows])
+            names = (" and ".join(dict.fromkeys(table["method"][rows])) if keys is plain
                      else "other methods'")
             fitted[rate, method] = (
-                fit.params["compute_slowdown"],
-                ("" if plain.any() or method not in baselines else f"{method}'s: ")
+                fits[id(keys), rows.tobytes()].params["compute_slowdown"],
+                ("" if keys is plain or method not in baselines else f"{method}'s: ")
                 + f"fitted to the {names} runs{runs} at {format_rate(rate)}")
     return fitted
 
 
 def predict_at_rate(rates, predict_at: Callable[[float, float, dict], pd.DataFrame],
-                    planned: dict, baselines=UNCOMPRESSED, runs: str = "") -> pd.DataFrame:
+                    planned: dict, plain: dict, baselines=UNCOMPRESSED, runs: str = ""
+                    ) -> pd.DataFrame:
     """Every rate's validation table `predict_at(rate, lambda, planned)`, each method's rows
-    predicted with its lambda (`fit_at_rate`), stated in the columns ``compute_slowdown``
-    and ``slowdown_source``."""
-    slowdowns = fit_at_rate(rates, lambda rate, slowdown: predict_at(rate, slowdown, planned),
-                            baselines, runs)
+    predicted with its lambda (`fit_at_rate`, on `plain`'s and `planned`'s rows), stated in
+    the columns ``compute_slowdown`` and ``slowdown_source``."""
+    slowdowns = fit_at_rate(rates, predict_at, planned, plain, baselines, runs)
     tables = []
     for rate in rates:
+        priced = {}  # per lambda: the methods but the baselines share one
         parts = []
         for method in dict.fromkeys(predict_at(rate, 1.0, planned)["method"]):
             slowdown, source = slowdowns[rate, method]
-            table = predict_at(rate, slowdown, planned)
+            if slowdown not in priced:
+                priced[slowdown] = predict_at(rate, slowdown, planned)
+            table = priced[slowdown]
             parts.append(table[table["method"] == method].assign(
                 compute_slowdown=slowdown, slowdown_source=source))
         tables.append(pd.concat(parts).sort_index())  # the table's order

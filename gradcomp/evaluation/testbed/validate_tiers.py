@@ -316,9 +316,8 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
             return predict_rate(out, rate, keys, spec, nodes, g, [lay], contention, slowdown,
                                 inputs(rate, keys))
 
-        runs = f" of the {layout} layout"
-        tables.append(predict_at_rate(rates, predict_at, planned, runs=runs) if layout in AT_RATE
-                      else predict_with_slowdowns(rates, predict_at, planned, plain, runs=runs))
+        fit = predict_at_rate if layout in AT_RATE else predict_with_slowdowns
+        tables.append(fit(rates, predict_at, planned, plain, runs=f" of the {layout} layout"))
     table = pd.concat(tables, ignore_index=True)
     order = {rate: i for i, rate in enumerate(rates)}  # rate by rate, as measured
     return table.sort_values("rate_bps", key=lambda r: r.map(order), kind="stable",
