@@ -141,7 +141,7 @@ LOADED = Path(__file__).parent.parent / "benchmarks/results/testbed-two-tier-202
 METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd".split(",")
 
 
-def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other_rates(
+def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layout(
         tmp_path):
     # The committed two-tier run of 2026-11-28 (mlp, 3 rates, both layouts) as a folder of
     # today's sweep: the profile and hook-path costs measured once (here 2.5 Gbit/s's) and
@@ -191,19 +191,24 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
     lambdas = rows.drop_duplicates(["layout", "rate_bps"]).set_index(
         ["layout", "rate_bps"])["compute_slowdown"]
     every = {k: None for k in planned}
-    for layout in layouts:  # each layout's lambda, applied to its every method
-        for rate in rates:
-            here = rows[(rows["rate_bps"] == rate) & (rows["layout"] == layout)]
-            expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
-                                    compute_slowdown=lambdas[layout, rate])
-            expected = expected[expected["method"] != "auto"]  # (every row: auto's too)
-            assert list(here["method"]) == list(expected["method"])
-            assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
-                                                            rel=1e-12, nan_ok=True)
-    # fitted on the layout's own uncompressed runs at the other rate: hierarchical has no ddp
-    assert set(rows.loc[rows["layout"] == "hierarchical", "slowdown_source"]) == {
-        "fitted to the none runs of the hierarchical layout at 100 Mbit/s",
-        "fitted to the none runs of the hierarchical layout at 2.5 Gbit/s"}
+    for (layout, rate, slowdown), here in rows.groupby(["layout", "rate_bps",
+                                                        "compute_slowdown"]):
+        expected = predict_rate(tmp_path, rate, every, spec, 2, 2, [layout],
+                                compute_slowdown=slowdown)  # each run with its lambda
+        expected = expected[expected["method"].isin(here["method"])]
+        assert list(here["method"]) == list(expected["method"])
+        assert list(here["predicted"]) == pytest.approx(list(expected["predicted"]),
+                                                        rel=1e-12, nan_ok=True)
+    flat_rows = rows[rows["layout"] == "flat"]  # flat: one lambda per rate, from the
+    assert flat_rows.groupby("rate_bps")["compute_slowdown"].nunique().eq(1).all()  # other's
+    # hierarchical: fitted at each rate, to its none run; none's to the other methods' there
+    hier = rows[rows["layout"] == "hierarchical"]
+    assert hier.groupby("rate_bps")["compute_slowdown"].nunique().eq(2).all()
+    on = "runs of the hierarchical layout at "
+    assert set(hier["slowdown_source"]) == {
+        f"fitted to the none {on}100 Mbit/s", f"fitted to the none {on}2.5 Gbit/s",
+        f"none's: fitted to the other methods' {on}100 Mbit/s",
+        f"none's: fitted to the other methods' {on}2.5 Gbit/s"}
     assert lambdas["flat", 2.5e9] != lambdas["hierarchical", 2.5e9]
     md = (tmp_path / "validation.md").read_text()
     flat = slowdown_line(rows[rows["layout"] == "flat"].drop(columns="layout"))
@@ -213,7 +218,10 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_on_other
                     "the ddp and none runs of the flat layout at 100 Mbit/s).")
     assert flat in md.split("## Layout: hierarchical")[0]  # in its layout's section
     both = slowdown_line(rows)  # the command's line (and --json's rows): every layout's
-    assert f"; hierarchical 100 Mbit/s {lambdas['hierarchical', 100e6]:.3f} (" in both
+    at = hier[hier["rate_bps"] == 100e6].set_index("method")["compute_slowdown"]
+    assert both.startswith("Compute slowdown lambda: flat 100 Mbit/s ")  # not one for all
+    assert (f"; hierarchical 100 Mbit/s {at['none']:.3f} (none's: fitted to the other methods' "
+            f"{on}100 Mbit/s), {at['topk']:.3f} (fitted to the none {on}100 Mbit/s);") in both
     assert "measured on all 4 ranks at once, under the contention the training runs see, " \
         "at each rate (profile-mlp-b64.json, profile-mlp-b64-100mbit.json, hook-flat.csv" in md
 
@@ -229,3 +237,34 @@ def test_the_report_says_when_the_profile_and_hook_costs_were_measured_once():
                                             "and used at every rate")
     table.loc[2, "hook_file"] = "hook-100mbit-flat.csv"
     assert measured_where(table).startswith("at each rate (profile-mlp-b64.json, hook-flat.csv")
+
+
+def test_lambda_at_rate_is_fitted_to_that_rates_uncompressed_runs_and_theirs_to_the_others():
+    from gradcomp.evaluation.testbed.slowdown import fit_at_rate, predict_at_rate
+
+    # iteration = 0.1 s of communication + lambda x 0.2 s of compute: slowed by 1.5 at 1 Gbit/s
+    # and 1.2 at 100 Mbit/s, none's run by `slow_none` at 1 Gbit/s; auto has no prediction
+    def table(slow_none):
+        def predict_at(rate, slowdown, keys=None):
+            slow = 1.5 if rate == 1e9 else 1.2
+            runs = (slow, slow_none if rate == 1e9 else slow, slow, slow, slow, slow)
+            return pd.DataFrame({
+                "method": ["a", "none", "b", "a", "none", "auto"],
+                "measured": [0.1 + s * 0.2 for s in runs],
+                "predicted": [0.1 + slowdown * 0.2] * 5 + [float("nan")]})
+        return predict_at
+
+    every, alone = {}, {}  # the tables' keys: here every row is priced either way
+    fitted = fit_at_rate([1e9, 1e8], table(1.5), every, alone)
+    assert fitted[1e9, "a"][0] == pytest.approx(1.5, abs=1e-3)  # the rate's own lambda
+    assert fitted[1e8, "b"][0] == pytest.approx(1.2, abs=1e-3)
+    assert fitted[1e9, "a"][1] == "fitted to the none runs at 1 Gbit/s"
+    assert fitted[1e9, "none"][1] == "none's: fitted to the other methods' runs at 1 Gbit/s"
+    odd = fit_at_rate([1e9], table(1.9), every, alone)  # none's runs slower: a's and b's lambda follow
+    assert odd[1e9, "a"][0] == odd[1e9, "b"][0] == odd[1e9, "auto"][0] > 1.6
+    assert odd[1e9, "none"] == fitted[1e9, "none"]  # none's own runs left out of its fit
+    rows = predict_at_rate([1e9], table(1.9), every, alone)
+    assert list(rows["method"]) == ["a", "none", "b", "a", "none", "auto"]  # the table's order
+    assert rows.loc[1, "predicted"] == pytest.approx(0.1 + 1.5 * 0.2, rel=1e-3)
+    assert rows.loc[0, "compute_slowdown"] == rows.loc[3, "compute_slowdown"] \
+        == odd[1e9, "a"][0]

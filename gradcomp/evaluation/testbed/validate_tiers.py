@@ -26,13 +26,14 @@ collective's fitted latency and efficiency as the layout runs it (hierarchical: 
 local-rank ring's fitted bandwidth over the rate, the G rings sharing the link; flat: the ring
 over all ranks', `ratecheck.tier_network`), inside the fitted all-reduce latency and bandwidth of
 the loopback; `timeline.predict(..., layout=...)`; every method's compute slowed by the compute
-slowdown lambda (`slowdown.fit_slowdowns`: each rate's and layout's fitted to that layout's
-ddp and none runs at the other rates, `predict_sweep`). Files as `validate`'s, tagged by rate and
-layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``, ``profile-<model>-b<batch>.json``,
-``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in folders measured before they were
-shared), ``conditions.csv``; the result ``validation.csv`` (with ``layout``, ``nodes``,
-``gpus_per_node``, ``compute_slowdown``, ``slowdown_source`` and the profile and hook files
-used), ``validation.md``, ``regret.csv``, ``auto-regret.csv`` and ``validation-<layout>.png``.
+slowdown lambda (flat: `slowdown.fit_slowdowns`, each rate's fitted to the layout's ddp and
+none runs at the other rates; hierarchical: `slowdown.fit_at_rate`, each rate's to the
+layout's none runs there, none's to the other methods'; `predict_sweep`). Files as
+`validate`'s, tagged by rate and layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``,
+``profile-<model>-b<batch>.json``, ``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in
+folders measured before they were shared), ``conditions.csv``; the result: ``validation.csv``
+(``layout``, ``nodes``, ``gpus_per_node``, ``compute_slowdown``, ``slowdown_source``, profile
+and hook files), ``validation.md``, ``regret.csv``, ``auto-regret.csv``, ``validation-*.png``.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ from .ratecheck import TIER_KEYS, TIERS, run_tier_sweep, tier_network
 from .conditions import conditions_at, record_conditions
 from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
 from .regret import regret_markdown, with_auto_candidates, write_regret
-from .slowdown import predict_with_slowdowns, read_once
+from .slowdown import AT_RATE, predict_at_rate, predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        NO_PREDICTION, TRAIN_REPEATS, batch_args, check_methods, compared,
@@ -298,12 +299,11 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
                   ) -> pd.DataFrame:
     """Every rate's rows (`predict_rate`), each layout's predicted with its own compute
     slowdown lambda per rate (columns ``compute_slowdown`` and ``slowdown_source``):
-    `slowdown.fit_slowdowns`' on that layout's ddp and none runs at the other rates. Per
-    layout because the layouts' uncompressed runs slow down differently: on the quiet run of
-    2026-11-28 (2 nodes x 2 ranks on 2 cores) flat's fitted 1.00-1.12 at every rate,
-    hierarchical's 1.30-1.59 (its exchange inside the node goes through the loopback, whose
-    copies take CPU time from the other ranks' compute; the model prices their time, not
-    that)."""
+    `slowdown.fit_slowdowns`' on that layout's ddp and none runs at the other rates, or, in
+    the layouts of `slowdown.AT_RATE`, `slowdown.fit_at_rate`'s at each rate. Per layout
+    because the layouts slow down differently (flat's 1.00-1.12 at every rate on the quiet
+    run of 2026-11-28, hierarchical's 1.30-1.59: its loopback exchange's copies take CPU
+    time from the other ranks' compute; the model prices their time, not that)."""
     plain = planned_keys([m for m in methods if m in UNCOMPRESSED] or ["none"], spec, nodes,
                          g, layouts, sizes, train_repeats)  # lambda's runs, priced alone
     tables = []
@@ -316,8 +316,8 @@ def predict_sweep(out: Path, rates, methods, spec: dict, nodes: int, g: int, lay
             return predict_rate(out, rate, keys, spec, nodes, g, [lay], contention, slowdown,
                                 inputs(rate, keys))
 
-        tables.append(predict_with_slowdowns(rates, predict_at, planned, plain,
-                                             runs=f" of the {layout} layout"))
+        fit = predict_at_rate if layout in AT_RATE else predict_with_slowdowns
+        tables.append(fit(rates, predict_at, planned, plain, runs=f" of the {layout} layout"))
     table = pd.concat(tables, ignore_index=True)
     order = {rate: i for i, rate in enumerate(rates)}  # rate by rate, as measured
     return table.sort_values("rate_bps", key=lambda r: r.map(order), kind="stable",
