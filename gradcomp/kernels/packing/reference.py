@@ -47,15 +47,12 @@ def _pieces(bits: int) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
 def _word_shifts(bits: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """int64 shifts on `device` between a group of 8 codes and its 64-bit word (the group's
     `bits` bytes, MSB first, in the low 8 * bits bits): each code's left shift into the word,
     and each byte's right shift out of it."""
-    codes = [bits * (7 - j) for j in range(8)]
-    nbytes = [8 * (bits - 1 - i) for i in range(bits)]
-    return (torch.tensor(codes, dtype=torch.int64, device=device),
-            torch.tensor(nbytes, dtype=torch.int64, device=device))
+    return (torch.arange(7 * bits, -1, -bits, dtype=torch.int64, device=device),
+            torch.arange(8 * (bits - 1), -1, -8, dtype=torch.int64, device=device))
 
 
 def _words(columns: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
