@@ -8,10 +8,12 @@ picks k = round(r); stochastic rounding picks floor(r) or floor(r) + 1, unbiased
 """
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import gradcomp
 from gradcomp.kernels.packing import reference as bitpack
@@ -370,6 +372,57 @@ def test_int4_packs_two_codes_per_byte_offset_binary():
     assert scale.tolist() == [1.0]
     assert packed.tolist() == [0x07, 0xE8]
 
+
+
+# -- bit packing ----------------------------------------------------------------------------------
+def bit_stream(codes, bits):
+    """Independent MSB-first stream: each code's `bits` bits in turn, zero-padded to whole
+    bytes (numpy's unpackbits / packbits)."""
+    each = np.unpackbits(codes.numpy().reshape(-1, 1), axis=1)[:, 8 - bits:]
+    return torch.from_numpy(np.packbits(each.reshape(-1)))
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+@pytest.mark.parametrize("word_codes", ["default", 0], ids=["words", "columns"])
+def test_packing_is_the_msb_first_bit_stream_on_both_paths(bits, word_codes, monkeypatch):
+    """Small tensors pack through 64-bit words, large ones (beyond `WORD_CODES`; all of them
+    with 0) through uint8 columns: the same stream either way, strided input included."""
+    if word_codes != "default":
+        monkeypatch.setattr(bitpack, "WORD_CODES", word_codes)
+    gen = torch.Generator().manual_seed(bits)
+    for n in (0, 1, 7, 8, 9, 63, 1001, 5501, bitpack.WORD_CODES + 9):
+        codes = torch.randint(0, 2**bits, (2 * n,), dtype=torch.uint8, generator=gen)
+        for c in (codes[:n], codes[::2]):
+            packed = bitpack.pack(c, bits)
+            assert torch.equal(packed, bit_stream(c, bits)), n
+            assert torch.equal(bitpack.unpack(packed, n, bits), c)
+            assert torch.equal(bitpack.unpack(packed, max(n - 1, 0), bits), c[: max(n - 1, 0)])
+
+
+class CountCalls(TorchDispatchMode):
+    """Counts the torch operations run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("bits", range(1, 8))
+def test_small_tensors_pack_in_a_few_torch_operations(bits):
+    """On a small CPU gradient the codecs' cost is the number of torch calls (~10 us each),
+    not arithmetic: packing and unpacking 5.5k codes of any width takes a fixed handful of
+    them (the uint8 column path: 23 to 114 to pack, up to 132 to unpack)."""
+    codes = torch.randint(0, 2**bits, (5501,), dtype=torch.uint8)
+    packed = bitpack.pack(codes, bits)  # and the shift tables are built
+    with CountCalls() as pack_ops:
+        bitpack.pack(codes, bits)
+    with CountCalls() as unpack_ops:
+        bitpack.unpack(packed, 5501, bits)
+    assert pack_ops.calls <= 16 and unpack_ops.calls <= 16
 
 # -- non-finite input ---------------------------------------------------------------------------
 PER_BLOCK = [(n, o) for n, o in DETERMINISTIC + STOCHASTIC if o.get("block_size")]
