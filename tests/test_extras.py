@@ -23,12 +23,15 @@ def run_blocked(code: str, blocked=LAB):
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
-def test_the_hook_path_imports_without_the_lab_packages():
+def test_the_hook_path_imports_without_the_lab_packages_and_imports_no_trainer():
     out = run_blocked("import gradcomp, gradcomp.comm, gradcomp.comm.auto, gradcomp.fsdp\n"
+                      "import gradcomp.integrations\n"
                       "from gradcomp.comm import register, save_state, load_state\n"
-                      "print(gradcomp.compressor('topk').name)")
+                      "print(gradcomp.compressor('topk').name)\n"
+                      "print(sorted(m for m in ('lightning', 'accelerate', 'pytorch_lightning')"
+                      " if m in sys.modules))")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "topk"
+    assert out.stdout.split("\n") == ["topk", "[]", ""]
 
 
 def test_the_command_without_the_lab_packages_says_what_to_install_in_one_line():
