@@ -54,6 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from gradcomp.evaluation.common.forkserver import run_python  # noqa: E402
 GPU_TESTS = ["tests/test_kernels.py", "tests/test_kernels_ef.py", "tests/test_kernels_sparse.py",
              "tests/test_kernels_randomk.py", "tests/test_kernels_orthogonal.py",
              "tests/test_sign.py", "tests/test_sparsify.py", "tests/test_powersgd.py",
@@ -221,8 +222,6 @@ def python_exit(args: list) -> int:
     """Run `python ARGS` (`-m MODULE ...` or `SCRIPT ...`) in this process as a fresh
     interpreter would run it (`forkserver.run_python`; output line by line to file
     descriptors 1 and 2, the exit handlers at the end), and return its exit status."""
-    from gradcomp.evaluation.common.forkserver import run_python
-
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # as a fresh one's, on fds 1 and 2
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
     # the interpreter's first entry (run_python's to fill in), then PYTHONPATH's ROOT, then the
