@@ -1,4 +1,5 @@
 """notebooks/speedup_curves.ipynb runs headless: model-only, and on a small results folder."""
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -24,12 +25,19 @@ os.chdir({cwd!r})
 """
 
 
+@contextmanager
+def kernel():
+    """A kernel for executions of the notebook (`execute`), shut down at the end."""
+    client = NotebookClient(nbformat.v4.new_notebook(), timeout=120, kernel_name="python3")
+    with client.setup_kernel():
+        yield client
+
+
 @pytest.fixture(scope="module")
 def client():
     """One kernel for the file's executions: the notebook's imports (gradcomp's evaluation
     suite, pandas, matplotlib) happen once."""
-    client = NotebookClient(nbformat.v4.new_notebook(), timeout=120, kernel_name="python3")
-    with client.setup_kernel():  # shut down at the end
+    with kernel() as client:
         yield client
 
 
