@@ -253,11 +253,12 @@ def test_report_section_shows_who_reaches_the_target_and_the_effect_of_ef(sweep,
     assert "convergence_time.png" not in text and "wall time" not in text.lower()
 
 
-def test_notebook_draws_the_convergence_section(sweep, section, tmp_path, monkeypatch):
-    from test_notebook import execute, images
+def test_notebook_draws_the_convergence_section(sweep, section, tmp_path):
+    from test_notebook import execute, images, kernel
 
     out, _ = sweep
-    outputs = execute(tmp_path, monkeypatch, out.parent)
+    with kernel() as client:
+        outputs = execute(client, tmp_path, out.parent)
     assert images(outputs) == 3  # the model-only speedup curves and two convergence figures
     markdown = [o["data"].get("text/markdown", "") for o in outputs if "data" in o]
     assert any(m.startswith("Yes: ") or m.startswith("No") for m in markdown)

@@ -20,12 +20,30 @@ def rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+# runs its command as the child of a subreaper (prctl PR_SET_CHILD_SUBREAPER, 36): what the
+# command's processes leave running when they end comes here, and is counted once it ends
+REAPED = """import ctypes, os, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1)
+code = subprocess.call(sys.argv[1:])
+left = 0
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+    left += 1
+print("processes left behind:", left)
+sys.exit(code)
+"""
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     out, archive = tmp / "results", tmp / "results.tar.gz"
-    proc = subprocess.run([sys.executable, "benchmarks/gpu/run.py", "--dry-run", "--budget",
-                           "1200", "--out", str(out), "--archive", str(archive)],
+    proc = subprocess.run([sys.executable, "-c", REAPED, sys.executable, "benchmarks/gpu/run.py",
+                           "--dry-run", "--budget", "1200", "--out", str(out), "--archive",
+                           str(archive)],
                           cwd=ROOT, capture_output=True, text=True, timeout=1300)
     return proc, out, archive
 
@@ -33,6 +51,8 @@ def dry_run(tmp_path_factory):
 def test_every_step_runs_in_the_dry_run(dry_run):
     proc, out, _ = dry_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # none outlives its step: the hook_costs step's fork server (`processes.start`) is reaped
+    assert proc.stdout.endswith("processes left behind: 0\n"), proc.stdout
     steps = json.loads((out / "steps.json").read_text())["steps"]
     assert [s["step"] for s in steps] == ["compress", "hook_costs", "tests", "roofline",
                                           "powersgd", "call_overhead"]

@@ -2,6 +2,7 @@
 encode, PowerSGD's middle step, decode of every rank's payload; DDP's own copies in the
 profile (`measure_ddp_profile`, `finalize_s`)."""
 import math
+import os
 import threading
 from collections import Counter
 
@@ -331,12 +332,8 @@ def _slowest_sweep(out):
                         out=out if rank == 0 else None, slowest_rank=True)
 
 
-def test_slowest_rank_sweep_on_two_ranks(tmp_path):
-    from gradcomp.evaluation.common.env import spawn
-
-    out = tmp_path / "hook.csv"
-    spawn(_slowest_sweep, 2, "gloo", str(out))
-    rows = pd.read_csv(out)
+def test_slowest_rank_sweep_on_two_ranks(two_ranks):
+    rows = pd.read_csv(two_ranks / "hook.csv")
     assert list(rows["method"]) == ["topk", "powersgd"] and rows["slowest_rank"].all()
     assert (rows["world_size"] == 2).all() and (rows["encode_s"] > 0).all()
     assert rows["middle_s"].isna().tolist() == [True, False]
@@ -370,14 +367,25 @@ def _powersgd_exchange_calls(out):
         torch.save(len(calls), out)
 
 
-def test_powersgd_sends_its_plain_pieces_with_round_one(tmp_path):
-    # Two all-reduces per bucket, not a third for the vectors (a concurrent all-reduce on
-    # another group cost the MLP's exchange 2-3 ms on the testbed).
+def _two_rank_cases(out):
+    _powersgd_exchange_calls(os.path.join(out, "calls.pt"))
+    _slowest_sweep(os.path.join(out, "hook.csv"))
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The file's cases on 2 gloo ranks, in one spawn: the folder of their outputs."""
     from gradcomp.evaluation.common.env import spawn
 
-    out = tmp_path / "calls.pt"
-    spawn(_powersgd_exchange_calls, 2, "gloo", str(out))
-    assert torch.load(out) == 2
+    out = tmp_path_factory.mktemp("two_ranks")
+    spawn(_two_rank_cases, 2, "gloo", str(out))
+    return out
+
+
+def test_powersgd_sends_its_plain_pieces_with_round_one(two_ranks):
+    # Two all-reduces per bucket, not a third for the vectors (a concurrent all-reduce on
+    # another group cost the MLP's exchange 2-3 ms on the testbed).
+    assert torch.load(two_ranks / "calls.pt") == 2
 
 
 def test_auto_prices_a_bucket_as_the_model_does():

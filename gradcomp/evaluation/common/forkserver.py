@@ -288,19 +288,33 @@ def serve_forked(request: dict) -> dict:
     return serve(request["serve"], ())
 
 
-def run_request(request: dict) -> None:
-    """Run a forked job's module as ``python -m`` would, in this (fresh-seeded) process."""
+def run_python(args: list) -> None:
+    """Run ``python ARGS`` (``-m MODULE ...`` or ``SCRIPT ...``) in this process, e.g. a fork
+    of a preloaded one, as a fresh interpreter would: its sys.argv and `__main__`, the first
+    entry of sys.path (which it replaces) the working directory (-m) or the script's folder,
+    and torch's and numpy's global generators freshly seeded (a fork's are its parent's;
+    Python's `random` reseeds itself). Its SystemExit and exceptions are the caller's."""
     import runpy
 
+    module = args[0] == "-m"
+    sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(args[0]))
+    sys.argv = list(args[1:] if module else args)  # run_module sets argv[0] to its file
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if module:
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(args[0], run_name="__main__")
+
+
+def run_request(request: dict) -> None:
+    """Run a forked job's module (`run_python`) with its environment and directory."""
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.path[0] = os.getcwd()  # ``python -m``'s first entry: the working directory
-    sys.argv = list(request["argv"])  # [module, args...]; run_module sets argv[0] to its file
-    sys.modules["torch"].seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    run_python(["-m", *request["argv"]])
 
 
 if __name__ == "__main__":

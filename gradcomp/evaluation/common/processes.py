@@ -3,6 +3,11 @@ imported torch and gradcomp (a rank starts in a few hundredths of a CPU second i
 ~3 s a fresh interpreter spends importing them), where the platform has a fork server; else
 spawned.
 
+The fork server is killed and reaped, and its resource tracker stopped, when the process that
+started them exits (after multiprocessing has joined its children): left alone the server
+would see that end and tear down its preload (about 2 CPU s) afterwards, an orphan nobody waits
+for, on the cores of whatever runs next.
+
 Each worker gets the environment and the arguments of the moment it is started, as a spawned
 one would: the environment is copied over before the arguments are unpickled, and the
 arguments travel pickled by value (tensors included), not as shared-memory handles, so that
@@ -13,6 +18,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
+from multiprocessing import forkserver, resource_tracker, util
 
 import torch.multiprocessing as mp
 
@@ -34,9 +41,34 @@ def start(fn, nprocs: int, *args) -> None:
     method = start_method()
     if method == "forkserver":
         multiprocessing.set_forkserver_preload(PRELOAD)
+        _stop_at_exit()
     payload = pickle.dumps((fn, args))
     mp.start_processes(_run, args=(dict(os.environ), payload), nprocs=nprocs,
                        start_method=method)
+
+
+def _stop_forkserver() -> None:
+    """Kill multiprocessing's fork server, if this process started one, and reap it, and stop
+    its resource tracker (a later `start` starts both anew): through the stdlib's own handles,
+    as CPython's tests stop them; neither has a public one."""
+    server = forkserver._forkserver
+    if server._forkserver_pid is not None:
+        os.kill(server._forkserver_pid, signal.SIGKILL)  # no teardown of its preload
+        server._stop()  # closes its pipe, reaps it, forgets it
+    tracker = resource_tracker._resource_tracker
+    if tracker._pid is not None:  # started here, not inherited
+        tracker._stop()
+
+
+_STOP_REGISTERED: list[int] = []  # the process that registered `_stop_forkserver` at exit
+
+
+def _stop_at_exit() -> None:
+    if _STOP_REGISTERED != [os.getpid()]:
+        _STOP_REGISTERED[:] = [os.getpid()]
+        # a negative priority: run by multiprocessing's exit handler after it joined its
+        # children; a Finalize runs only in the process that made it, never in a fork of it
+        util.Finalize(None, _stop_forkserver, exitpriority=-1)
 
 
 def _run(rank: int, environ: dict, payload: bytes) -> None:
