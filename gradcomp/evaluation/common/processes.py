@@ -50,14 +50,17 @@ def start(fn, nprocs: int, *args) -> None:
 def _stop_forkserver() -> None:
     """Kill multiprocessing's fork server, if this process started one, and reap it, and stop
     its resource tracker (a later `start` starts both anew): through the stdlib's own handles,
-    as CPython's tests stop them; neither has a public one."""
-    server = forkserver._forkserver
-    if server._forkserver_pid is not None:
-        os.kill(server._forkserver_pid, signal.SIGKILL)  # no teardown of its preload
-        server._stop()  # closes its pipe, reaps it, forgets it
-    tracker = resource_tracker._resource_tracker
-    if tracker._pid is not None:  # started here, not inherited
-        tracker._stop()
+    as CPython's tests stop them; neither has a public one (a Python without them: left as
+    multiprocessing leaves them)."""
+    server = getattr(forkserver, "_forkserver", None)
+    pid, stop = getattr(server, "_forkserver_pid", None), getattr(server, "_stop", None)
+    if pid is not None and stop is not None:
+        os.kill(pid, signal.SIGKILL)  # no teardown of its preload
+        stop()  # closes its pipe, reaps it, forgets it
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    stop = getattr(tracker, "_stop", None)
+    if getattr(tracker, "_pid", None) is not None and stop is not None:  # started here
+        stop()
 
 
 _STOP_REGISTERED: list[int] = []  # the process that registered `_stop_forkserver` at exit
