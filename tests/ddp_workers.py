@@ -186,18 +186,14 @@ def steady_collectives(rank, method, options, steps=12, profiled=8):
     state = gradcomp.comm.register(ddp, method, **options)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR_DEFAULT)
     x, y, _ = data(rank)
-
-    def step():
-        opt.zero_grad()
-        ((ddp(x[:32]) - y[:32]) ** 2).mean().backward()
-        opt.step()
-
-    for _ in range(steps - profiled):
-        step()
-    with torch.autograd.profiler.profile() as prof:  # one profile over the last `profiled`
-        for _ in range(profiled):
-            step()
-    calls = Counter(e.name for e in prof.function_events if e.name in COLLECTIVES)
+    calls = Counter()
+    for step in range(steps):
+        with torch.autograd.profiler.profile(enabled=step >= steps - profiled) as prof:
+            opt.zero_grad()
+            ((ddp(x[:32]) - y[:32]) ** 2).mean().backward()
+            opt.step()
+        if step >= steps - profiled:
+            calls.update(e.name for e in prof.function_events if e.name in COLLECTIVES)
     rows = [r for r in state.telemetry_rows() if r["iteration"] >= steps - profiled]
     return {"collectives": {k: v / profiled for k, v in calls.items()},
             "buckets": len(rows) / profiled, "methods": sorted({r["method"] for r in rows}),
