@@ -14,7 +14,9 @@ from ddp_workers import HOOKS, LR, LR_DEFAULT, OPTIONS, data, flat_params, make_
 WORLD = 4
 NODE = 2  # gpus_per_node: 2 nodes of 2
 STEPS = 20
-RESUME_AT = 11  # after auto's exploration (decided at 9 at the latest)
+# after auto's exploration (decided at 9 at the latest), inside the guard's interval that ends
+# at 17: the resumed steps cross it
+RESUME_AT = 15
 TIERS = dict(hierarchical=True, gpus_per_node=NODE)
 
 
@@ -22,7 +24,8 @@ def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None
           save_at=None, all_ranks=False):
     """Train the small model (buckets of 1008 and 2401 elements: 2401 does not split in two)
     with DDP and `method`'s hook; with `save_at`, also return the checkpoint taken before that
-    step (the hook's through `save_state` where `all_ranks`); `checkpoint`: resume from one."""
+    step (the hook's state_dict, and where `all_ranks` also every rank's through `save_state`);
+    `checkpoint`: resume from one (through `load_state` where `all_ranks`)."""
     model = make_model()
     ddp = DDP(model, bucket_cap_mb=0.004)
     state = None if method is None else gradcomp.comm.register(ddp, method, **(options or {}))
@@ -33,7 +36,7 @@ def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None
         opt.load_state_dict(checkpoint["opt"])
         gen.set_state(checkpoint["gen"])
         if all_ranks:
-            gradcomp.comm.load_state(ddp, checkpoint["hook"])
+            gradcomp.comm.load_state(ddp, checkpoint["all_ranks"])
         else:
             state.load_state_dict(checkpoint["hook"])
     with torch.no_grad():
@@ -41,9 +44,10 @@ def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None
     saved = None
     for step in range(start, steps):
         if step == save_at:
-            hook = gradcomp.comm.save_state(ddp) if all_ranks else state.state_dict()
             saved = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
-                                   "gen": gen.get_state(), "hook": hook})
+                                   "gen": gen.get_state(), "hook": state.state_dict()})
+            if all_ranks:
+                saved["all_ranks"] = gradcomp.comm.save_state(ddp)
         opt.zero_grad()
         idx = torch.randint(0, 512, (32,), generator=gen)
         ((ddp(x[idx]) - y[idx]) ** 2).mean().backward()
@@ -59,15 +63,20 @@ def train(rank, method=None, options=None, steps=STEPS, start=0, checkpoint=None
 
 def cases(rank, world_size, out_dir):
     """Every method hierarchical, saved at RESUME_AT and resumed in a fresh DDP model and hook
-    (the bucket rebuild included); plain DDP; intra="bf16"; one node of 4 and 4 nodes of 1;
-    steps that wait instead of chaining; a resume through save_state / load_state; then the
-    options that must be refused."""
+    (the bucket rebuild included); topk resumed through save_state / load_state too (from the
+    same run); plain DDP; intra="bf16"; one node of 4 and 4 nodes of 1; steps that wait
+    instead of chaining; then the options that must be refused."""
     res = {"ddp": train(rank)}
     for name in HOOKS:
         options = {**OPTIONS.get(name, {}), **TIERS}
-        run = train(rank, name, options, save_at=RESUME_AT)
+        run = train(rank, name, options, save_at=RESUME_AT, all_ranks=name == "topk")
+        saved = run.pop("saved")
+        # from a copy: the optimizer loads its state's tensors as they are, then trains them
         run["resumed"] = train(rank, name, options, start=RESUME_AT,
-                               checkpoint=run.pop("saved"))["params"]
+                               checkpoint=copy.deepcopy(saved))["params"]
+        if name == "topk":
+            res["topk_save_state"] = {"params": run["params"], "resumed": train(
+                rank, name, options, start=RESUME_AT, checkpoint=saved, all_ranks=True)["params"]}
         res[name] = run
     res["none_bf16"] = train(rank, "none", dict(TIERS, intra="bf16"))
     res["topk_bf16"] = train(rank, "topk", dict(OPTIONS["topk"], intra="bf16", **TIERS))
@@ -78,10 +87,6 @@ def cases(rank, world_size, out_dir):
     for name in ("topk", "powersgd"):
         res[f"{name}_waiting"] = train(rank, name, dict(OPTIONS[name], process_group=everyone,
                                                         **TIERS))
-    options = {**OPTIONS["topk"], **TIERS}
-    run = train(rank, "topk", options, save_at=RESUME_AT, all_ranks=True)
-    res["topk_save_state"] = {"params": run["params"], "resumed": train(
-        rank, "topk", options, start=RESUME_AT, checkpoint=run["saved"], all_ranks=True)["params"]}
     flat = train(rank, "topk", OPTIONS["topk"], steps=2, save_at=1)["saved"]
     res["errors"] = refused(rank, flat)
     res["tier_sweep"] = with_env({"LOCAL_WORLD_SIZE": str(NODE)}, lambda: tier_sweep(
