@@ -179,7 +179,9 @@ def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(
     """Measured collective seconds vs per-worker payload (log-log) from a collective-bench
     table, as markers; dashed lines: the alpha-beta fits `fit.fit_collectives` when given,
     every one drawn."""
-    fig, axes = figure(size)
+    width, height = size  # room in inches for the tick labels, the axis labels and the title
+    fig, axes = figure(size, margins=dict(left=0.9 / width, right=1 - 0.1 / width,
+                                          bottom=0.6 / height, top=1 - 0.35 / height))
     ax = axes[0, 0]
     colors = dict(zip(UNITS, sns.color_palette("deep", len(UNITS))))
     grid = np.geomspace(table["nbytes"].min(), table["nbytes"].max(), 50)
@@ -223,10 +225,14 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
     `none` and one other), from `whatif.sweep` rows; the `scenario`'s cell (workers,
     bandwidth in bit/s), where the grid has it, outlined (a patch labelled `SCENARIO`)."""
     methods = list(dict.fromkeys(sweep["method"]))
-    fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
+    width, height = size or (6.5 * len(methods), 5)
+    # room in inches for the tick labels, the axis labels, the titles and the colour bars'
+    # labels (each panel's colour bar takes its room from the panel)
+    fig, axes = figure((width, height), len(methods),
+                       margins=dict(left=0.7 / width, right=1 - 0.1 / width,
+                                    bottom=0.65 / height, top=1 - 0.7 / height,
+                                    wspace=0.25))
     marked = False
-    layout = fig.get_layout_engine()
-    fig.set_layout_engine("none")  # seaborn draws the figure to check tick labels: no layout
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
@@ -242,7 +248,6 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         ax.set_ylabel("workers")
         ax.set_title({"none": "none (fp32 DDP)"}.get(method, method), fontsize="medium")
-    fig.set_layout_engine(layout)
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing"

@@ -96,10 +96,15 @@ class LayoutCanvas(FigureCanvasAgg):
         self.figure.draw_without_rendering()
 
 
-def figure(size, ncols: int = 1, nrows: int = 1, **kw):
-    """A figure without pyplot and its (nrows, ncols) array of axes."""
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+def figure(size, ncols: int = 1, nrows: int = 1, margins: dict | None = None, **kw):
+    """A figure without pyplot and its (nrows, ncols) array of axes, laid out by constrained
+    layout, or at the fixed `margins` (`Figure.subplots_adjust`'s keywords, fractions of the
+    figure) where its text has a known extent: constrained layout measures every text at
+    every draw."""
+    fig = Figure(figsize=size, dpi=DPI, layout=None if margins else "constrained")
     LayoutCanvas(fig)
+    if margins:
+        fig.subplots_adjust(**margins)
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
