@@ -108,6 +108,18 @@ def figure(size, ncols: int = 1, nrows: int = 1, margins: dict | None = None, **
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
+def legend_outside(fig, handles, labels, pad: float = 0.1, **kw):
+    """`fig.legend` right of the axes, its top at theirs, on a figure at fixed margins
+    (`figure`): the axes end `pad` inches left of the legend's measured width, as
+    constrained layout's ``"outside right upper"`` places it, measured once."""
+    legend = fig.legend(handles, labels, loc="upper right", borderaxespad=0,
+                        bbox_to_anchor=(1 - pad / fig.get_figwidth(), fig.subplotpars.top),
+                        **kw)
+    width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    fig.subplots_adjust(right=1 - (width + 2 * pad) / fig.get_figwidth())
+    return legend
+
+
 def save(fig, path):
     """Write `fig` as a PNG to `path` atomically; returns the path (None: writes nothing and
     returns `fig`, for a look at its artists)."""
