@@ -164,14 +164,16 @@ def _baseline(table: pd.DataFrame, method: str, algorithm: str):
 
 
 def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
-          algorithm: str = "ring") -> pd.DataFrame:
+          algorithm: str = "ring", central: pd.DataFrame | None = None) -> pd.DataFrame:
     """`ask(costs, net)` (an `advise` ranking or a `time_to_accuracy` table at the network
     keywords `net`, with codec `costs`) with intervals: the time's (``t_iter_low_s`` /
     ``_high_s``, or ``time_to_target_low_s`` / ``_high_s``), each speedup's of `SPEEDUPS`
     present (``<column>_low`` / ``_high``), ``vs_16bit`` (over the `half` all-reduce) and
     ``codec_spread``; NaN where the baseline is not in the table. On a topology the
-    baselines are the runs on `algorithm` (`advise.reference_algorithm`)."""
-    table = ask(costs, net).reset_index(drop=True)
+    baselines are the runs on `algorithm` (`advise.reference_algorithm`). `central`: the
+    rows of `ask(costs, net)` that are weighed, when already known (`ask` is then not
+    asked at `costs` and `net`)."""
+    table = (ask(costs, net) if central is None else central).reset_index(drop=True)
     key = ["variant"] if "variant" in table else \
         ["method", "algorithm"] if "algorithm" in table else ["method"]
     rows = list(zip(*(table[k] for k in key)))

@@ -38,10 +38,11 @@ def _device(profile, device: str | None) -> str:
 
 def ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=None,
             device: str | None = None, bucketing: str = "ddp", topology=None,
-            algorithms=None, task=None, target=None) -> pd.DataFrame:
+            algorithms=None, task=None, target=None, central=None) -> pd.DataFrame:
     """The `advise` ranking of `methods` priced by `table` (`recommend.priced_ranking`) on
     the network keywords `net`, weighed (`evidence.weigh`); `device`: the question's GPU
-    (None: the profile's); the other keywords as `advise` takes them (and refuses)."""
+    (None: the profile's); the other keywords as `advise` takes them (and refuses);
+    `central`: that ranking's method, t_iter_s and speedup when already predicted."""
     device = _device(profile, device)
     chosen = None if methods is None else [m for m in methods if table.priced(m)]
 
@@ -51,7 +52,7 @@ def ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=No
                                      task=task, target=target, **at), table)
 
     return weigh(ask, net, table.costs, evidence, sixteen_bit(device),
-                 reference_algorithm(algorithms))
+                 reference_algorithm(algorithms), central)
 
 
 def sweep(profile, net: dict, table: CostTable, evidence: Evidence, methods,
@@ -59,19 +60,27 @@ def sweep(profile, net: dict, table: CostTable, evidence: Evidence, methods,
     """`whatif.sweep` of `methods` priced by `table` over `bandwidths` (bit/s; None:
     `whatif.default_bandwidths`) on `net`'s workers and other network keywords, each row with
     the `INTERVALS` of its method in the `ranking` weighed at its bandwidth (NaN where that
-    ranking lacks it: not priced); `device` as for `ranking`."""
+    ranking lacks it: not priced); `device` as for `ranking`. Each ranking's own point
+    (its central prices) is read from the sweep, which predicts the ranked baselines too."""
     bandwidths = whatif.default_bandwidths() if bandwidths is None else bandwidths
+    device = _device(profile, device)
     rest = {k: v for k, v in net.items() if k not in ("workers", "bandwidth")}
-    points = whatif.sweep(profile, bandwidths, int(net["workers"]), methods, costs=table.costs,
+    ranked = [m for m in methods if table.priced(m) and not unsupported(m, device)]
+    ranked += [b for b in ("none", sixteen_bit(device)) if b not in ranked and table.priced(b)]
+    swept = [*methods, *(b for b in ranked if b not in methods)]  # one row each, in order
+    points = whatif.sweep(profile, bandwidths, int(net["workers"]), swept, costs=table.costs,
                           bucketing=bucketing, **rest)
+    points = points.assign(point=[i // len(swept) for i in range(len(points))])
+    asked = [m for _ in bandwidths for m in swept]
+    central = points[[m in ranked for m in asked]][["point", "method", "t_iter_s", "speedup"]]
     bounds = pd.concat([ranking(profile, {**net, "bandwidth": bw}, table, evidence, methods,
-                                device, bucketing).assign(point=i)
+                                device, bucketing,
+                                central=central[central["point"] == i].drop(columns="point")
+                                ).assign(point=i)
                         for i, bw in enumerate(bandwidths)])
-    per = len(points) // len(bandwidths)  # rows per bandwidth: one per method, in order
-    keyed = points.assign(point=[i // per for i in range(len(points))])
+    keyed = points[[m in methods for m in asked]].reset_index(drop=True)
     return keyed.merge(bounds[["point", "method", *INTERVALS]], how="left",
                        on=["point", "method"], validate="one_to_one").drop(columns="point")
-
 
 def ranking_flips(profile, net: dict, table: CostTable, device: str | None = None,
                   bucketing: str = "ddp") -> str:

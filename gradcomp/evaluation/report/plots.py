@@ -28,7 +28,8 @@ from matplotlib.ticker import NullFormatter
 from ..model.fit import fit_problem
 from ..model.network import Network
 from .style import DPI  # noqa: F401 - the figures' resolution, part of this module's face
-from .style import figure, halo_widths, legend_handles, line_styles, save, styled
+from .style import (figure, halo_widths, legend_handles, legend_outside, line_styles, save,
+                    styled)
 
 UNITS = {"allreduce": "all-reduce", "allgather": "all-gather", "broadcast": "broadcast"}
 BASELINES = ("none", "bf16", "fp16")  # fp32 DDP and the 16-bit all-reduces: drawn wide
@@ -136,7 +137,10 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6
         if method in emphasised:
             return {"alpha": 1.0, "linewidth": 2.4, "markersize": 7, "zorder": 3}
         return {"alpha": MUTED_ALPHA, "linewidth": 0.8, "markersize": 4, "zorder": 1}
-    fig, axes = figure(size, 2, sharey=True)
+    width, height = size  # room in inches for the tick labels, the axis labels and the titles
+    fig, axes = figure(size, 2, sharey=True,
+                       margins=dict(left=0.9 / width, bottom=0.6 / height,
+                                    top=1 - 0.75 / height, wspace=0.04))
     grid = np.geomspace(table["numel"].min(), table["numel"].max(), 50)
     for ax, phase in zip(axes[0], ("encode", "decode")):
         for method in methods:
@@ -163,10 +167,10 @@ def codec_costs(table: pd.DataFrame, path, fits: dict | None = None, size=(14, 6
     handles, labels = legend_handles(styles)
     for handle, method in zip(handles, labels):
         handle.set(**{k: v for k, v in weight(method).items() if k != "zorder"})
-    fig.legend(handles, labels, loc="outside right upper", fontsize="small",
-               title="method" + ("\nmarkers: measured\nline: fit a + b*n\ndotted: fit "
-                                 "excluded\nhollow: outlier\n(dropped)" if fits else "")
-               + ("\nwide: baselines and\nthe recommendation" if emphasised else ""))
+    legend_outside(fig, handles, labels, fontsize="small",
+                   title="method" + ("\nmarkers: measured\nline: fit a + b*n\ndotted: fit "
+                                     "excluded\nhollow: outlier\n(dropped)" if fits else "")
+                   + ("\nwide: baselines and\nthe recommendation" if emphasised else ""))
     device = table["device_name"].iloc[0] if "device_name" in table else table["device"].iloc[0]
     fig.suptitle(title or f"Measured encode and decode time vs tensor size on {device}"
                  + (", with each method's fitted a + b*n" if fits else ""))
@@ -179,7 +183,9 @@ def collective_times(table: pd.DataFrame, path, fits: dict | None = None, size=(
     """Measured collective seconds vs per-worker payload (log-log) from a collective-bench
     table, as markers; dashed lines: the alpha-beta fits `fit.fit_collectives` when given,
     every one drawn."""
-    fig, axes = figure(size)
+    width, height = size  # room in inches for the tick labels, the axis labels and the title
+    fig, axes = figure(size, margins=dict(left=0.9 / width, right=1 - 0.1 / width,
+                                          bottom=0.6 / height, top=1 - 0.35 / height))
     ax = axes[0, 0]
     colors = dict(zip(UNITS, sns.color_palette("deep", len(UNITS))))
     grid = np.geomspace(table["nbytes"].min(), table["nbytes"].max(), 50)
@@ -223,10 +229,14 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
     `none` and one other), from `whatif.sweep` rows; the `scenario`'s cell (workers,
     bandwidth in bit/s), where the grid has it, outlined (a patch labelled `SCENARIO`)."""
     methods = list(dict.fromkeys(sweep["method"]))
-    fig, axes = figure(size or (6.5 * len(methods), 5), len(methods))
+    width, height = size or (6.5 * len(methods), 5)
+    # room in inches for the tick labels, the axis labels, the titles and the colour bars'
+    # labels (each panel's colour bar takes its room from the panel)
+    fig, axes = figure((width, height), len(methods),
+                       margins=dict(left=0.7 / width, right=1 - 0.1 / width,
+                                    bottom=0.65 / height, top=1 - 0.7 / height,
+                                    wspace=0.25))
     marked = False
-    layout = fig.get_layout_engine()
-    fig.set_layout_engine("none")  # seaborn draws the figure to check tick labels: no layout
     for ax, method in zip(axes[0], methods):
         grid = sweep[sweep["method"] == method].pivot_table(
             index="workers", columns="bandwidth_bps", values="sf")
@@ -242,7 +252,6 @@ def scaling_heatmap(sweep: pd.DataFrame, path, size=None, title=None, *,
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         ax.set_ylabel("workers")
         ax.set_title({"none": "none (fp32 DDP)"}.get(method, method), fontsize="medium")
-    fig.set_layout_engine(layout)
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled scaling factor (1 = linear scaling): {row['profile']}, "
                           f"{row['bucketing']} bucketing"

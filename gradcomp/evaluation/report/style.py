@@ -96,11 +96,28 @@ class LayoutCanvas(FigureCanvasAgg):
         self.figure.draw_without_rendering()
 
 
-def figure(size, ncols: int = 1, nrows: int = 1, **kw):
-    """A figure without pyplot and its (nrows, ncols) array of axes."""
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+def figure(size, ncols: int = 1, nrows: int = 1, margins: dict | None = None, **kw):
+    """A figure without pyplot and its (nrows, ncols) array of axes, laid out by constrained
+    layout, or at the fixed `margins` (`Figure.subplots_adjust`'s keywords, fractions of the
+    figure) where its text has a known extent: constrained layout measures every text at
+    every draw."""
+    fig = Figure(figsize=size, dpi=DPI, layout=None if margins else "constrained")
     LayoutCanvas(fig)
+    if margins:
+        fig.subplots_adjust(**margins)
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
+
+
+def legend_outside(fig, handles, labels, pad: float = 0.1, **kw):
+    """`fig.legend` right of the axes, its top at theirs, on a figure at fixed margins
+    (`figure`): the axes end `pad` inches left of the legend's measured width, as
+    constrained layout's ``"outside right upper"`` places it, measured once."""
+    legend = fig.legend(handles, labels, loc="upper right", borderaxespad=0,
+                        bbox_to_anchor=(1 - pad / fig.get_figwidth(), fig.subplotpars.top),
+                        **kw)
+    width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    fig.subplots_adjust(right=1 - (width + 2 * pad) / fig.get_figwidth())
+    return legend
 
 
 def save(fig, path):
