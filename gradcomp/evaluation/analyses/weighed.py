@@ -82,6 +82,7 @@ def sweep(profile, net: dict, table: CostTable, evidence: Evidence, methods,
     return keyed.merge(bounds[["point", "method", *INTERVALS]], how="left",
                        on=["point", "method"], validate="one_to_one").drop(columns="point")
 
+
 def ranking_flips(profile, net: dict, table: CostTable, device: str | None = None,
                   bucketing: str = "ddp") -> str:
     """Where `recommend.best_safe` (the answer without convergence runs) changes within 2x
