@@ -88,6 +88,10 @@ def test_the_run_of_least_median_time_is_kept_and_old_tables_read_as_repeat_0(tm
     assert by.loc["int8" + int8["options"], "repeat"] == 1
     assert by.loc["ddp{}", ["t_iter_s", "repeat"]].tolist() == [ddp["t_iter_s"], 0]
     assert sorted(kept["repeats"]) == [1] * (len(first) - 2) + [2, 2]
+    # The regret's time: the median of a run's repeats (of two, their mean).
+    assert by.loc["int8" + int8["options"], "t_iter_runs_median_s"] == pytest.approx(
+        0.9 * int8["t_iter_s"])
+    assert by.loc["ddp{}", "t_iter_runs_median_s"] == pytest.approx(1.05 * ddp["t_iter_s"])
     others = kept[~kept["method"].isin(["int8", "ddp"])]
     assert list(others["t_iter_s"]) == [t for m, t in zip(first["method"], measured)
                                         if m not in ("int8", "ddp")]

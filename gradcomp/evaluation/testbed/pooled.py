@@ -129,12 +129,16 @@ def training_passes(methods, keys: dict, done: set, warmup: int
 def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:
     """Per run of a training table (`train`; `keys`: its key columns, ``repeat`` among them)
     the repeat with the least median iteration time (``t_iter_s``), in the order the runs
-    were first measured, with a column ``repeats``: how many of its repeats were measured."""
+    were first measured, with columns ``repeats``: how many of its repeats were measured, and
+    ``t_iter_runs_median_s``: the median of their ``t_iter_s`` (what the regret compares:
+    `regret.regret_time`)."""
     if not len(train):
-        return train.assign(repeats=[])
+        return train.assign(repeats=[], t_iter_runs_median_s=[])
     ids = train[[c for c in keys if c != "repeat"]].astype(str).apply(tuple, axis=1)
     first = {run: n for n, run in enumerate(dict.fromkeys(ids))}
-    best = train.assign(_run=ids, repeats=ids.map(ids.value_counts())).sort_values(
+    median = train["t_iter_s"].groupby(ids).median()
+    best = train.assign(_run=ids, repeats=ids.map(ids.value_counts()),
+                        t_iter_runs_median_s=ids.map(median)).sort_values(
         "t_iter_s", kind="stable", na_position="last").drop_duplicates("_run")
     return best.sort_values("_run", key=lambda runs: runs.map(first)).drop(
         columns="_run").reset_index(drop=True)

@@ -324,10 +324,12 @@ def pooled_inputs(out: Path, rates, hook_keys, model: str, batch_size: int) -> P
 
 def compared(rate_bps: float, run, pred, profile) -> dict:
     """The columns every validation row has: the rate, the training `run`'s method, measured
-    time and timed iterations against the prediction `pred`, and the `profile`'s single-worker
-    time."""
+    time (its least disturbed repeat; ``measured_runs_median``: the median of its repeats) and
+    timed iterations against the prediction `pred`, and the `profile`'s single-worker time."""
     return {"rate_bps": rate_bps, "rate": format_rate(rate_bps), "method": run["method"],
-            "measured": run["t_iter_s"], "predicted": pred.t_iter_s,
+            "measured": run["t_iter_s"],
+            "measured_runs_median": run.get("t_iter_runs_median_s", run["t_iter_s"]),
+            "predicted": pred.t_iter_s,
             "rel_error": (pred.t_iter_s - run["t_iter_s"]) / run["t_iter_s"],
             "measured_spread": run["t_iter_spread_s"], "exposed_comm": pred.exposed_comm_s,
             "wire_bytes": pred.wire_bytes, "t_iter_single": profile.t_iter_single,
@@ -379,8 +381,9 @@ def markdown(table: pd.DataFrame) -> str:
     auto = auto_comparison(table)
     if len(auto):
         text += ("\n`auto` (its default candidates) against the fastest fixed run of a "
-                 "candidate (with auto's options) and DDP, measured (ratios: auto's time over "
-                 "theirs; auto timed after its exploration):\n\n"
+                 "candidate (with auto's options) and DDP, measured (the median of each one's "
+                 "runs; ratios: auto's time over theirs; auto timed after its exploration):"
+                 "\n\n"
                  + auto.to_markdown(index=False, floatfmt=".3g") + "\n")
     return text
 
