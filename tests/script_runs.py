@@ -25,8 +25,10 @@ RUN_MARK = "== script_runs: "
 def split_runs(output: str) -> dict[str, str]:
     """Each run's part of the output of a `script_runs.py` launch, by name (what follows its
     mark, up to the next one; anything the launch wrote after its last run's mark, such as
-    its stderr appended to its stdout, is in the last run's part)."""
-    parts = output.split("\n" + RUN_MARK)[1:]
+    its stderr appended to its stdout, is in the last run's part). A mark is found wherever it
+    is: another rank's output written between the mark's line break and the mark (a pipe's
+    writes longer than PIPE_BUF interleave) must not hide it."""
+    parts = output.split(RUN_MARK)[1:]
     return dict(part.split("\n", 1) if "\n" in part else (part, "") for part in parts)
 
 
@@ -49,6 +51,7 @@ def main(runs: list[list[str]]) -> None:
         if i and "RANK" in os.environ and not dist.is_initialized():
             fresh_store(name)
         if os.environ.get("RANK", "0") == "0":
+            sys.stdout.flush()  # what the last run left buffered first: the mark one short write
             print(f"\n{RUN_MARK}{name}", flush=True)
         os.chdir(directory)
         try:

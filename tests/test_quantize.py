@@ -238,7 +238,7 @@ def test_minmax_and_absmax_differ_where_they_should():
 def test_natural_outputs_powers_of_two_with_the_input_sign(seed, exp2, dtype):
     g = torch.Generator().manual_seed(seed)
     if dtype == torch.float16:
-        exp2 = max(-24, min(exp2, 14))
+        exp2 = max(-24, min(exp2, 13))  # float16 ends at 65504: 2**14 * randn overflows past 4 sigma
     x = (torch.randn(300, generator=g, dtype=F64) * 2.0**exp2).to(dtype)
     x[::7] = 0.0
     out = roundtrip(gradcomp.compressor("natural", seed=seed), x).to(F64)
