@@ -16,7 +16,7 @@ import pytest
 import torch
 # test_kernels sets TRITON_INTERPRET=1 without a GPU (before the kernels load) and skips
 # without Triton.
-from test_kernels import CUDA, DEVICE, fresh_seed, run_without_interpreter, torch_path
+from test_kernels import CUDA, DEVICE, fresh_seed, torch_path
 
 import gradcomp
 from gradcomp import kernels
@@ -269,44 +269,3 @@ def test_bad_input_is_named():
         kernels.topk_select(x.double(), 3)
     with pytest.raises(ValueError, match="elements"):
         kernels.threshold_select(x[:0], 1.0, 1)
-
-
-# -- the compiled (GPU) path, without a GPU ----------------------------------------------------
-_COMPILE = """
-import triton
-from triton.backends.compiler import GPUTarget
-from gradcomp.kernels.sparse import jit as K
-P, I = "*{dt}", "*i32"
-cases = [
-    (K.topk_hist_kernel, dict(x_ptr=P, ghist_ptr=I, ccum_ptr=I, n="i32", CHUNK="i32",
-     nchunks="i32"), dict(TILE=4096), 4),
-    (K.topk_split_kernel, dict(x_ptr=P, vals_ptr=P, idx_ptr=I, ckey_ptr=I, cidx_ptr=I,
-     state_ptr=I, lhist_ptr=I, ghist_ptr=I, ccum_ptr=I, n="i32", k="i32", CHUNK="i32",
-     nchunks="i32"), dict(TILE=2048, PB=2048), 4),
-    (K.cand_write_kernel, dict(x_ptr=P, ckey_ptr=I, cidx_ptr=I, vals_ptr=P, idx_ptr=I,
-     state_ptr=I, lhist_ptr=I, bcum_ptr=I), dict(TILE=4096, QB=256), 8),
-    (K.thr_count_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, n="i32", CHUNK="i32",
-     nchunks="i32"), dict(TILE=2048), 4),
-    (K.thr_write_kernel, dict(x_ptr=P, thr_ptr="*fp32", cnt_ptr=I, vals_ptr=P, idx_ptr=I,
-     n="i32", k="i32", CHUNK="i32", nchunks="i32"), dict(TILE=2048, PB=2048), 4),
-] + [(K.cand_hist_kernel, dict(ckey_ptr=I, state_ptr=I, lhist_ptr=I, bcum_ptr=I),
-      dict(LEVEL=lev, TILE=4096), 8) for lev in range(4)]
-for dt in ("fp32", "bf16"):
-    for fn, sig, cx, warps in cases:
-        if dt != "fp32" and "x_ptr" not in sig:
-            continue
-        sig = {a: v.format(dt=dt) for a, v in sig.items()}
-        attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a, v in sig.items()
-                 if v.startswith("*") or a in ("n", "CHUNK")}
-        src = triton.compiler.ASTSource(fn=fn, signature={**sig, **dict.fromkeys(cx,
-                                        "constexpr")}, constexprs=cx, attrs=attrs)
-        triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps, "enable_fp_fusion": False})
-print("ok")
-"""
-
-
-@pytest.mark.skipif(CUDA, reason="the CUDA tests above compile and run every kernel")
-def test_kernels_compile_for_sm90():
-    res = run_without_interpreter(["-c", _COMPILE])
-    assert res.returncode == 0 and "ok" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
