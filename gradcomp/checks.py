@@ -85,3 +85,14 @@ def check_file(path, option: str, what: str = "file"):
     if problem:
         raise ValueError(f"{option}={str(path)!r} is not allowed: {problem}; give {what}")
     return path
+
+
+def check_saved_method(state: dict, compressor, runs: str, fix: str) -> None:
+    """That the checkpoint `state` was saved by `compressor`'s method with its options, else
+    a ValueError naming both, what this one `runs` and what to `fix` ("register")."""
+    saved = (state["method"], state["options"])
+    mine = (compressor.name, compressor.options())
+    if saved != mine:
+        raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
+                         f"{saved[1]}; this {runs} {mine[0]!r} with {mine[1]}: {fix} the same "
+                         "method and options before loading")

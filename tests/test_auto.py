@@ -11,7 +11,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
+from gradcomp.comm.auto import route
 from gradcomp.comm.auto.guard import Guard
+from gradcomp.comm.telemetry import mark
 
 ALLREDUCE, ALLGATHER = Transfer("allreduce"), Transfer("allgather")
 
@@ -130,6 +132,43 @@ def test_the_rounds_iteration_times_decide_between_close_contenders():
     again = chooser()
     again.load_state_dict(ch.state_dict())
     assert again.rounds == ch.rounds
+
+
+def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
+    """`timing` holds at the scan's end (where the rounds may start) and at each round's end,
+    nowhere else: marked only there, the rounds time as when marked at every iteration. It
+    holds too where skipping the last candidate's exploration ends the scan early (the skip is
+    decided in `step`, after the mark is taken)."""
+    codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]
+    every, wanted = (chooser(check_every=5, slowdown=None, confirm_margin=0.5)
+                     for _ in range(2))
+    clock, timed = 0.0, []
+    for i in range(1, 40):
+        if wanted.timing(i):
+            timed.append(i)
+        every.step(i, same, mark=clock)
+        wanted.step(i, same, mark=clock if wanted.timing(i) else None)
+        clock += 0.22 if every.choice(0, i) == 1 else 0.20
+        for ch in (every, wanted):
+            feed(ch, [i], alpha=0.0, x=1e-8, codec=codec, nbytes=nbytes)
+    assert every.decided_at == wanted.decided_at == 17 and every.contenders == [0, 1]
+    # 5: a skip of the last candidate's exploration after its warm-up (4) would end the scan
+    # there; 7: the scan's end; then each of the 10 rounds' ends
+    assert timed == [5, *range(7, 18)]
+    assert wanted.rounds == every.rounds == pytest.approx({0: 0.20, 1: 0.22})
+    assert wanted.decisions == every.decisions == {0: 0}
+    # the all-reduce (0) explored last, its warm-up (4) hopeless: the scan ends at 5
+    skipping = Chooser([ALLREDUCE, ALLGATHER], workers=2, explore_iters=3, order=[1, 0],
+                       confirm_margin=1e9)
+    timed, i = [], 1
+    while skipping.decided_at is None:
+        if skipping.timing(i):
+            timed.append(i)
+        skipping.step(i, same, mark=float(i) if skipping.timing(i) else None)
+        feed(skipping, [i], alpha=1e-4, x=8e-8, codec=[[0.0, 40e-3]], nbytes=[[1.6e7, 3.4e5]])
+        i += 1
+    assert skipping.confirm_start == 5 and timed == list(range(5, 16))
+    assert skipping.rounds == {0: 1.0, 1: 1.0}  # every round timed
 
 
 def test_the_network_fit_recovers_latency_and_bandwidth():
@@ -366,19 +405,28 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
 
 
-def test_the_hook_times_the_confirmation_rounds(one_rank_group):
+def test_the_hook_times_the_confirmation_rounds(one_rank_group, monkeypatch):
     """Every candidate a contender (a margin nothing is outside of): the hook marks each
-    round's iterations, and the bucket takes the contender whose rounds took least time."""
+    round's iterations, and only them (`Chooser.timing`), and the bucket takes the contender
+    whose rounds took least time."""
     torch.manual_seed(0)
     ddp = DDP(torch.nn.Linear(64, 64))
     state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
                                    confirm_margin=1e9,
                                    candidates=["none", ("topk", {"ratio": 0.01})])
     x = torch.randn(16, 64)
-    for _ in range(16):
+    taken, marked = [], []
+    monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
+    for i in range(16):
+        before = len(taken)
         ddp(x).square().mean().backward()
+        if len(taken) > before:
+            marked.append(i)
     rounds = state.chooser.rounds
     assert state.chooser.decided_at is not None and set(rounds) == {0, 1}
+    # from the iteration after the last candidate's warm-up (2), where a skip (timing-
+    # dependent) may end the scan, to the rounds' end: the decision; none before or after
+    assert marked == list(range(3, state.chooser.decided_at + 1))
     assert all(t > 0 for t in rounds.values())
     assert state.chooser.decisions == {0: min(rounds, key=rounds.get)}
 

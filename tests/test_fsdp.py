@@ -342,3 +342,12 @@ def test_two_level_int8_inside_int4_across_within_bound(four):
     original = sum(r["bytes_original"] for r in rows)
     assert original == sum(n // 4 * 3 * 4 for n in flat)
     assert sum(r["bytes_sent"] for r in rows) < 0.3 * original
+
+
+def test_an_fsdp_checkpoint_of_another_method_or_options_is_refused():
+    saved = gradcomp.fsdp.FSDPState(gradcomp.compressor("int8")).state_dict()
+    for other in (gradcomp.compressor("int4"), gradcomp.compressor("int8", error_feedback=True)):
+        with pytest.raises(ValueError, match=r"saved by method 'int8' with options .*; this "
+                           r"model runs 'int\d' with .*: register the same method and options"):
+            gradcomp.fsdp.FSDPState(other).load_state_dict(saved)
+    gradcomp.fsdp.FSDPState(gradcomp.compressor("int8")).load_state_dict(saved)

@@ -11,7 +11,7 @@ from gradcomp.evaluation import measure_profile
 from gradcomp.evaluation.profiles.architectures import resnet_shapes, vgg16_bn_shapes
 from gradcomp.evaluation.profiles.netai import T_ITER, netai_profile
 from gradcomp.evaluation.profiles.profiles import (Profile, builtin_profiles, load_profile,
-                                                   save_profile)
+                                                   save_measured, save_profile)
 
 LOGS = Path("/work/shared/profiles/netai20")
 
@@ -78,6 +78,28 @@ def test_save_load_round_trip(tmp_path):
 def test_round_trip_without_shapes(tmp_path):
     p = Profile("tiny", [3, 5], [0.001, 0.002], 0.01, 0.002, 0.0, source="test")
     assert load_profile(save_profile(p, tmp_path / "t.json")) == p
+
+
+def test_a_testbed_job_saves_the_profile_measured_on_every_rank(tmp_path):
+    """`save_measured` (a testbed job's --profile-out): measured after a barrier with the
+    arguments given, saved by rank 0 (here the only one); without a path, not measured."""
+    import torch.distributed as dist
+
+    p = Profile("tiny", [3, 5], [0.001, 0.002], 0.01, 0.002, 0.0, source="test")
+    calls = []
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0,
+                                world_size=1)
+    try:
+        save_measured(None, calls.append, "not measured")
+        save_measured(tmp_path / "p.json", lambda *a, **k: calls.append((a, k)) or p, "tiny",
+                      repeats=2)
+    finally:
+        if own:
+            dist.destroy_process_group()
+    assert calls == [(("tiny",), {"repeats": 2})]
+    assert load_profile(str(tmp_path / "p.json")) == p
 
 
 def test_unknown_profile_lists_the_builtins():

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..checks import check_int, check_number
+from ..checks import check_int, check_number, check_saved_method
 from ..compressors import Compressor
 from ..collectives.blocksparse import DEFAULT_BLOCK_SIZE
 from .communicators import Bucket, Communicator, DenseAllReduce, build
@@ -309,12 +309,7 @@ class HookState:
         if missing:
             raise ValueError(f"state is not a gradcomp hook checkpoint (it lacks "
                              f"{', '.join(missing)}): pass what HookState.state_dict() returned")
-        saved = (state["method"], state["options"])
-        mine = (self.compressor.name, self.compressor.options())
-        if saved != mine:
-            raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
-                             f"{saved[1]}; this hook runs {mine[0]!r} with {mine[1]}: build "
-                             "the hook with the same method and options before loading")
+        check_saved_method(state, self.compressor, "hook runs", "build the hook with")
         if state.get("hierarchy") != self.hierarchy:  # residuals are per shard or per bucket
             raise ValueError(f"this checkpoint was saved by a hook with hierarchy "
                              f"{state.get('hierarchy')}; this hook runs {self.hierarchy} "

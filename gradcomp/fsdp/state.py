@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..checks import check_int
+from ..checks import check_int, check_saved_method
 from ..comm.agreement import check_agreement
 from ..comm.ranks import Ranks
 from ..comm.telemetry import BucketRecord, Telemetry
@@ -134,12 +134,7 @@ class FSDPState:
         if not isinstance(state, dict) or any(k not in state for k in needed):
             raise ValueError("state is not a gradcomp FSDP checkpoint: pass what "
                              "FSDPState.state_dict() returned")
-        saved = (state["method"], state["options"])
-        mine = (self.compressor.name, self.compressor.options())
-        if saved != mine:
-            raise ValueError(f"this checkpoint was saved by method {saved[0]!r} with options "
-                             f"{saved[1]}; this model runs {mine[0]!r} with {mine[1]}: register "
-                             "the same method and options before loading")
+        check_saved_method(state, self.compressor, "model runs", "register")
         across = self.levels.across if self.levels is not None else None
         mine_across = None if across is None else (across.name, across.options())
         if state.get("across") != mine_across:

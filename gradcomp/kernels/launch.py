@@ -147,6 +147,12 @@ def ef_args(x: torch.Tensor, res: torch.Tensor | None, newres: torch.Tensor | No
     return dict(res_args(x, res), newres_ptr=newres, EF=True, MANUAL_BF16=bf16_fix(x.dtype))
 
 
-def new_residual(flat: torch.Tensor, ef: bool) -> torch.Tensor | None:
-    """An empty float32 residual beside `flat` with `ef`, else None."""
-    return torch.empty(flat.numel(), dtype=_F32, device=flat.device) if ef else None
+def ef_inputs(x: torch.Tensor, residual, ef: bool) -> tuple:
+    """What an encoder with error feedback fused (`ef`) starts from: x flat (`check_input`),
+    the residual checked beside it (`check_residual`) and an empty float32 new residual;
+    without `ef` those two are None."""
+    flat = check_input(x)
+    if not ef:
+        return flat, None, None
+    res = check_residual(residual, flat)
+    return flat, res, torch.empty(flat.numel(), dtype=_F32, device=flat.device)

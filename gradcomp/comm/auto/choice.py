@@ -1,5 +1,5 @@
 """How the `auto` hook chooses a candidate per bucket: an exploration schedule, measurements,
-a small performance model fitted to them, and decisions every rank takes alike.
+a small performance model fitted to them (`pricing`), and decisions all ranks take alike.
 
 Schedule: from `start` on, every candidate carries every bucket for `explore_iters`
 consecutive iterations (the first of each is a warm-up, not measured), in `order` (the hook
@@ -25,17 +25,6 @@ median iteration time (`rounds`), which also holds what a codec costs the comput
 (the table alone picked candidates 12-13% slower per iteration than the fastest at 2 of 6
 configurations of the 2-core two-tier testbed). That stands while they stay within the
 margin: a re-pricing (drift) decides by the table only where one candidate is clearly best.
-
-Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
-codec the measured encode + decode seconds and comm the evaluation model's price of the
-collective (`gradcomp.collectives.costs.cost`, the same function) on a flat ring of p workers
-at latency alpha and 1/x bytes/s, once per round (each round its share of the bytes): rounds *
-k_alpha * alpha + k_bytes * bytes(b, c) * x for a ring all-reduce (k_alpha = 2(p-1), k_bytes =
-2(p-1)/p) or an all-gather (p-1, p-1) (`costs.ring_factors`); alpha (latency) and x (seconds
-per byte, 1/bandwidth) are fitted by non-negative least squares to the communication times of
-buckets whose collective started on an idle link (the previous bucket's had finished), so
-queueing behind other buckets does not count. On a cluster of several GPUs per node the fit
-is of one effective tier: what the measured collectives took there.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
 anything is decided: codec times are the slowest rank's; communication times the least any
@@ -179,15 +168,26 @@ class Chooser:
         return (self.exploring(iteration) and iteration < self.scan_end
                 and self._slot(iteration)[1] == iteration)
 
+    def timing(self, iteration: int) -> bool:
+        """Whether `step` keeps `iteration`'s mark: a round's end, or where the rounds may
+        start: the scan's end, or the iteration after the last candidate's warm-up (a skip of
+        its exploration, decided in `step`, would end the scan there)."""
+        if self.decided_at is not None or not self.confirm_rounds:
+            return False
+        if self.confirm_start is not None:
+            return self.confirm_start < iteration <= self.explore_end
+        last, warm = len(self.transfers) - 1, iteration - 1
+        return iteration == self.scan_end or (
+            last > 0 and self.first <= warm < self.scan_end and self._slot(warm) == (last, warm))
+
     def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None,
              mark=None) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
         for drift, start a periodic exploration. True when the decisions changed. With `launch`
         the samples after a decision are reduced without waiting, read an iteration later
         (module docstring). `mark`: this rank's `telemetry.mark` taken at the iteration's first
-        bucket (None: the confirmation rounds are not timed, the table decides)."""
-        if (mark is not None and self.decided_at is None and self.confirm_start is not None
-                and self.confirm_start < iteration <= self.explore_end):
+        bucket, where `timing` holds (None: the rounds are not timed, the table decides)."""
+        if mark is not None and self.confirm_start is not None and self.timing(iteration):
             self.marks[iteration] = mark
         if self.decided_at is None and self.first <= iteration - 1 < self.scan_end:
             self._skip_if_hopeless(iteration, reduce)

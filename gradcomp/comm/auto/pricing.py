@@ -1,6 +1,17 @@
 """What `auto`'s choice measures and how it prices a transfer (`choice`): a `Sample` of one
 bucket, a candidate's `Transfer` priced by the collectives' cost model on a flat ring, and the
-fit of that ring's latency and bandwidth to measured transfers."""
+fit of that ring's latency and bandwidth to measured transfers.
+
+Model (docs/model.md's costs, per bucket b and candidate c): time = codec(b, c) + comm(b, c), with
+codec the measured encode + decode seconds and comm the evaluation model's price of the
+collective (`gradcomp.collectives.costs.cost`, the same function) on a flat ring of p workers
+at latency alpha and 1/x bytes/s, once per round (each round its share of the bytes): rounds *
+k_alpha * alpha + k_bytes * bytes(b, c) * x for a ring all-reduce (k_alpha = 2(p-1), k_bytes =
+2(p-1)/p) or an all-gather (p-1, p-1) (`costs.ring_factors`); alpha (latency) and x (seconds
+per byte, 1/bandwidth) are fitted by non-negative least squares to the communication times of
+buckets whose collective started on an idle link (the previous bucket's had finished), so
+queueing behind other buckets does not count. On a cluster of several GPUs per node the fit
+is of one effective tier: what the measured collectives took there."""
 from __future__ import annotations
 
 import functools

@@ -177,13 +177,15 @@ class AutoRoute(Route):
     # -- the hook's questions ---------------------------------------------------------------
     def prepare(self, iteration: int, device) -> None:
         """At an iteration's first bucket: collect the finished samples and step the choice
-        and the guard (collectives over every rank)."""
+        and the guard (collectives over every rank), the iteration marked where the choice
+        times it (`Chooser.timing`)."""
         if self._stepped == iteration:
             return
         self._stepped = iteration
         chooser = self._chooser()
         self._collect(iteration)
-        chooser.step(iteration, self._reduce(device), self._launch(device), mark(device))
+        chooser.step(iteration, self._reduce(device), self._launch(device),
+                     mark(device) if chooser.timing(iteration) else None)
         if self.guard is not None:
             self.guard.step(iteration, self._reduce(device))
 

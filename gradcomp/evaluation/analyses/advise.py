@@ -22,7 +22,7 @@ from ..model.network import Network
 from ..model.timeline import codec_seconds, predict
 from ..model.topology import ALGORITHMS, network_on
 from ..profiles.profiles import load_profile
-from .recommend import sixteen_bit, unsupported
+from .recommend import ranked
 from .time_to_accuracy import time_to_accuracy, tta_verdict
 
 WORTH = 0.05  # a method is worth it when it saves at least this fraction of the iteration
@@ -53,10 +53,10 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
            device: str | None = None) -> pd.DataFrame:
     """One row per method (default: every registered gradcomp method with its defaults; the
     baselines none and the profile's GPU's 16-bit all-reduce, `recommend.sixteen_bit`,
-    always; bf16 never on a GPU without it, `recommend.unsupported`), fastest first:
-    predicted t_iter, SF, speedup vs none, compression, the per-iteration encode + decode time
-    and where the costs came from. `device`: the GPU the question runs on, for its 16-bit
-    baseline (None: the profile's).
+    always; bf16 never on a GPU without it, `recommend.unsupported`: `recommend.ranked`),
+    fastest first: predicted t_iter, SF, speedup vs none, compression, the per-iteration
+    encode + decode time and where the costs came from. `device`: the GPU the question runs
+    on, for its 16-bit baseline (None: the profile's).
 
     With `convergence` (a `bench converge` summary table, one `task` and `target` of it, or
     its `time_to_accuracy.Variants`): one row per measured variant instead, ranked by
@@ -85,11 +85,7 @@ def advise(profile, workers: int | None, bandwidth, methods=None, costs=None,
                     for a in (algorithms or ALGORITHMS)}
     fitted = as_costs(costs)
     device = profile.device if device is None else device
-    chosen = [m for m in (names() if methods is None else methods)
-              if not isinstance(m, str) or not unsupported(m, device)]
-    for i, baseline in enumerate(("none", sixteen_bit(device))):  # always ranked
-        if not any(m == baseline or getattr(m, "name", None) == baseline for m in chosen):
-            chosen.insert(i, baseline)
+    chosen = ranked(names() if methods is None else methods, device)
     base = predict(profile, next(iter(networks.values())) if topology is None else
                    network_on(topology, reference_algorithm(algorithms), latency_s, efficiency,
                               workers, bandwidth),

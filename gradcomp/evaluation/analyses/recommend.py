@@ -70,6 +70,21 @@ def unsupported(method: str, device: str) -> str | None:
     return None
 
 
+def ranked(methods, device: str, table: CostTable | None = None) -> list:
+    """The methods an `advise` ranking of `methods` on `device` holds, in its order: those
+    `device` runs (`unsupported`; a `MethodCost` or ratio always) with the baselines none and
+    `sixteen_bit(device)` put first where absent; with `table`, only what it prices (what
+    `priced_ranking` keeps)."""
+    priced = (lambda m: True) if table is None else table.priced
+    chosen = [m for m in methods
+              if not isinstance(m, str) or (not unsupported(m, device) and priced(m))]
+    for i, baseline in enumerate(("none", sixteen_bit(device))):
+        if priced(baseline) and not any(m == baseline or getattr(m, "name", None) == baseline
+                                        for m in chosen):
+            chosen.insert(i, baseline)
+    return chosen
+
+
 def priced_ranking(ranking: pd.DataFrame, table: CostTable) -> pd.DataFrame:
     """`ranking` without the rows `table` does not price (a baseline `advise` always adds
     whose fit was excluded), ranks renumbered: nothing unpriced is ranked."""

@@ -18,7 +18,7 @@ from .evidence import STEPS, Evidence, flips, weigh
 from .fsdp import advise_fsdp
 from .time_to_accuracy import Variants, variants
 from .recommend import (FSDP, SAFE, best_safe, candidates, choose, method_name,
-                        priced_ranking, sixteen_bit, unsupported)
+                        priced_ranking, ranked, sixteen_bit)
 from . import whatif
 from .whatif import scenario
 
@@ -44,7 +44,7 @@ def ranking(profile, net: dict, table: CostTable, evidence: Evidence, methods=No
     (None: the profile's); the other keywords as `advise` takes them (and refuses);
     `central`: that ranking's method, t_iter_s and speedup when already predicted."""
     device = _device(profile, device)
-    chosen = None if methods is None else [m for m in methods if table.priced(m)]
+    chosen = None if methods is None else ranked(methods, device, table)
 
     def ask(costs, at):
         return priced_ranking(advise(profile, methods=chosen, costs=costs, bucketing=bucketing,
@@ -65,14 +65,13 @@ def sweep(profile, net: dict, table: CostTable, evidence: Evidence, methods,
     bandwidths = whatif.default_bandwidths() if bandwidths is None else bandwidths
     device = _device(profile, device)
     rest = {k: v for k, v in net.items() if k not in ("workers", "bandwidth")}
-    ranked = [m for m in methods if table.priced(m) and not unsupported(m, device)]
-    ranked += [b for b in ("none", sixteen_bit(device)) if b not in ranked and table.priced(b)]
-    swept = [*methods, *(b for b in ranked if b not in methods)]  # one row each, in order
+    kept = ranked(methods, device, table)  # what each point's `ranking` ranks
+    swept = [*methods, *(b for b in kept if b not in methods)]  # one row each, in order
     points = whatif.sweep(profile, bandwidths, int(net["workers"]), swept, costs=table.costs,
                           bucketing=bucketing, **rest)
     points = points.assign(point=[i // len(swept) for i in range(len(points))])
     asked = [m for _ in bandwidths for m in swept]
-    central = points[[m in ranked for m in asked]][["point", "method", "t_iter_s", "speedup"]]
+    central = points[[m in kept for m in asked]][["point", "method", "t_iter_s", "speedup"]]
     bounds = pd.concat([ranking(profile, {**net, "bandwidth": bw}, table, evidence, methods,
                                 device, bucketing,
                                 central=central[central["point"] == i].drop(columns="point")
@@ -149,7 +148,7 @@ def fsdp_ranking(profile, net: dict, table: CostTable, evidence: Evidence, metho
     `net` (`recommend.priced_ranking`: nothing unpriced is ranked), weighed
     (`evidence.weigh`) as `ranking` is; `device` as for `ranking`."""
     device = _device(profile, device)
-    chosen = None if methods is None else [m for m in methods if table.priced(m)]
+    chosen = None if methods is None else ranked(methods, device, table)
 
     def ask(costs, at):
         return priced_ranking(advise_fsdp(profile, methods=chosen, costs=costs, device=device,
@@ -173,7 +172,7 @@ def _safe_flips(rank, net: dict, table: CostTable, device: str,
     """`evidence.flips` of the answer without convergence runs: `answer` of the
     `recommend.best_safe` row of `rank(methods, at)` (a ranking of the `SAFE` methods
     `table` prices, runnable on `device`, at network keywords `at`), read by `name`."""
-    safe = [m for m in SAFE if table.priced(m) and not unsupported(m, device)]
+    safe = ranked(SAFE, device, table)
 
     def decide(at):
         return answer(best_safe(priced_ranking(rank(safe, at), table), table, device))

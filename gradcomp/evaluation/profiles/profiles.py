@@ -204,6 +204,19 @@ def save_profile(profile: Profile, path) -> Path:
     return path
 
 
+def save_measured(path, measure, *args, **options) -> None:
+    """With a `path` (a testbed job's ``--profile-out``): the profile `measure(*args,
+    **options)` on every rank at once, as they compute in training (after a barrier), saved
+    to `path` by rank 0."""
+    import torch.distributed as dist
+
+    if path:
+        dist.barrier()
+        profile = measure(*args, **options)
+        if dist.get_rank() == 0:
+            save_profile(profile, path)
+
+
 _FILES = {"resnet50": "resnet50.json", "resnet101": "resnet101.json", "vgg16": "vgg16.json"}
 
 

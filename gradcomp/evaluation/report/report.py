@@ -22,9 +22,8 @@ from ... import diloco, names
 from ..analyses import weighed
 from ..analyses.evidence import Evidence, evidence_of, network_spread, with_intervals
 from ..analyses.measured import NOT_PREDICTED, train_predictions
-from ..analyses.recommend import (best_safe, choose, question_gpu, question_text,
-                                  recommend_by_accuracy, recommend_by_iteration, sixteen_bit,
-                                  unsupported)
+from ..analyses.recommend import (best_safe, choose, question_gpu, question_text, ranked,
+                                  recommend_by_accuracy, recommend_by_iteration, sixteen_bit)
 from ..analyses.whatif import sweep
 from ..benches.converge import CONVERGE, curve_path
 from ..common.env import environment
@@ -168,8 +167,8 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable
 
 def _whatif(out: Path, profile, net: dict, bucketing, methods, table: CostTable,
             evidence: Evidence, best: str | None, device: str) -> list[str]:
-    methods = [m for m in dict.fromkeys(["none", sixteen_bit(device), *methods])
-               if table.priced(m) and not unsupported(m, device)]
+    methods = list(dict.fromkeys(ranked(["none", sixteen_bit(device), *methods], device,
+                                        table)))  # the baselines first
     common = dict(bucketing=bucketing, latency_s=net["latency_s"],
                   efficiency=net["efficiency"], tiers=net["tiers"])
     curves = weighed.sweep(profile, net, table, evidence, methods, device,

@@ -236,7 +236,7 @@ def concurrent_job(argv=None) -> int:
 
     from ..benches.train import model_profile
     from ..common.env import init_from_env
-    from ..profiles.profiles import save_profile
+    from ..profiles.profiles import save_measured
 
     args = concurrent_parser(concurrent_job.__doc__)
     args.add_argument("--bucket-cap-mb", type=float, default=25.0)
@@ -244,12 +244,8 @@ def concurrent_job(argv=None) -> int:
     init_from_env("gloo")
     try:
         rank = dist.get_rank()
-        if a.profile_out:
-            dist.barrier()
-            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5,
-                                    ddp_bucket_cap_mb=a.bucket_cap_mb)
-            if rank == 0:
-                save_profile(profile, a.profile_out)
+        save_measured(a.profile_out, model_profile, a.model, a.batch_size, repeats=20, warmup=5,
+                      ddp_bucket_cap_mb=a.bucket_cap_mb)
         if a.codec_out:
             dist.barrier()
             methods = hook_methods(parse_methods(a.methods) if a.methods else [])

@@ -207,18 +207,15 @@ def concurrent_job(argv=None) -> int:
 
     from ..benches.fsdp_profile import measure_fsdp_profile
     from ..common.env import init_from_env
-    from ..profiles.profiles import save_profile
+    from ..profiles.profiles import save_measured
 
     args = concurrent_parser(concurrent_job.__doc__)
     args.add_argument("--sizes", default="", help="comma-separated elements per unit")
     a = args.parse_args(argv)
     init_from_env("gloo")
     try:
-        if a.profile_out:
-            dist.barrier()
-            profile = measure_fsdp_profile(a.model, a.batch_size, repeats=20, warmup=5)
-            if dist.get_rank() == 0:
-                save_profile(profile, a.profile_out)
+        save_measured(a.profile_out, measure_fsdp_profile, a.model, a.batch_size, repeats=20,
+                      warmup=5)
         methods = [m for m in a.methods.split(",") if m]
         if a.codec_out and methods:
             dist.barrier()

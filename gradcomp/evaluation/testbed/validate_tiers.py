@@ -409,7 +409,7 @@ def concurrent_job(argv=None) -> int:
     from ..benches.hookpath import bench_hook_path, workload_gradient
     from ..benches.train import model_profile
     from ..common.env import init_from_env
-    from ..profiles.profiles import save_profile
+    from ..profiles.profiles import save_measured
     from .validate import concurrent_parser
 
     args = concurrent_parser(concurrent_job.__doc__)
@@ -421,12 +421,8 @@ def concurrent_job(argv=None) -> int:
     try:
         rank, g = dist.get_rank(), int(os.environ["LOCAL_WORLD_SIZE"])
         nodes = dist.get_world_size() // g
-        if a.profile_out:
-            dist.barrier()
-            profile = model_profile(a.model, a.batch_size, repeats=20, warmup=5,
-                                    ddp_bucket_cap_mb=a.bucket_cap_mb)
-            if rank == 0:
-                save_profile(profile, a.profile_out)
+        save_measured(a.profile_out, model_profile, a.model, a.batch_size, repeats=20, warmup=5,
+                      ddp_bucket_cap_mb=a.bucket_cap_mb)
         methods = [method_spec(*c) for c in parse_methods(a.methods)] if a.methods else []
         spec = {"model": a.model, "batch_size": a.batch_size, "bucket_cap_mb": a.bucket_cap_mb}
         gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)

@@ -32,9 +32,8 @@ from __future__ import annotations
 import torch
 
 from ..blocks import layout
-from ..launch import (SUPPORTED_DTYPES, bf16_fix, cdiv, check_block_size, check_input,
-                     check_residual, dec_block, ef_args, elem_cfg, fused_block_size, inv, launch,
-                     new_residual, p2, rows_cfg)
+from ..launch import (SUPPORTED_DTYPES, bf16_fix, cdiv, check_block_size, dec_block, ef_args,
+                     ef_inputs, elem_cfg, fused_block_size, inv, launch, p2, rows_cfg)
 from ..stats import P_ABSMAX, P_MINMAX, P_SUMSQ, partials
 from . import jit as K
 
@@ -65,9 +64,7 @@ def _quant_encode(x, method, bits, block_size, levels, inverse, stochastic, seed
     """Shared driver: the fused rows kernel where the layout allows, else statistics by
     `stat_fn(flat, length, nblocks, res)` and the elem kernel. With `ef`, error feedback with
     `residual` (None: the first step), and the new residual returned third."""
-    flat = check_input(x)
-    res = check_residual(residual, flat) if ef else None
-    newres = new_residual(flat, ef)
+    flat, res, newres = ef_inputs(x, residual, ef)
     n = flat.numel()
     nblocks, length = layout(n, block_size)
     nbytes = (n * bits + 7) // 8
@@ -309,9 +306,7 @@ def natural_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, seed=0):
 
 def _natural_encode(x, seed, ef=False, residual=None):
     cap = 127 + 15 if x.dtype == torch.float16 else 254
-    flat = check_input(x)
-    res = check_residual(residual, flat) if ef else None
-    newres = new_residual(flat, ef)
+    flat, res, newres = ef_inputs(x, residual, ef)
     n = flat.numel()
     nbytes = (n + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)

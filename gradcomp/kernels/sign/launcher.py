@@ -11,9 +11,8 @@ import math
 import torch
 
 from ..blocks import block_counts, layout
-from ..launch import (bf16_fix, cdiv, check_block_size, check_input, check_residual, dec_block,
-                     ef_args, elem_cfg, fused_block_size, launch, new_residual, res_args,
-                     rows_cfg)
+from ..launch import (bf16_fix, cdiv, check_block_size, dec_block, ef_args, ef_inputs, elem_cfg,
+                     fused_block_size, launch, res_args, rows_cfg)
 from ..stats import NPART, P_ABSMAX, P_ABSSUM, P_NONE, P_ONEBIT, partials
 from . import jit as K
 
@@ -62,9 +61,7 @@ def sign_encode_ef(x: torch.Tensor, residual: torch.Tensor | None, method: str,
 def _sign_encode(x, method, block_size, ef=False, residual=None):
     m = _sign_method(method)
     block_size = 0 if m == K.SIGN else check_block_size(block_size, allow_zero=True)
-    flat = check_input(x)
-    res = check_residual(residual, flat) if ef else None
-    newres = new_residual(flat, ef)
+    flat, res, newres = ef_inputs(x, residual, ef)
     n = flat.numel()
     nbytes = (n + 7) // 8
     packed = torch.empty(nbytes, dtype=_U8, device=flat.device)
