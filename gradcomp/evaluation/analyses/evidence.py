@@ -189,15 +189,18 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
     many = table["iterations_max"].to_numpy(float) if tta else 1.0
     lows, highs = np.array(lows) * few, np.array(highs) * many
     time = "time_to_target" if tta else "t_iter"
-    table[f"{time}_low_s"], table[f"{time}_high_s"] = lows.min(axis=0), highs.max(axis=0)
-    point = table[f"{time}_s"].to_numpy(float)
-    table["vs_16bit"] = math.nan
+    # the columns set in a dict and made a frame once (a column inserted into a frame costs
+    # about a millisecond, and a flip search weighs at every point): as many assignments
+    # to the frame, in order, would place them
     unknown = np.full(len(table), math.nan)
+    columns = {**dict(table.items()), f"{time}_low_s": lows.min(axis=0),
+               f"{time}_high_s": highs.max(axis=0), "vs_16bit": unknown}
+    point = table[f"{time}_s"].to_numpy(float)
     for column, method in SPEEDUPS.items():
-        if column not in table:
+        if column not in columns:
             continue
         b = _baseline(table, method or half, algorithm)
-        value = table[column].to_numpy(float).copy()
+        value = np.array(columns[column], float)
         low, high = unknown.copy(), unknown.copy()
         if b is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -205,10 +208,10 @@ def weigh(ask, net: dict, costs: dict, evidence: Evidence, half: str,
                     value = point[b] / point
                 low, high = (lows[:, [b]] / highs).min(0), (highs[:, [b]] / lows).max(0)
             value[b] = low[b] = high[b] = 1.0  # the baseline against itself
-        table[column], table[f"{column}_low"], table[f"{column}_high"] = value, low, high
+        columns.update({column: value, f"{column}_low": low, f"{column}_high": high})
     names = table["variant"] if "variant" in table else table["method"]
-    table["codec_spread"] = [0.0 if n == "none" else evidence.spread(n) for n in names]
-    return table
+    columns["codec_spread"] = [0.0 if n == "none" else evidence.spread(n) for n in names]
+    return pd.DataFrame(columns, index=table.index)
 
 
 def flips(decide, net: dict, name=str, fewest: int = 1, steps: int = STEPS) -> str:

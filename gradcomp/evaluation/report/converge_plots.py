@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..analyses.time_to_accuracy import variant_label
 from .plots import BASELINES, MUTED_ALPHA
-from .style import figure, halo_widths, legend_handles, line_styles, save, styled
+from .style import (figure, halo_widths, legend_handles, legend_outside, line_styles, save,
+                    styled)
 
 EF_PANELS = ((False, "without error feedback"), (True, "with error feedback"))
 
@@ -39,7 +40,10 @@ def convergence_curves(curve: pd.DataFrame, path, size=(13, 8), title=None, *,
     curve = _with_labels(curve)
     cases = list(dict.fromkeys(curve["case"]))
     styles = line_styles(cases)
-    fig, axes = figure(size, 2, nrows=2, sharex="col", sharey="row")
+    width, height = size  # room in inches for the tick labels, the axis labels and the titles
+    fig, axes = figure(size, 2, nrows=2, sharex="col", sharey="row",
+                       margins=dict(left=1.0 / width, bottom=0.6 / height,
+                                    top=1 - 0.7 / height, wspace=0.06, hspace=0.05))
     first = curve.iloc[0]
     for col, (ef, panel) in enumerate(EF_PANELS):
         rows = curve[curve["error_feedback"].astype(bool) == ef]
@@ -69,10 +73,10 @@ def convergence_curves(curve: pd.DataFrame, path, size=(13, 8), title=None, *,
     axes[0, 0].set_ylabel("test loss")
     axes[1, 0].set_ylabel("test accuracy")
     handles, labels = legend_handles(styles)
-    fig.legend(handles, labels, loc="outside right upper", fontsize="small",
-               title="method\n(error feedback:\nright column)\nwide: baselines and\n"
-                     + ("the recommendation" if recommended else "no recommendation")
-                     + "\nfaint: the rest")
+    legend_outside(fig, handles, labels, fontsize="small",
+                   title="method\n(error feedback:\nright column)\nwide: baselines and\n"
+                         + ("the recommendation" if recommended else "no recommendation")
+                         + "\nfaint: the rest")
     fig.suptitle(title or f"Convergence on task '{first['task']}' vs its iterations "
                           f"(measured, median over seeds; dashed: target)", x=0.02, ha="left")
     return save(fig, path)

@@ -53,7 +53,11 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
     styles = line_styles(methods)
     shown = [m for m in methods if m in BASELINES or m == recommended]
     banded = {"speedup_low", "speedup_high"} <= set(sweep)
-    fig, axes = figure(size, len(panels), sharey=True)
+    width, height = size  # room in inches for the tick labels, the axis labels and the titles
+    fig, axes = figure(size, len(panels), sharey=True,
+                       margins=dict(left=0.9 / width, bottom=0.65 / height,
+                                    top=1 - (0.75 if panels != [None] else 0.5) / height,
+                                    wspace=0.04))
     for ax, panel in zip(axes[0], panels):
         rows = sweep if panel is None else sweep[sweep["costs"] == panel]
         lines = {m: rows[rows["method"] == m].sort_values("bandwidth_bps") for m in methods}
@@ -91,13 +95,14 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
         axes[0, 0].yaxis.set_minor_formatter(NullFormatter())
     axes[0, 0].set_ylabel("speedup over fp32 DDP (x)")
     order = shown + [m for m in methods if m not in shown]
-    fig.legend([Line2D([], [], **_model_line(styles[m], (2.5 if m == recommended else 1.5)
-                                             if m in shown else None))
-                for m in order], [_legend_name(m, recommended) for m in order],
-               loc="outside right upper", fontsize="small",
-               title="method (model)\nwide: baselines and\nthe recommendation"
-                     + ("\nband: its interval\n(hidden by the line\nwhere narrower)"
-                        if banded else ""))
+    legend_outside(fig, [Line2D([], [], **_model_line(styles[m], (2.5 if m == recommended
+                                                                  else 1.5)
+                                                      if m in shown else None))
+                         for m in order], [_legend_name(m, recommended) for m in order],
+                   fontsize="small",
+                   title="method (model)\nwide: baselines and\nthe recommendation"
+                         + ("\nband: its interval\n(hidden by the line\nwhere narrower)"
+                            if banded else ""))
     row = sweep.iloc[0]
     fig.suptitle(title or f"Modelled speedup vs bandwidth: {row['profile']}, {row['workers']} "
                           f"workers, {row['bucketing']} bucketing", x=0.02, ha="left")
