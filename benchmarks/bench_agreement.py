@@ -59,6 +59,12 @@ def _worker(rank: int, store: str, out: str, repeats: int) -> None:
     }
     if rank == 0:
         torch.save(table, out)
+    # DDP's reducer goes before the process group, which then shuts down in
+    # destroy_process_group. Freed last (on return), the reducer held the group's last
+    # reference, and the group's destructor joined a gloo thread that was waiting for the GIL
+    # to free the hook's future callback, while this thread held it: a hang seen once in CI.
+    del iteration, state, ddp
+    dist.barrier()
     dist.destroy_process_group()
 
 
