@@ -62,7 +62,8 @@ def _worker(rank: int, store: str, out: str, repeats: int) -> None:
     # DDP's reducer goes before the process group, which then shuts down in
     # destroy_process_group. Freed last (on return), the reducer held the group's last
     # reference, and the group's destructor joined a gloo thread that was waiting for the GIL
-    # to free the hook's future callback, while this thread held it: a hang seen once in CI.
+    # to free the hook's future callback, while this thread held it: a hang seen once in CI
+    # (a destructor that blocks under the GIL: pytorch/pytorch#56297).
     del iteration, state, ddp
     dist.barrier()
     dist.destroy_process_group()
