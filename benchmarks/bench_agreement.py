@@ -9,6 +9,7 @@ figure divided by the run's length. As a test (CI) it runs a few repeats and che
 """
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
@@ -39,6 +40,22 @@ def median_us(fn, repeats: int) -> float:
 
 def _worker(rank: int, store: str, out: str, repeats: int) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    table = _table(repeats)
+    gc.collect()  # DDP's reference cycles, if any, with it
+    if rank == 0:
+        torch.save(table, out)
+    # DDP and its reducer are gone (with `_table`'s frame) before the process group goes, which
+    # then shuts down in destroy_process_group. Freed last, on this worker's return, the
+    # reducer held the group's last reference, and the group's destructor joined a gloo thread
+    # that was waiting for the GIL to free the hook's future callback, while this thread held
+    # it: a hang seen once in CI (a destructor that blocks under the GIL:
+    # pytorch/pytorch#56297).
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _table(repeats: int) -> dict[str, float]:
+    """The three timings (module docstring) on this rank, in microseconds."""
     torch.manual_seed(0)
     ddp = DDP(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)))
     state = gradcomp.comm.register(ddp, "topk", ratio=0.01, start_iter=0)
@@ -51,22 +68,12 @@ def _worker(rank: int, store: str, out: str, repeats: int) -> None:
     iteration()
     bucket = _FirstBucket(ddp)
     one = torch.zeros(1)
-    table = {
+    return {
         "agreement check": median_us(lambda: check_agreement(settings(state, bucket),
                                                              state.ranks, one.device), repeats),
         "all-reduce of 1 value": median_us(lambda: dist.all_reduce(one), repeats),
         "DDP iteration (topk hook)": median_us(iteration, repeats),
     }
-    if rank == 0:
-        torch.save(table, out)
-    # DDP's reducer goes before the process group, which then shuts down in
-    # destroy_process_group. Freed last (on return), the reducer held the group's last
-    # reference, and the group's destructor joined a gloo thread that was waiting for the GIL
-    # to free the hook's future callback, while this thread held it: a hang seen once in CI
-    # (a destructor that blocks under the GIL: pytorch/pytorch#56297).
-    del iteration, state, ddp
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 class _FirstBucket:
