@@ -137,15 +137,16 @@ def advice_regret(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     config = config_columns(table)
     predicted = table[table["predicted"].notna() & ~is_diloco(table["method"])]
-    predicted = predicted.assign(_time=regret_time(predicted))
     for key, runs in predicted.groupby(config, sort=False):
-        pick = runs.loc[runs["predicted"].idxmin()]
-        best = runs.loc[runs["_time"].idxmin()]
+        runs = runs.reset_index(drop=True)  # labels of a concatenated table repeat
+        times = regret_time(runs)
+        pick, best = runs["predicted"].idxmin(), times.idxmin()
         rows.append({**dict(zip(config, key if isinstance(key, tuple) else (key,))),
-                     "rate": format_rate(pick["rate_bps"]), "pick": pick["method"],
-                     "pick_predicted": pick["predicted"], "pick_measured": pick["_time"],
-                     "fastest": best["method"], "fastest_measured": best["_time"],
-                     "regret": pick["_time"] / best["_time"] - 1})
+                     "rate": format_rate(runs.at[pick, "rate_bps"]),
+                     "pick": runs.at[pick, "method"],
+                     "pick_predicted": runs.at[pick, "predicted"], "pick_measured": times[pick],
+                     "fastest": runs.at[best, "method"], "fastest_measured": times[best],
+                     "regret": times[pick] / times[best] - 1})
     return pd.DataFrame(rows)
 
 
@@ -157,11 +158,11 @@ def auto_regret(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     config = config_columns(table)
     candidates = candidate_labels()
-    for key, runs in table.assign(_time=regret_time(table)).groupby(config, sort=False):
+    for key, runs in table.groupby(config, sort=False):
         auto = runs[runs["method"] == "auto"]
         if not len(auto):
             continue
-        t = float(auto["_time"].iloc[0])
+        t = float(regret_time(auto).iloc[0])
         fixed = runs[(runs["method"] != "auto") & ~is_diloco(runs["method"])]
         rows.append({**dict(zip(config, key if isinstance(key, tuple) else (key,))),
                      "rate": format_rate(float(auto["rate_bps"].iloc[0])), "auto": t,
@@ -172,12 +173,15 @@ def auto_regret(table: pd.DataFrame) -> pd.DataFrame:
 
 def _against(t: float, runs: pd.DataFrame, what: str, suffix: str) -> dict:
     """fastest_<what>, fastest_<what>_measured and regret<suffix> of time `t` against the
-    fastest of `runs` (by column ``_time``: `regret_time`)."""
+    fastest of `runs` (by `regret_time`)."""
+    if not len(runs):
+        return {f"fastest_{what}": "", f"fastest_{what}_measured": math.nan,
+                f"regret{suffix}": math.nan}
     runs = runs.reset_index(drop=True)  # a table concatenated from others repeats labels
-    best = runs.loc[runs["_time"].idxmin()] if len(runs) else None
-    return {f"fastest_{what}": "" if best is None else best["method"],
-            f"fastest_{what}_measured": math.nan if best is None else best["_time"],
-            f"regret{suffix}": math.nan if best is None else t / best["_time"] - 1}
+    times = regret_time(runs)
+    best = times.idxmin()
+    return {f"fastest_{what}": runs.at[best, "method"], f"fastest_{what}_measured": times[best],
+            f"regret{suffix}": t / times[best] - 1}
 
 
 def regret_summary(regrets: pd.DataFrame, within: float = 0.05) -> dict:
@@ -231,18 +235,18 @@ def write_regret(out, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def auto_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per rate with an `auto` row: its measured time (`regret_time`) against the fastest fixed run of its
-    default candidates (`candidate_labels`: with auto's options) and DDP's, and its
+    """Per rate with an `auto` row: its measured time (`regret_time`) against the fastest fixed
+    run of its default candidates (`candidate_labels`: with auto's options) and DDP's, and its
     choices."""
     names = candidate_labels()
     rows = []
-    for rate, runs in table.assign(_time=regret_time(table)).groupby("rate_bps", sort=True):
+    for rate, runs in table.groupby("rate_bps", sort=True):
         auto, others = runs[runs["method"] == "auto"], runs[runs["method"].isin(names)]
         if not len(auto):
             continue
-        t = float(auto["_time"].iloc[0])
+        t = float(regret_time(auto).iloc[0])
         best = _against(t, others, "candidate", "")
-        ddp = runs.loc[runs["method"] == "ddp", "_time"]
+        ddp = regret_time(runs[runs["method"] == "ddp"])
         rows.append({"rate": format_rate(rate), "auto_ms": t * 1e3,
                      "fastest_candidate": best["fastest_candidate"],
                      "fastest_candidate_ms": best["fastest_candidate_measured"] * 1e3,
