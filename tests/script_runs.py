@@ -3,8 +3,8 @@ arguments, as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) started there wo
 `script_runs.py RUNS`, RUNS a JSON list of [name, directory, script, *args] or [name,
 directory, "-m", module, *args]; a run that exits with status 0 lets the next one start. A
 launcher's processes (e.g. `accelerate launch script_runs.py ...`) then serve several runs: one
-interpreter start-up, one set of imports and one process group for all of them. Rank 0 prints
-`RUN_MARK + name` on a line of its own before each run, so that the runs' shared output can be
+interpreter start-up, one set of imports and one process group for all of them. Rank 0 writes
+`RUN_MARK + name` on a line of its own before each run (`mark`), so that the runs' shared output can be
 split (`split_runs`).
 
 A run after one that ended torchrun's process group makes its own on a store of its own
@@ -32,6 +32,16 @@ def split_runs(output: str) -> dict[str, str]:
     return dict(part.split("\n", 1) if "\n" in part else (part, "") for part in parts)
 
 
+def mark(name: str) -> None:
+    """Write the run's mark line in one write of its own, what the last run left buffered
+    first. A write of under PIPE_BUF bytes to a pipe is never split by another process's; a
+    `print` may write the text and its line break apart (seen: another rank's line between
+    them, which made the run's name end in that line)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(sys.stdout.fileno(), f"\n{RUN_MARK}{name}\n".encode())
+
+
 def fresh_store(name: str) -> None:
     """Point env:// at a new store that rank 0 hosts on a free port, agreed on through
     torchrun's store (read while its agent still hosts it)."""
@@ -51,8 +61,7 @@ def main(runs: list[list[str]]) -> None:
         if i and "RANK" in os.environ and not dist.is_initialized():
             fresh_store(name)
         if os.environ.get("RANK", "0") == "0":
-            sys.stdout.flush()  # what the last run left buffered first: the mark one short write
-            print(f"\n{RUN_MARK}{name}", flush=True)
+            mark(name)
         os.chdir(directory)
         try:
             if script == "-m":

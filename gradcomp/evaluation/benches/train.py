@@ -12,7 +12,8 @@ timed. `model_profile` measures the matching profile (under DDP:
 and loss under bf16 autocast; `bucket_cap_mb` goes to DDP: both change what the hook sees.
 
 An iteration is zero_grad, forward, loss, backward and the optimizer step, timed with the
-device synchronised around it; its time is the slowest rank's. After `warmup` iterations,
+device synchronised around it; its time is the slowest rank's. After `warmup` iterations
+(`auto`: plus its exploration, `settled_by`, so that its timed iterations are its steady state),
 at least `iterations` are timed and, with a time budget `min_timed_s`, at least that many
 seconds: rank 0 estimates an iteration's time from the warm-up's last iterations and every
 rank takes its count, n = max(iterations, ceil(min_timed_s / estimate)), in one broadcast
@@ -35,7 +36,9 @@ slow ones (1.4 s) no more. One row per method, appended as measured (rank 0):
   and ranks): bytes_original, bytes_sent, ratio, encode_s, comm_s, decode_s, buckets ("ddp":
   the gradient's bytes, times and buckets NaN);
 * "auto" only: auto_choices, the candidate carrying each bucket at the end and the iteration
-  since which it has (`AutoState.choices_text`);
+  since which it has (`AutoState.choices_text`); auto_decision, what its last decision rested
+  on (`decision_text`: each candidate's price and its confirmation rounds' iteration times);
+  auto_switches, the switches it made while timed ("iteration bucket candidate; ...");
 * the environment columns (world_size, backend, device_name, ...).
 
 Spawned: `bench_train(world_size=2)`. Under torchrun (``torchrun ... -m gradcomp.cli bench
@@ -240,6 +243,8 @@ def _run_method(name, options, spec: dict, device) -> dict:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                       else None, bucket_cap_mb=spec["bucket_cap_mb"])
         state = None if name == "ddp" else comm.register(ddp, name, **options)
+        if name == "auto":  # timed in its steady state: its exploration untimed
+            spec = {**spec, "warmup": spec["warmup"] + state.settled_by}
         seconds, n = _time_iterations(ddp, workload, batch, spec, device)
     times = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
@@ -257,7 +262,15 @@ def _run_method(name, options, spec: dict, device) -> dict:
             "t_iter_single_s": spec["t_iter_single_s"],
             "scaling_factor": spec["t_iter_single_s"] / t_iter, **tele,
             "ratio": tele["bytes_original"] / tele["bytes_sent"], "device": device.type,
-            **({"auto_choices": state.choices_text()} if name == "auto" else {})}
+            **(_auto_columns(state, spec["warmup"]) if name == "auto" else {})}
+
+
+def _auto_columns(state, warmup: int) -> dict:
+    """`auto`'s choices at the end, what its decision rested on, and the switches it made
+    in the timed iterations (from `warmup` on): "iteration bucket candidate; ..."."""
+    timed = [f"{i} {b} {c}" for i, b, c in state.switches if i >= warmup]
+    return {"auto_choices": state.choices_text(), "auto_decision": state.decision_text(),
+            "auto_switches": "; ".join(timed)}
 
 
 def run_methods(cases, spec: dict, table: ResultTable, backend: str, profile_out=None,

@@ -35,7 +35,6 @@ from ..benches.train import KEY_COLUMNS as TRAIN_KEYS
 from ..benches.train import plan_runs, train_table
 from ..model.fit import hook_costs
 from ..profiles.profiles import Profile, load_profile
-from .regret import steady_state_jobs
 
 
 @dataclass(frozen=True)
@@ -113,17 +112,17 @@ def train_keys(cases, spec: dict, workers: int, repeats: int) -> dict[tuple[int,
             for key in plan_runs([case], {**spec, "repeat": r}, workers, "gloo", "cpu", table)}
 
 
-def training_passes(methods, keys: dict, done: set, warmup: int
-                    ) -> list[tuple[int, list[str], int]]:
-    """(repeat, methods, untimed iterations) of each training job that measures what `done`
-    (a table's keys) lacks of the interleaved passes over `methods` (names; `keys`:
-    `train_keys` of them, the repeats to measure): pass r in `pass_order`, split by
-    `regret.steady_state_jobs` (auto alone, after its exploration)."""
+def training_passes(methods, keys: dict, done: set) -> list[tuple[int, list[str]]]:
+    """(repeat, methods) of each training job that measures what `done` (a table's keys)
+    lacks of the interleaved passes over `methods` (names; `keys`: `train_keys` of them, the
+    repeats to measure): one job per pass r, its methods in `pass_order`, `auto` among them
+    (`benches.train` times it after its exploration), so that a job's conditions fall on
+    auto and the fixed methods alike."""
     index = {m: i for i, m in enumerate(methods)}
     repeats = 1 + max((r for _, r in keys), default=-1)
-    return [(r, names, untimed) for r in range(repeats)
-            for names, untimed in steady_state_jobs(
-                [m for m in pass_order(methods, r) if keys[index[m], r] not in done], warmup)]
+    jobs = [(r, [m for m in pass_order(methods, r) if keys[index[m], r] not in done])
+            for r in range(repeats)]
+    return [(r, names) for r, names in jobs if names]
 
 
 def least_disturbed_runs(train: pd.DataFrame, keys=TRAIN_KEYS) -> pd.DataFrame:

@@ -22,8 +22,8 @@ such minima is biased low against the one it is compared with: in
 fastest candidate's (a minimum over 16) put auto 2.8-4.0% over its fastest candidate at 2 of
 4 rates where the medians of the runs put it within 2.1% at every rate.
 
-`auto_regret` holds `auto`'s measured time (in `validate` its steady state, timed after its
-exploration) against two fastest fixed runs:
+`auto_regret` holds `auto`'s measured time (its steady state: `benches.train` times it after
+its exploration) against two fastest fixed runs:
 
 * its candidates': the fixed runs of `comm.auto.DEFAULT_CANDIDATES` with auto's options
   (`candidate_labels`: top-k with error feedback, PowerSGD rank 4; `validate` runs them,
@@ -38,15 +38,13 @@ errors.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from ...comm.auto import DEFAULT_CANDIDATES, AutoRoute
-from ...comm.hooks import build_state
+from ...comm.auto import DEFAULT_CANDIDATES
 from ...compressors import compressor
 from ..common.store import write_atomic
 from ..common.units import format_rate
@@ -55,20 +53,6 @@ from ..model.methods import method_spec, parse_methods
 from .validate_diloco import is_diloco
 
 CONFIG = ("rate_bps", "layout", "nodes", "gpus_per_node")
-#: Iterations after auto's exploration before its decisions act: the step at iteration i
-#: reads the samples reduced at i - 1 (`comm.auto.choice`, "Agreement").
-DECISION_LAG = 2
-
-
-def auto_warmup(warmup: int) -> int:
-    """Untimed iterations for an `auto` run with its defaults so that its timed iterations
-    are its steady state: `warmup`, plus its start iteration, its longest exploration (every
-    default candidate for `explore_iters`, then each for `confirm_rounds`) and
-    `DECISION_LAG`."""
-    params = inspect.signature(AutoRoute).parameters
-    start = inspect.signature(build_state).parameters["start_iter"].default
-    per_candidate = params["explore_iters"].default + params["confirm_rounds"].default
-    return warmup + start + len(DEFAULT_CANDIDATES) * per_candidate + DECISION_LAG
 
 
 def spec_label(spec: str) -> str:
@@ -107,20 +91,6 @@ def with_auto_candidates(methods: list[str]) -> list[str]:
 def config_columns(table: pd.DataFrame) -> list[str]:
     """The columns of `CONFIG` that `table` has."""
     return [c for c in CONFIG if c in table.columns]
-
-
-def steady_state_jobs(methods, warmup: int) -> list[tuple[list[str], int]]:
-    """The training jobs of `methods` (names), in their order: the fixed methods after
-    `warmup` untimed iterations, `auto` in a job of its own after `auto_warmup(warmup)`
-    (one job per stretch of methods with the same warm-up)."""
-    jobs = []
-    for method in methods:
-        untimed = auto_warmup(warmup) if method == "auto" else warmup
-        if jobs and jobs[-1][1] == untimed and method != "auto":
-            jobs[-1][0].append(method)
-        else:
-            jobs.append(([method], untimed))
-    return jobs
 
 
 def regret_time(runs: pd.DataFrame) -> pd.Series:

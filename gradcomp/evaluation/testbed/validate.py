@@ -34,9 +34,9 @@ summary, lambda per rate) and ``validation.png``. Predictions use no value fitte
 training runs they are held against; nothing is tuned per method.
 
 ``auto`` (`gradcomp.comm.auto`, its default candidates) may be among the methods: it has no
-prediction of its own (it chooses among methods at run time) and is trained in a job of its
-own whose untimed iterations cover its exploration (`regret.auto_warmup`), so that its
-timed ones are its steady state; its candidates run fixed too, with its options
+prediction of its own (it chooses among methods at run time) and trains in the same jobs as
+the fixed methods, its untimed iterations covering its exploration (`benches.train`), so that
+its timed ones are its steady state; its candidates run fixed too, with its options
 (`regret.with_auto_candidates`: e.g. ``topk(error_feedback=True)`` beside ``topk``, each
 method's variant a row of its own). The advice regret (`regret`: the model's pick against the
 fastest measured method, and auto's against its fastest candidate) goes to ``regret.csv``,
@@ -187,13 +187,13 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, batch_size: in
                      "--after-compute-ms", repr(AFTER_COMPUTE_MS),
                      "--bandwidth", repr(rate_bps)], timeout=900)
         if need_train:
-            for repeat, names, untimed in training_passes(methods, runs, train_table(train)
-                                                          .done_keys(), spec["warmup"]):
+            for repeat, names in training_passes(methods, runs,
+                                                 train_table(train).done_keys()):
                 say(progress, f"{format_rate(rate_bps)}: training (repeat {repeat}) with "
                     f"{', '.join(names)}")
                 run_job(testbed, "gradcomp.evaluation.benches.train",
                         ["--out", str(train), "--backend", "gloo", "--methods", ",".join(names),
-                         "--model", model, *batch_args(batch_size), "--warmup", str(untimed),
+                         "--model", model, *batch_args(batch_size), "--warmup", str(spec["warmup"]),
                          *timing_args(spec), "--bucket-cap-mb",
                          str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
                          "--repeat", str(repeat)], timeout=1800)

@@ -10,9 +10,8 @@ a node, the shaped links between nodes), in both layouts:
 
 Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce and
 all-gather inside every node at once, across the nodes for every local rank at once, and over
-all N G ranks as one ring, each after compute, as in training), training of each layout (`benches.train`; `auto` in a job of
-its own whose warm-up covers its exploration, `regret.auto_warmup`, so its timed iterations are
-its steady state; each run timing at least `iterations` and `min_timed_s` seconds;
+all N G ranks as one ring, each after compute, as in training), training of each layout (`benches.train`; `auto` in the same
+jobs, timed after its exploration, its steady state; each run timing at least `iterations` and `min_timed_s` seconds;
 `train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
 `pooled.least_disturbed_runs`), then on all N G ranks at once, so under the contention training
 sees (N G processes on the machine's cores), the profile as DDP runs it and the hook path's
@@ -178,17 +177,17 @@ def missing_tiers(out: Path, rate_bps: float, planned: dict) -> list[str]:
 
 
 def training_jobs(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
-                  layouts, repeats: int) -> list[tuple[int, str, list[str], int]]:
-    """(repeat, layout, methods, untimed iterations) of the training jobs the tables at
+                  layouts, repeats: int) -> list[tuple[int, str, list[str]]]:
+    """(repeat, layout, methods) of the training jobs the tables at
     `rate_bps` lack (`pooled.training_passes` per layout), pass by pass, each pass in every
     layout in turn, so that the layouts' runs are measured side by side."""
     jobs = []
     for layout in layouts:
         cases = layout_cases(methods, layout, g)
         done = train_table(_train_file(out, rate_bps, layout)).done_keys()
-        jobs += [(repeat, layout, names, warmup) for repeat, names, warmup in training_passes(
+        jobs += [(repeat, layout, names) for repeat, names in training_passes(
             [method_spec(*c) for c in own_options(cases)],
-            train_keys(cases, spec, nodes * g, repeats), done, spec["warmup"])]
+            train_keys(cases, spec, nodes * g, repeats), done)]
     return sorted(jobs, key=lambda job: job[0])
 
 
@@ -211,14 +210,14 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
             run_tier_sweep(testbed, out / f"tiers-{rate_tag(rate_bps)}.csv", sizes,
                            ("allreduce", "allgather"), COLLECTIVE_REPEATS, 2, AFTER_COMPUTE_MS,
                            tiers=missing_tiers(out, rate_bps, planned))
-        for repeat, layout, names, warmup in training_jobs(out, rate_bps, methods, spec, nodes,
-                                                           g, layouts, train_repeats):
+        for repeat, layout, names in training_jobs(out, rate_bps, methods, spec, nodes, g,
+                                                   layouts, train_repeats):
             say(progress, f"{where}: {layout} training (repeat {repeat}) with "
                 f"{', '.join(names)}")
             testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
                          "--out", str(_train_file(out, rate_bps, layout)), "--backend",
                          "gloo", "--methods", ",".join(names), "--model", model,
-                         *batch_args(spec["batch_size"]), "--warmup", str(warmup),
+                         *batch_args(spec["batch_size"]), "--warmup", str(spec["warmup"]),
                          *timing_args(spec), "--bucket-cap-mb",
                          str(spec["bucket_cap_mb"]), "--bandwidth", repr(rate_bps),
                          "--hook-options", json.dumps(layout_options(layout, g)),
