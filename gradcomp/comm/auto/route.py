@@ -260,10 +260,10 @@ class AutoRoute(Route):
 
     def decision_text(self) -> str:
         """What the last decision rested on, in one line: the iteration it was taken, each
-        candidate's predicted seconds per iteration (summed over the buckets) and the median
-        iteration of each contender's confirmation rounds, in ms: "decided at 37; priced:
-        none 290.1, bf16 180.2, powersgd 150.3, topk 160.4; rounds: powersgd 201.3, topk
-        210.0". Empty before the first decision."""
+        candidate's price (predicted codec and communication, summed over the buckets) and
+        the median iteration of each contender's confirmation rounds, in ms: "decided at 37;
+        priced: none 290.1, bf16 180.2, powersgd 150.3, topk 160.4; rounds: powersgd 201.3,
+        topk 210.0". Empty before the first decision."""
         chooser = self.chooser
         if chooser is None or chooser.decided_at is None:
             return ""
