@@ -151,6 +151,26 @@ def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick()
                           "topk (recommended)"]
 
 
+@pytest.mark.parametrize("gbps", [0.1, 1, 10, 400, 800])
+def test_speedup_plot_keeps_the_scenarios_label_inside_its_axes(gbps):
+    # The report's sweep spans 1-400 Gbit/s; a testbed's 100 Mbit/s or a 800 Gbit/s NIC lie
+    # outside it: the axis reaches them, and the label says the curves end before.
+    curves = sweep("resnet50", [1e9, 10e9, 100e9, 400e9], 8, ["none", "fp16"])
+    fig = plots.speedup_vs_bandwidth(curves.assign(costs="a"), None, scenario_bps=gbps * 1e9)
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    [label] = [t for t in ax.texts if t.get_text().startswith("scenario:")]
+    box, frame = label.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (gbps, box, frame)
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (gbps, box, frame)
+    inside = 1 <= gbps <= 400
+    low, high = ax.get_xlim()
+    assert ((low, high) == (1, 400)) if inside else (low < gbps < high)
+    scenario = {line.get_label(): line for line in ax.get_lines()}[plots.SCENARIO]
+    assert list(scenario.get_xdata()) == [gbps, gbps]
+    assert ("outside the sweep" in label.get_text()) != inside
+
+
 def band_of(ax, method):
     """The (x, y) vertices of the interval band labelled for `method`, or None."""
     bands = [c for c in ax.collections if c.get_label() == f"{method}: interval"]
