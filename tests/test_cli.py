@@ -1,7 +1,9 @@
 """The `gradcomp` command, run as a user runs it."""
 import io
 import json
+import os
 import subprocess
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 
 import gradcomp
@@ -11,7 +13,8 @@ from gradcomp import cli
 def run_here(*args):
     """`gradcomp ARGS` inside this process (no interpreter start-up), as a CompletedProcess;
     test_cli_errors and test_extras run the real command line where the process is the
-    subject (exit status, pipes, signals, missing packages)."""
+    subject (exit status, pipes, signals, missing packages), as does the test of what the
+    command imports before it runs (`IMPORTED`)."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
@@ -41,6 +44,33 @@ def test_compressors_json_has_exact_bytes():
 def test_unknown_command_is_an_error_naming_the_choices():
     out = run_here("compress")
     assert out.returncode != 0 and "compressors" in out.stderr
+
+
+#: Run in a fresh interpreter: for each command line, the modules of the command, the
+#: evaluation suite and FSDP imported by the time it ends.
+IMPORTED = """import sys
+from gradcomp import cli
+for argv in (["--version"], ["--help"], ["whatif", "--help"]):
+    try:
+        cli.main(argv)
+    except SystemExit:
+        pass
+    print(" ".join(sorted(m for m in sys.modules if m.startswith(
+        ("gradcomp.cli.", "gradcomp.evaluation", "torch.distributed.fsdp")))), file=sys.stderr)
+"""
+
+
+def test_version_and_help_import_no_commands_module():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", IMPORTED], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    version, top, whatif = (set(line.split()) for line in out.stderr.splitlines())
+    assert version == top == {"gradcomp.cli.parsing"}  # nothing of the library but its face
+    assert {"gradcomp.cli.analyses", "gradcomp.cli.common"} <= whatif  # its own module
+    assert not {"gradcomp.cli.bench", "gradcomp.cli.testbed", "gradcomp.cli.run"} & whatif
+    assert not any(m.startswith("torch.distributed.fsdp") for m in whatif)
+    assert "--version" in out.stdout and "whatif" in out.stdout
 
 
 def test_whatif_reproduces_the_netai_result_for_resnet50():

@@ -17,7 +17,7 @@ from gradcomp.evaluation.analyses.whatif import sweep
 from gradcomp.evaluation.benches import collective as bench_collective
 from gradcomp.evaluation.benches import compress as bench_compress
 from gradcomp.evaluation.benches import train as bench_train
-from gradcomp.evaluation.benches.converge import CONVERGE
+from gradcomp.evaluation.benches.converge import CONVERGE, options_text
 from gradcomp.evaluation.common.env import cpu_threads, environment
 from gradcomp.evaluation.common.store import ResultTable
 from gradcomp.evaluation.model.cluster import resolve_cluster
@@ -151,6 +151,26 @@ def test_speedup_plot_marks_the_scenario_and_emphasises_baselines_and_the_pick()
                           "topk (recommended)"]
 
 
+@pytest.mark.parametrize("gbps", [0.1, 1, 10, 400, 800])
+def test_speedup_plot_keeps_the_scenarios_label_inside_its_axes(gbps):
+    # The report's sweep spans 1-400 Gbit/s; a testbed's 100 Mbit/s or a 800 Gbit/s NIC lie
+    # outside it: the axis reaches them, and the label says the curves end before.
+    curves = sweep("resnet50", [1e9, 10e9, 100e9, 400e9], 8, ["none", "fp16"])
+    fig = plots.speedup_vs_bandwidth(curves.assign(costs="a"), None, scenario_bps=gbps * 1e9)
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    [label] = [t for t in ax.texts if t.get_text().startswith("scenario:")]
+    box, frame = label.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (gbps, box, frame)
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (gbps, box, frame)
+    inside = 1 <= gbps <= 400
+    low, high = ax.get_xlim()
+    assert ((low, high) == (1, 400)) if inside else (low < gbps < high)
+    scenario = {line.get_label(): line for line in ax.get_lines()}[plots.SCENARIO]
+    assert list(scenario.get_xdata()) == [gbps, gbps]
+    assert ("outside the sweep" in label.get_text()) != inside
+
+
 def band_of(ax, method):
     """The (x, y) vertices of the interval band labelled for `method`, or None."""
     bands = [c for c in ax.collections if c.get_label() == f"{method}: interval"]
@@ -262,6 +282,30 @@ def test_convergence_curves_emphasise_the_baselines_and_the_pick():
             assert lines[method].get_alpha() in (None, 1.0)
             assert lines[method].get_linewidth() > max(q.get_linewidth() for q in quiet)
             assert lines[method].get_zorder() > max(q.get_zorder() for q in quiet)
+
+
+def test_convergence_figures_label_auto_as_itself():
+    # Options as `bench converge --methods auto,...` records them: auto's settings, defaults
+    # filled in (auto is no compressor: it runs without error feedback only).
+    auto, tuned = options_text("auto", {}, False), options_text("auto", {"explore_iters": 7},
+                                                                  False)
+    runs = [("none", "{}", False), ("auto", auto, False), ("auto", tuned, False),
+            ("topk", "{}", False), ("topk", "{}", True)]
+    curve = pd.DataFrame([
+        {"method": m, "options": o, "error_feedback": ef, "iteration": i, "task": "teacher",
+         "metric": "loss", "target": 0.1, "test_loss": 1 / (i + 1), "test_accuracy": 0.5,
+         "seed": 0} for m, o, ef in runs for i in range(0, 50, 10)])
+    fig = converge_plots.convergence_curves(curve, None, recommended="auto")
+    drawn = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert {"none", "auto", "auto(explore_iters=7)", "topk"} <= set(drawn)
+    assert drawn["auto"].get_alpha() in (None, 1.0)  # the recommendation, emphasised
+    tta = pd.DataFrame([
+        {"method": m, "options": o, "error_feedback": ef, "iterations_to_target": 30.0,
+         "iterations_min": 20.0, "iterations_max": 40.0, "max_iters": 100, "task": "teacher",
+         "metric": "loss", "target": 0.1} for m, o, ef in runs])
+    ax = converge_plots.iterations_to_target(tta, None, recommended="auto").axes[0]
+    assert {t.get_text() for t in ax.get_yticklabels()} == {
+        "none", "auto (recommended)", "auto(explore_iters=7)", "topk"}
 
 
 def test_report_holds_the_verdict_fits_validation_and_figures(reported, tmp_path):

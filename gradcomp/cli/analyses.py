@@ -2,7 +2,6 @@
 network and method (or every method)."""
 from ..compressors import names
 from ..evaluation.analyses.fsdp import TIMELINE, check_fsdp_method
-from ..fsdp import METHODS as FSDP_METHODS
 from ..evaluation.analyses.measured import error_summary, fitted_network, measured_vs_predicted
 from ..evaluation.analyses import weighed
 from ..evaluation.analyses.evidence import (evidence_of, evidence_record, network_spread,
@@ -19,13 +18,11 @@ from ..evaluation.model.cost_tables import cost_table, default_costs
 from ..evaluation.model.methods import resolve
 from ..evaluation.model.topology import ALGORITHMS, network_on
 from ..evaluation.profiles.profiles import load_profile
-from .common import (METHODS_HELP, cluster_of, costs_option, default_of, emit, fraction,
-                     method_list, network_defaults, network_options, number, read_measurements,
-                     split, table,
-                     topology_options)
+from .common import (METHODS_HELP, PARALLELISM, cluster_of, costs_option, default_of, emit,
+                     fraction, method_list, network_defaults, network_options, number,
+                     read_measurements, split, table, topology_options)
 
 ALGORITHM = default_of(network_on, "algorithm")  # whatif --topology: the all-reduce algorithm
-PARALLELISM = ("ddp", "fsdp")
 
 
 def parallelism_option(p) -> None:
@@ -36,10 +33,7 @@ def parallelism_option(p) -> None:
                    "GPUs, validated only without it: see validate --parallelism fsdp)")
 
 
-def add_whatif(sub) -> None:
-    wi = sub.add_parser("whatif", help="scaling factor and iteration time for a profile, "
-                        "network and method (its speedups with the intervals advise gives); "
-                        "the compression needed and the break-even bandwidth")
+def add_whatif(wi) -> None:
     network_options(wi)
     wi.add_argument("--method", default=default_of(scenario, "method"),
                     help="a gradcomp method name, with options as name:key=value,... "
@@ -58,10 +52,7 @@ def add_whatif(sub) -> None:
     wi.set_defaults(run=_whatif, workers=None, latency=None)  # None: see network_defaults
 
 
-def add_advise(sub) -> None:
-    ad = sub.add_parser("advise", help="recommend one method (by time to accuracy with "
-                        "--convergence) with its speedup over fp32 DDP and a 16-bit "
-                        "all-reduce; rank methods by predicted iteration time")
+def add_advise(ad) -> None:
     network_options(ad)
     parallelism_option(ad)
     costs_option(ad)
@@ -276,6 +267,8 @@ def _whatif_fsdp(args) -> None:
 
 
 def _advise_fsdp(args) -> None:
+    from ..fsdp import METHODS  # torch.distributed.fsdp: imported when FSDP is asked about
+
     _not_for_fsdp(args, "advise", ("convergence", "task", "target", "topology", "algorithms",
                                    "measured", "collectives", "bucketing"))
     costs = chosen_costs(args)
@@ -289,7 +282,7 @@ def _advise_fsdp(args) -> None:
     answer = recommend_by_iteration(ranking, costs, device, question, evidence,
                                     weighed.fsdp_flips(args.profile, net, costs, device),
                                     compute_device=compute, wording=FSDP)
-    answer += _left_out(methods or FSDP_METHODS, None, ranking, costs, device)
+    answer += _left_out(methods or METHODS, None, ranking, costs, device)
     text = (f"{TIMELINE}: {question}, codec costs {costs.label}\n"
             + table(with_intervals(ranking), ["rank", "method", "t_iter_s", "speedup",
                                               "vs_16bit", "rs_compression", "exposed_comm_s"])

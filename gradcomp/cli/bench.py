@@ -18,11 +18,7 @@ QUICK_BLOCKSPARSE_NUMEL = 1 << 20  # --blocksparse --quick: float32 elements per
 QUICK_TRAIN_ITERATIONS = 3  # train --quick
 
 
-def add_bench(sub) -> None:
-    be = sub.add_parser("bench", help="measure: compress (encode/decode cost), collective "
-                        "(all-reduce/all-gather/broadcast), train (DDP iterations per hook), "
-                        "converge (iterations to a target accuracy, with and without error "
-                        "feedback); train --parallelism fsdp: FSDP2 iterations per method")
+def add_bench(be) -> None:
     be.add_argument("what", choices=("compress", "collective", "train", "converge"))
     be.add_argument("--out", help="CSV (or .parquet) to append rows to; resumed if it exists")
     be.add_argument("--methods", help="comma-separated methods (default: all; train "

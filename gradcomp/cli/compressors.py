@@ -6,9 +6,7 @@ from ..evaluation.benches.compress import RESNET50_NUMEL, default_methods, measu
 from .common import DEVICE, default_of, device, emit, positive_int
 
 
-def add_compressors(sub) -> None:
-    comp = sub.add_parser("compressors", help="compress a ResNet-50-sized gradient with every "
-                          "method and print bytes on wire, error and encode/decode time")
+def add_compressors(comp) -> None:
     comp.add_argument("--numel", type=positive_int, default=RESNET50_NUMEL,
                       help="gradient size in fp32 values (default: 25.6M, ResNet-50)")
     comp.add_argument("--device", type=device, default=DEVICE,

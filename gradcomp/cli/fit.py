@@ -4,9 +4,7 @@ from ..evaluation.model.fit import fit_codec, fit_collectives, summary
 from .common import emit, rate, read_measurements, table
 
 
-def add_fit(sub) -> None:
-    fi = sub.add_parser("fit", help="fit a + b*numel per method (a compress table) or alpha, "
-                        "beta per collective (a collective table); prints R^2")
+def add_fit(fi) -> None:
     fi.add_argument("table", help="CSV written by `gradcomp bench compress|collective`")
     fi.add_argument("--tiers", action="store_true", help="a collective table: the cluster's "
                     "latency and efficiency (busbw / line rate) per tier (column tier: inter, "

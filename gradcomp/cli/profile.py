@@ -4,8 +4,7 @@ from ..evaluation.profiles.profiles import save_profile
 from .common import DEVICE, default_of, device, emit, positive_int
 
 
-def add_profile(sub) -> None:
-    pr = sub.add_parser("profile", help="measure your model's backward profile on this device")
+def add_profile(pr) -> None:
     pr.add_argument("factory", help="a workload: a built-in (mlp, tiny, cnn, gpt, teacher, "
                     "digits), MODULE:FACTORY or path/to/file.py:FACTORY returning a "
                     "gradcomp.Workload; or a factory returning an nn.Module (e.g. "

@@ -3,9 +3,7 @@ report of a results folder)."""
 from .common import METHODS_HELP, cluster_of, costs_option, emit, method_list, network_options
 
 
-def add_run(sub) -> None:
-    rn = sub.add_parser("run", help="the main job: measure compression, collectives and DDP "
-                        "training here, fit the model, and write plots and a report")
+def add_run(rn) -> None:
     network_options(rn)
     rn.add_argument("--out", help="results folder (default: results/<timestamp>); an "
                     "existing one is resumed, finished rows are skipped")
@@ -17,8 +15,7 @@ def add_run(sub) -> None:
     rn.set_defaults(run=_run)
 
 
-def add_report(sub) -> None:
-    re_ = sub.add_parser("report", help="(re)write plots and report.md for a results folder")
+def add_report(re_) -> None:
     network_options(re_)
     re_.add_argument("results", help="a folder written by `gradcomp run`")
     re_.add_argument("--out", help="a new folder for this report: the measurement tables are "

@@ -12,16 +12,13 @@ from ..evaluation.testbed.validate import (DEFAULT_METHODS, DEFAULT_RATES, HOOK_
                                            validate_sweep)
 from ..evaluation.testbed.validate_tiers import summarize_layouts, validate_two_tier
 from ..evaluation.common.units import format_rate
-from .analyses import PARALLELISM
-from .common import (default_of, emit, exits_on, method_texts, number, positive_int, rate,
-                     split, table)
+from .common import (PARALLELISM, default_of, emit, exits_on, method_texts, number,
+                     positive_int, rate, split, table)
 
 FAILURES = (testbed.TestbedUnavailable, testbed.JobFailed, TimeoutError)  # end the command
 
 
-def add_testbed(sub) -> None:
-    tb = sub.add_parser("testbed", help="run a command in every namespace of a bandwidth-"
-                        "limited local testbed (one network namespace per worker; needs root)")
+def add_testbed(tb) -> None:
     tb.add_argument("--workers", type=positive_int,
                     default=default_of(testbed.run_command, "workers"), help="namespaces (ranks)")
     tb.add_argument("--nodes", type=positive_int, help="two tiers: this many namespaces "
@@ -53,10 +50,7 @@ def add_testbed(sub) -> None:
     tb.set_defaults(run=_testbed)
 
 
-def add_validate(sub) -> None:
-    va = sub.add_parser("validate", help="measure DDP (or FSDP2) iterations in the testbed at "
-                        "several rates and hold the performance model's predictions against "
-                        "them (needs root: it runs the testbed)")
+def add_validate(va) -> None:
     va.add_argument("--parallelism", choices=PARALLELISM, default="ddp",
                     help="ddp (default: the DDP timeline) or fsdp (the FSDP timeline against "
                     "FSDP2 training, fully_shard on each Linear and the root)")

@@ -3,10 +3,7 @@ from ..evaluation.model.topology import compare, default_suite, load_topology
 from .common import default_of, emit, positive_int, rate, table
 
 
-def add_topology(sub) -> None:
-    tp = sub.add_parser("topology", help="all-reduce time by ring, tree, parameter server and "
-                        "forest packing on network topologies, and the forest's rate against "
-                        "its cut bound")
+def add_topology(tp) -> None:
     tp.add_argument("--topology", action="append", help="built-in (two-racks, random, "
                     "random:SEED: links only; homogeneous: a switched cluster, one NIC of "
                     "--bandwidth per worker) or a .json/.csv bandwidth matrix (bit/s, entry "

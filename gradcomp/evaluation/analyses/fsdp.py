@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...fsdp import METHODS
 from ..model.fit import as_costs
 from ..model.fsdp import predict_fsdp
 from ..model.methods import resolve
@@ -26,6 +25,8 @@ TIMELINE = ("FSDP timeline (fully_shard, one unit prefetched; modelled: validate
 
 def check_fsdp_method(method: str) -> str:
     """`method` if the FSDP timeline models it (`gradcomp.fsdp.METHODS`), else a ValueError."""
+    from ...fsdp import METHODS  # torch.distributed.fsdp: imported when FSDP is asked about
+
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not allowed with FSDP: choose one of "
                          f"{', '.join(METHODS)} (none: FSDP's own reduce-scatter)")
@@ -61,6 +62,8 @@ def advise_fsdp(profile, workers: int, bandwidth, methods=None, latency_s: float
     reduce-scatter, and the 16-bit one of `device` always, `recommend.sixteen_bit`; bf16
     never on a GPU without it, `recommend.unsupported`), fastest first, with column `rank`.
     `device`: the GPU the question runs on (None: the profile's)."""
+    from ...fsdp import METHODS  # torch.distributed.fsdp: imported when FSDP is asked about
+
     profile = load_profile(profile)
     device = profile.device if device is None else device
     chosen = [m for m in dict.fromkeys(["none", sixteen_bit(device),

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ... import diloco
 from ...compressors import compressor
-from ..benches.converge import compressor_options
+from ..benches.converge import compressor_options, options_text
 from ..common.units import format_rate
 from ..model.fit import as_costs
 from ..model.methods import resolve
@@ -68,11 +68,14 @@ def select(summary: pd.DataFrame, task=None, target=None) -> pd.DataFrame:
 
 
 def variant_label(method: str, options: str, error_feedback: bool) -> str:
-    """method(non-default options), with " +EF" when error feedback was on."""
+    """method(non-default options), with " +EF" when error feedback was on; `auto` (the hook
+    choosing among its candidates, no compressor) against the settings `bench converge`
+    records for it when given none."""
     given = json.loads(options) if isinstance(options, str) else dict(options)
     if method == diloco.NAME:
         return diloco.Variant.from_options(given).label() + (" +EF" if error_feedback else "")
-    default = compressor(method).options()
+    default = json.loads(options_text(method, {}, False)) if method == "auto" else \
+        compressor(method).options()
     shown = {k: v for k, v in given.items() if k != "seed" and default.get(k) != v}
     text = method + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
     return text + (" +EF" if error_feedback else "")

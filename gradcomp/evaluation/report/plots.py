@@ -36,6 +36,7 @@ BASELINES = ("none", "bf16", "fp16")  # fp32 DDP and the 16-bit all-reduces: dra
 MUTED_ALPHA = 0.35  # the opacity of the methods neither a baseline nor recommended
 BAND_ALPHA = 0.2  # the opacity of an emphasised method's interval band
 SCENARIO = "scenario"  # the label of the vertical line at the scenario's bandwidth
+SWEPT_GBPS = (1, 400)  # the speedup plot's axis, Gbit/s: `whatif.default_bandwidths`' range
 
 
 @styled
@@ -47,7 +48,7 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
     are drawn wide and opaque, with their intervals (columns ``speedup_low`` / ``_high``,
     `weighed.sweep`, where present) as bands of their colour labelled "<method>: interval";
     every other method thin and faint; the scenario's bandwidth `scenario_bps` (bit/s) is a
-    vertical line."""
+    labelled vertical line (`_mark_scenario`: the axis widened to it when outside)."""
     panels = list(dict.fromkeys(sweep["costs"])) if "costs" in sweep else [None]
     methods = list(dict.fromkeys(sweep["method"]))
     styles = line_styles(methods)
@@ -73,14 +74,9 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
                                 line["speedup_high"], color=styles[method]["color"],
                                 alpha=BAND_ALPHA, linewidth=0, zorder=2,
                                 label=f"{method}: interval")
-        if scenario_bps is not None:
-            ax.axvline(scenario_bps / 1e9, color="black", linestyle=":", linewidth=1.5,
-                       label=SCENARIO)
-            ax.annotate(f"scenario: {scenario_bps / 1e9:g} Gbit/s", (scenario_bps / 1e9, 1),
-                        xycoords=("data", "axes fraction"), xytext=(4, -4),
-                        textcoords="offset points", va="top", fontsize="small")
         ax.set_xscale("log")
-        ax.set_xlim(1, 400)
+        ax.set_xlim(*(SWEPT_GBPS if scenario_bps is None else
+                      _mark_scenario(ax, scenario_bps / 1e9)))
         ax.set_xlabel("bandwidth per worker (Gbit/s)")
         if panel is not None:
             ax.set_title(f"encode/decode costs: {panel}", fontsize="medium")
@@ -107,6 +103,23 @@ def speedup_vs_bandwidth(sweep: pd.DataFrame, path, size=(12, 5.5), title=None, 
     fig.suptitle(title or f"Modelled speedup vs bandwidth: {row['profile']}, {row['workers']} "
                           f"workers, {row['bucketing']} bucketing", x=0.02, ha="left")
     return save(fig, path)
+
+
+def _mark_scenario(ax, at: float) -> tuple[float, float]:
+    """A dotted line at the scenario's bandwidth `at` (Gbit/s), labelled on its roomier side;
+    returns the x limits that hold it: `SWEPT_GBPS`, widened past `at` when it lies outside
+    (the label says so: the curves end where the sweep does)."""
+    low, high = SWEPT_GBPS
+    outside = not low <= at <= high
+    if outside:  # a margin, so that the line is not the axis' edge
+        low, high = min(low, at / 1.5), max(high, at * 1.5)
+    ax.axvline(at, color="black", linestyle=":", linewidth=1.5, label=SCENARIO)
+    left = np.log(at / low) > np.log(high / low) / 2  # in the axis' right half: label left
+    ax.annotate(f"scenario: {at:g} Gbit/s" + (", outside the sweep" if outside else ""),
+                (at, 1), xycoords=("data", "axes fraction"), xytext=(-4 if left else 4, -4),
+                textcoords="offset points", va="top", ha="right" if left else "left",
+                fontsize="small")
+    return low, high
 
 
 def _model_line(style: dict, width: float | None) -> dict:
