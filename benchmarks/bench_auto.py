@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gradcomp import comm
 from gradcomp.comm.auto import DEFAULT_CANDIDATES
-from gradcomp.evaluation.common.env import environment, init_from_env
+from gradcomp.evaluation.common.env import end_process_group, environment, init_from_env
 from gradcomp.evaluation.common.store import ResultTable, write_atomic
 from gradcomp.evaluation.testbed.testbed import Testbed
 from gradcomp.evaluation.testbed.validate import DEFAULT_RATES
@@ -138,7 +138,7 @@ def worker_rates(a) -> None:
                 "auto_model": auto_model(state) if name == "auto" else "",
                 "times_s": json.dumps(times)})
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the run's hooked DDP freed first
 
 
 def worker_drop(a) -> None:
@@ -173,7 +173,7 @@ def worker_drop(a) -> None:
                 "auto_model": auto_model(state) if name == "auto" else "",
                 "times_s": json.dumps(times)})
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the run's hooked DDP freed first
 
 
 # -- the parent (root) ---------------------------------------------------------------------

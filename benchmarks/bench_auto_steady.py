@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from gradcomp.comm import hooks  # noqa: E402
 from gradcomp.evaluation.common import processes  # noqa: E402
+from gradcomp.evaluation.common.env import end_process_group  # noqa: E402
 from gradcomp.evaluation.workloads.load import load_workload  # noqa: E402
 
 TOPK_EF = ["topk", {"ratio": 0.01, "error_feedback": True}]
@@ -111,7 +112,7 @@ def _worker(rank: int, store: str, out: str, a) -> None:
                          **_run(name, options, a.steady_from + 10, a.steady_from, a.model,
                                  True)})
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the runs' hooked DDPs freed first
     if rank == 0:
         with open(out, "w") as f:
             json.dump(rows, f)

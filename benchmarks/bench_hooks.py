@@ -17,6 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp.comm
+from gradcomp.evaluation.common.env import end_process_group
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,7 +29,7 @@ def single_process_group():
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 's')}",
                                 rank=0, world_size=1)
         yield
-        dist.destroy_process_group()
+        end_process_group()  # the tests' hooked DDPs freed first
 
 
 def make_ddp(width: int, hook: str) -> DDP:

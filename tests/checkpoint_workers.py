@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
 import gradcomp.comm
+from gradcomp.evaluation.common.env import end_process_group
 from ddp_workers import LR, LR_DEFAULT, OPTIONS, _error_of, data, flat_params, make_model
 
 STEPS = 16
@@ -220,8 +221,8 @@ def mistakes_cases(rank, world_size, out_dir):
     calling save_state while rank 1 trains on, with PowerSGD (which hung for 30 minutes)."""
     res = {"damaged": damaged_cases(rank)}
     res["save_on_rank_0_only"] = save_on_rank_0_only(rank, "powersgd")
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if dist.is_initialized():  # rank 1's (rank 0 ended its own in save_state)
+        end_process_group()
     dist.init_process_group("gloo", init_method=f"file://{out_dir}/end.store", rank=rank,
                             world_size=world_size)  # for the spawn's own teardown
     return res

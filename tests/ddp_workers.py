@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.evaluation.common import processes
+from gradcomp.evaluation.common.env import end_process_group
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer
 
 METHODS = gradcomp.names()
@@ -66,7 +67,7 @@ def _entry(rank, fn, world_size, store, out_dir, args, backend):
         result = fn(rank, world_size, out_dir, *args)
     finally:
         if fn is not dead_rank_case:
-            dist.destroy_process_group()
+            end_process_group()  # the cases' hooked DDPs freed first
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
 
 

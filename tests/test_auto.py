@@ -325,13 +325,15 @@ def test_bad_auto_options_name_the_option(bad, match):
 def one_rank_group(tmp_path_factory):
     import torch.distributed as dist
 
+    from gradcomp.evaluation.common.env import end_process_group
+
     if dist.is_initialized():
         yield
         return
     dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/s",
                             rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    end_process_group()  # the tests' hooked DDPs freed first
 
 
 def test_register_auto_refuses_options_of_a_single_method(one_rank_group):

@@ -71,13 +71,15 @@ def one_rank_group(tmp_path_factory):
     """A gloo process group of this process alone (DDP needs one)."""
     import torch.distributed as dist
 
+    from gradcomp.evaluation.common.env import end_process_group
+
     if dist.is_initialized():
         yield
         return
     store = tmp_path_factory.mktemp("pg") / "store"
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    end_process_group()  # the tests' hooked DDPs freed first
 
 
 def train_alone(model, method, steps=4, **options):

@@ -21,6 +21,7 @@ from gradcomp.evaluation.benches.hookpath import (EVICT_FACTOR, EVICT_MIN_BYTES,
                                                   BucketGradient, bench_hook_path, evict,
                                                   hook_communicator, hook_sizes, matrix_shape,
                                                   run_phases, workload_gradient)
+from gradcomp.evaluation.common.env import end_process_group
 from gradcomp.evaluation.model.fit import hook_costs
 from gradcomp.evaluation.model.methods import MethodCost, resolve
 from gradcomp.evaluation.model.network import Network
@@ -105,7 +106,7 @@ def one_rank(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
                             world_size=1)
     yield
-    dist.destroy_process_group()
+    end_process_group()  # the tests' hooked DDPs freed first
 
 
 def test_the_bench_times_the_ops_the_hook_runs(one_rank, monkeypatch):

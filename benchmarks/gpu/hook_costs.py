@@ -48,6 +48,7 @@ import gradcomp  # noqa: E402
 from gradcomp.comm.communicators import Bucket  # noqa: E402
 from gradcomp.comm.hooks import build_state, hook  # noqa: E402
 from gradcomp.evaluation.common import processes  # noqa: E402
+from gradcomp.evaluation.common.env import end_process_group  # noqa: E402
 from gradcomp.evaluation.benches.hookpath import evict, hook_communicator, run_phases  # noqa
 from gradcomp.evaluation.profiles.profiles import load_profile  # noqa: E402
 
@@ -296,7 +297,7 @@ def _worker(rank, world_size, backend, init, args, methods):
         iteration_rows(rank, world_size, backend, device, models, methods, args.dry_run,
                        iters, os.path.join(args.out, "iterations.csv"))
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the hooked DDPs freed first
 
 
 def run_group(world_size: int, backend: str, args, methods) -> None:

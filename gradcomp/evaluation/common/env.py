@@ -1,6 +1,6 @@
 """Where a measurement runs: the environment columns every measurement row carries, and the
 local process groups the multi-process benchmarks start (spawned), or the group they join
-when torchrun started them (`launch`).
+when torchrun started them (`launch`), and how such a group ends (`end_process_group`).
 
 Environment columns: device_name (the CUDA device's name, else "cpu"), cpu (the processor
 model), torch_version, gradcomp_version, world_size, backend ("none" outside a process
@@ -8,6 +8,7 @@ group), hostname, python_version, date (UTC, ISO 8601, when the row was taken).
 """
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import socket
@@ -124,7 +125,7 @@ def _entry(rank, fn, world_size, backend, store, args):
     try:
         fn(*args)
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def launch(fn, world_size: int, backend: str, *args) -> None:
@@ -144,7 +145,19 @@ def launch(fn, world_size: int, backend: str, *args) -> None:
         fn(*shared[0])
     finally:
         if not joined:
-            dist.destroy_process_group()
+            end_process_group()
+
+
+def end_process_group() -> None:
+    """Destroy the default process group after collecting the garbage of the work that ran
+    in it (call it once that work's function has returned). A DDP freed after its group is
+    destroyed has its reducer drop the group's last reference under the GIL, and the group's
+    destructor joins a gloo thread that may be waiting for the GIL to free a Python comm hook's
+    future callback: a hang (pytorch/pytorch#56297). A DDP can sit in a reference cycle (the
+    first one a process makes does), so the function's return may not free it; collected
+    first, it leaves the group to the registry that destroy_process_group empties."""
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def is_rank_zero() -> bool:

@@ -235,7 +235,7 @@ def concurrent_job(argv=None) -> int:
     import torch.distributed as dist
 
     from ..benches.train import model_profile
-    from ..common.env import init_from_env
+    from ..common.env import end_process_group, init_from_env
     from ..profiles.profiles import save_measured
 
     args = concurrent_parser(concurrent_job.__doc__)
@@ -257,7 +257,7 @@ def concurrent_job(argv=None) -> int:
                             gradient=gradient)
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the profile's hooked DDP freed first
     return 0
 
 

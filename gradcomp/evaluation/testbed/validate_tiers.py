@@ -407,7 +407,7 @@ def concurrent_job(argv=None) -> int:
 
     from ..benches.hookpath import bench_hook_path, workload_gradient
     from ..benches.train import model_profile
-    from ..common.env import init_from_env
+    from ..common.env import end_process_group, init_from_env
     from ..profiles.profiles import save_measured
     from .validate import concurrent_parser
 
@@ -436,7 +436,7 @@ def concurrent_job(argv=None) -> int:
                                 slowest_rank=True, gradient=gradient)
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        end_process_group()  # the profile's hooked DDP freed first
     return 0
 
 
