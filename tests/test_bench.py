@@ -175,6 +175,7 @@ def test_collective_rows_report_as_nccl_tests(collective):
     assert (df["world_size"] == 2).all() and (df["backend"] == "gloo").all()
     assert (df["bandwidth_bps"] == 1e9).all()  # the line rate, for the efficiency fit
     assert (df["time_s"] > 0).all() and (df["time_spread_s"] >= 0).all()
+    assert (df["time_min_s"] > 0).all() and (df["time_min_s"] <= df["time_s"]).all()
     p = 2
     for row in df.to_dict("records"):
         factor = {"allreduce": 2 * (p - 1) / p, "allgather": (p - 1) / p, "broadcast": 1}

@@ -10,7 +10,7 @@ with the payload the performance model uses:
 * nbytes: one worker's payload S (the input of every collective; what `fit_collectives` and
   `network` take);
 * size_bytes: nccl-tests' size: the output buffer (p * S) for all-gather, S otherwise;
-* time_s (median), time_spread_s (max - min), time_mean_s; algbw_GBps = size_bytes / time_s / 1e9;
+* time_s (median), time_spread_s (max - min), time_mean_s, time_min_s; algbw_GBps = size_bytes / time_s / 1e9;
 * busbw_GBps = algbw_GBps * factor: 2(p-1)/p for all-reduce, (p-1)/p for all-gather,
   reduce-scatter and all-to-all, 1 for broadcast (from rank 0);
 * collectives ``reducescatter`` (`reduce_scatter_tensor` of S bytes, S/p kept) and
@@ -131,7 +131,8 @@ def measure_collective(collective: str, nbytes: int, repeats: int, warmup: int,
     algbw = size / time_s / 1e9
     return {"collective": collective, "nbytes": nbytes, "size_bytes": size, "count": count,
             "dtype": "float32", "time_s": time_s,
-            "time_spread_s": spread, "time_mean_s": times.mean().item(), "algbw_GBps": algbw,
+            "time_spread_s": spread, "time_mean_s": times.mean().item(),
+            "time_min_s": times.min().item(), "algbw_GBps": algbw,
             "busbw_GBps": algbw * BUS_FACTOR[collective](p), "repeats": repeats,
             "warmup": warmup, "after_compute_s": after_compute_s, "device": device.type,
             **extra}
