@@ -38,7 +38,9 @@ overlaps (`_diloco`); `bucket_times` then holds one row per fragment.
 Output (`Prediction`): t_iter = forward + max(end of backward, end of the last stage) +
 finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
 exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
-/ t_iter; speedup = t_iter(none) / t_iter(method) on the same network.
+/ t_iter; speedup = t_iter(none) / t_iter(method) on the same network; per bucket its stages'
+times and its codec seconds after backward ended (`busy_s`: the iteration's compute and
+codec time).
 """
 from __future__ import annotations
 
@@ -199,7 +201,10 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
         "encode_start_s": [s[0] for s in start], "encode_end_s": [e[0] for e in end],
         "comm_start_s": [s[c[0]] for s, c in zip(start, comm)],
         "comm_end_s": [e[c[-1]] for e, c in zip(end, comm)],
-        "decode_start_s": [s[-1] for s in start], "decode_end_s": [e[-1] for e in end]}
+        "decode_start_s": [s[-1] for s in start], "decode_end_s": [e[-1] for e in end],
+        "codec_after_backward_s": [
+            sum(max(0.0, e - max(s, bwd_end)) for (kind, _), s, e in zip(chain, st, en)
+                if kind == "codec") for chain, st, en in zip(chains, start, end)]}
     return Prediction(method.name, network.workers, network.bandwidth_bps,
                       type(policy).__name__.lower(), t_iter, profile.t_iter_single, bwd_end,
                       max(0.0, last - bwd_end), profile.t_iter_single / t_iter, math.nan,
@@ -231,6 +236,16 @@ def _diloco(profile: Profile, network: Network, method: MethodCost) -> Predictio
                       compute, profile.forward_s + profile.backward_s, exposed,
                       compute / t_iter, math.nan, sum(rows["wire_bytes"]) / variant.H,
                       profile.nbytes, rows)
+
+
+def busy_s(pred: Prediction) -> float:
+    """The seconds of a per-step method's iteration a worker computes (forward, backward,
+    optimizer, finalize) or runs its codec, rather than waiting on a collective: t_iter less
+    the exposed communication, plus the codec stages within it."""
+    if pred.bucketing == "diloco":
+        raise ValueError(f"method={pred.method!r}: a DiLoCo variant's inner steps do not wait "
+                         "on collectives; busy_s prices per-step methods")
+    return pred.t_iter_s - pred.exposed_comm_s + sum(pred.bucket_times["codec_after_backward_s"])
 
 
 def codec_seconds(pred: Prediction) -> float:

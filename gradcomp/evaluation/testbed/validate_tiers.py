@@ -42,6 +42,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -67,6 +68,7 @@ from .ratecheck import TIER_KEYS, TIERS, run_tier_sweep, tier_network
 from .conditions import conditions_at, record_conditions
 from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
 from .regret import regret_markdown, with_auto_candidates, write_regret
+from .sharing import blended_costs, shared_prediction
 from .slowdown import AT_RATE, predict_at_rate, predict_with_slowdowns, read_once
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
@@ -117,12 +119,19 @@ def measured_once(out: Path, rate_bps: float, spec: dict, layout: str | None = N
     return per_rate if per_rate.exists() else shared
 
 
+def alone_path(out: Path, layout: str) -> Path:
+    """`layout`'s hook-path table of one rank alone (`sharing`), measured once for every
+    rate."""
+    return out / f"hook-{layout}-alone.csv"
+
+
 def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
                  train_repeats: int = 1) -> dict:
     """The stored keys each table needs: "tiers" (every tier of `ratecheck.TIERS`), and per
     layout "train-<layout>"
-    (`train_repeats` runs of each method) and "hook-<layout>" (flat: the bucket sizes over
-    N G payloads; hierarchical: the shards' over N)."""
+    (`train_repeats` runs of each method), "hook-<layout>" (flat: the bucket sizes over
+    N G payloads; hierarchical: the shards' over N) and "hook-<layout>-alone" (the same
+    cases on one rank alone)."""
     tiers = ResultTable("tiers.csv", TIER_KEYS)
     keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
                                  "world_size": w})
@@ -135,7 +144,7 @@ def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
         keys[f"train-{layout}"] = set(train_keys(cases, spec, nodes * g, train_repeats)
                                       .values())
         world, numel = codec_plan(spec, nodes, g, layout)
-        keys[f"hook-{layout}"] = {
+        keys[f"hook-{layout}"] = keys[f"hook-{layout}-alone"] = {
             codec.key(k) for m, o in hook_methods(own_options(cases))
             for k in case_keys(m, o, numel, world, "cpu", torch.float32, "cpu", source)}
     return keys
@@ -158,6 +167,7 @@ def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
     for lay in layouts:
         tables[f"train-{lay}"] = train_table(_train_file(out, rate_bps, lay))
         tables[f"hook-{lay}"] = ResultTable(measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
+        tables[f"hook-{lay}-alone"] = ResultTable(alone_path(out, lay), CODEC_KEYS)
     todo = {"tiers": bool(missing_tiers(out, rate_bps, planned)),
             **{name: not planned[name] <= table.done_keys() for name, table in tables.items()}}
     todo["profile"] = not measured_once(out, rate_bps, spec).exists()
@@ -223,15 +233,18 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
                          "--hook-options", json.dumps(layout_options(layout, g)),
                          "--repeat", str(repeat)], timeout=3600)
         hooks = [lay for lay in layouts if todo[f"hook-{lay}"]]
-        if hooks or todo["profile"]:
-            say(progress, f"{where}: profile and hook-path costs on all ranks at once "
-                "(used at every rate)")
+        alone = [lay for lay in layouts if todo[f"hook-{lay}-alone"]]
+        if hooks or alone or todo["profile"]:
+            say(progress, f"{where}: profile and hook-path costs on all ranks at once, then "
+                "on one rank alone (used at every rate)")
             testbed.run([sys.executable, "-m", "gradcomp.evaluation.testbed.validate_tiers",
                          "--model", model, *batch_args(spec["batch_size"]), "--methods",
                          ",".join(methods), "--bucket-cap-mb", str(spec["bucket_cap_mb"]),
                          *(["--profile-out", str(prof)] if todo["profile"] else []),
                          *[a for lay in hooks for a in (
                              f"--{lay}-out", str(measured_once(out, rate_bps, spec, lay)))],
+                         *[a for lay in alone for a in (
+                             f"--{lay}-alone-out", str(alone_path(out, lay)))],
                          "--hook-repeats", str(hook_repeats)],
                         timeout=1800)
     record_conditions(out / "conditions.csv", rate_bps, load, start)
@@ -241,22 +254,28 @@ def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: in
                 layouts) -> SimpleNamespace:
     """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the
     network, the profile (and its file), the load while measuring, and per layout
-    (`layouts`) the hook-path file, its costs and the training rows of `planned`."""
+    (`layouts`) the hook-path file, its costs, the training rows of `planned`, the network
+    and the costs of one rank alone (empty where the folder has none)."""
     profile_file = measured_once(out, rate_bps, spec)
     tiers = ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS).frame(
         planned["tiers"])
     per_layout = {}
     for layout in layouts:
         hook_path = measured_once(out, rate_bps, spec, layout)
-        codecs = ResultTable(hook_path, CODEC_KEYS).frame(planned[f"hook-{layout}"])
-        costs = hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
-            if len(codecs) else {}
+        costs, alone = (_hook_costs(ResultTable(path, CODEC_KEYS).frame(
+            planned[f"hook-{layout}"])) for path in (hook_path, alone_path(out, layout)))
         per_layout[layout] = (hook_path, costs, least_disturbed_runs(train_table(
             _train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])),
-            tier_network(tiers, nodes, g, rate_bps, layout))
+            tier_network(tiers, nodes, g, rate_bps, layout), alone)
     return SimpleNamespace(
         profile_file=profile_file, profile=load_profile(profile_file),
         load=conditions_at(out / "conditions.csv", rate_bps), layouts=per_layout)
+
+
+def _hook_costs(codecs: pd.DataFrame) -> dict:
+    """`fit.hook_costs` of a hook-path table, keyed by `run_label` ({} for no rows)."""
+    return hook_costs(codecs.assign(method=codecs.apply(run_label, axis=1))) \
+        if len(codecs) else {}
 
 
 def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
@@ -264,22 +283,36 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
                  inputs: SimpleNamespace | None = None) -> pd.DataFrame:
     """Predicted against measured for every layout's training rows at `rate_bps` (`inputs`:
     `rate_inputs`' of these, when already read); `compute_slowdown`: the network's
-    (`Network.compute_slowdown`, 1: the profile's compute as measured)."""
+    (`Network.compute_slowdown`, 1: the profile's compute as measured). A method with costs
+    of one rank alone is priced where it shares the cores (`sharing`: column
+    ``codec_share``, NaN for the others)."""
     if inputs is None:
         inputs = rate_inputs(out, rate_bps, planned, spec, nodes, g, layouts)
     profile_file, profile, load = inputs.profile_file, inputs.profile, inputs.load
     rows = []
     for layout in layouts:
-        hook_path, costs, train, network = inputs.layouts[layout]
+        hook_path, costs, train, network, alone = inputs.layouts[layout]
         network = replace(network, compute_slowdown=compute_slowdown)
         for _, run in train.iterrows():
             name = run["method"]
             cap = float(run["bucket_cap_mb"])
-            pred = NO_PREDICTION if name == "auto" else predict(
-                profile, network, priced(run, costs), DDP(cap, first_bucket_mb=cap),
-                contention, baseline_s=math.nan, layout=layout)
+
+            def predict_at(share: float, run=run, cap=cap, network=network, costs=costs,
+                           alone=alone) -> object:
+                return predict(profile, network,
+                               priced(run, blended_costs(costs, alone, share)),
+                               DDP(cap, first_bucket_mb=cap), contention, baseline_s=math.nan,
+                               layout=layout)
+
+            share = math.nan
+            if name == "auto":
+                pred = NO_PREDICTION
+            elif priced(run, alone).priced_by:  # its own codec measured alone
+                pred, share = shared_prediction(predict_at, network.workers, os.cpu_count())
+            else:
+                pred = predict_at(1.0)
             rows.append({**compared(rate_bps, run, pred, profile), "method": run_label(run),
-                         "layout": layout,
+                         "layout": layout, "codec_share": share,
                          "nodes": nodes, "gpus_per_node": g,
                          "inter_bandwidth_bps": network.bandwidth_bps
                          * network.efficiency_of("allreduce"),
@@ -401,8 +434,9 @@ def measured_where(table: pd.DataFrame) -> str:
 
 def concurrent_job(argv=None) -> int:
     """On every rank of a two-tier testbed: the profile under DDP (--profile-out) and the
-    hook path's per-bucket costs of each layout (--flat-out, --hierarchical-out), all ranks
-    at once; rank 0 writes."""
+    hook path's per-bucket costs of each layout, all ranks at once (--flat-out,
+    --hierarchical-out), then on rank 0 alone while the others wait at a barrier
+    (--flat-alone-out, --hierarchical-alone-out); rank 0 writes."""
     import torch.distributed as dist
 
     from ..benches.hookpath import bench_hook_path, workload_gradient
@@ -415,6 +449,8 @@ def concurrent_job(argv=None) -> int:
     args.add_argument("--bucket-cap-mb", type=float, default=25.0)
     args.add_argument("--flat-out")
     args.add_argument("--hierarchical-out")
+    args.add_argument("--flat-alone-out")
+    args.add_argument("--hierarchical-alone-out")
     a = args.parse_args(argv)
     init_from_env("gloo")
     try:
@@ -425,15 +461,21 @@ def concurrent_job(argv=None) -> int:
         methods = [method_spec(*c) for c in parse_methods(a.methods)] if a.methods else []
         spec = {"model": a.model, "batch_size": a.batch_size, "bucket_cap_mb": a.bucket_cap_mb}
         gradient = workload_gradient(a.model, a.batch_size, a.bucket_cap_mb, rank)
-        for layout, path in (("flat", a.flat_out), ("hierarchical", a.hierarchical_out)):
+        repeats = a.hook_repeats or HOOK_REPEATS
+        for layout, path, alone in (("flat", a.flat_out, a.flat_alone_out),
+                                    ("hierarchical", a.hierarchical_out,
+                                     a.hierarchical_alone_out)):
+            world, sizes = codec_plan(spec, nodes, g, layout)
+            bench = partial(bench_hook_path, hook_methods(own_options(
+                layout_cases(methods, layout, g))), sizes, world, repeats=repeats,
+                warmup=hook_warmup(repeats), gradient=gradient)
             if path:
                 dist.barrier()
-                world, sizes = codec_plan(spec, nodes, g, layout)
-                cases = own_options(layout_cases(methods, layout, g))
-                repeats = a.hook_repeats or HOOK_REPEATS
-                bench_hook_path(hook_methods(cases), sizes, world, repeats=repeats,
-                                warmup=hook_warmup(repeats), out=path if rank == 0 else None,
-                                slowest_rank=True, gradient=gradient)
+                bench(out=path if rank == 0 else None, slowest_rank=True)
+            if alone:
+                dist.barrier()
+                if rank == 0:
+                    bench(out=alone)
         dist.barrier()
     finally:
         end_process_group()  # the profile's hooked DDP freed first
