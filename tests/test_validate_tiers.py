@@ -3,15 +3,18 @@ columns and regret, on the tables of a real run (tests/data/two-tier-1gbit: `gra
 validate --nodes 2 --gpus-per-node 2 --layouts flat --rates 1gbit --methods
 ddp,none,topk,auto --model tiny --iterations 5`, 2 nodes x 2 ranks on the testbed)."""
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from gradcomp.evaluation.model.fit import fit_collectives
-from gradcomp.evaluation.testbed.validate_tiers import (layout_cases,
-                                                        predict_rate, summarize_layouts,
-                                                        tier_network, two_tier_markdown)
+from gradcomp.evaluation.testbed.ratecheck import tier_network
+from gradcomp.evaluation.testbed.tier_plan import layout_cases
+from gradcomp.evaluation.testbed.validate_tiers import (predict_rate, summarize_layouts,
+                                                        two_tier_markdown)
 from gradcomp.evaluation.testbed.regret import write_regret
 
 MEASURED = Path(__file__).parent / "data" / "two-tier-1gbit"
@@ -31,7 +34,7 @@ def test_each_training_pass_runs_in_every_layout_before_the_next(tmp_path):
     # the measured flat runs (repeat 0) are kept; what is missing is measured pass by pass,
     # each pass in both layouts, the second in the reverse order
     from gradcomp.evaluation.benches.train import make_spec
-    from gradcomp.evaluation.testbed.validate_tiers import training_jobs
+    from gradcomp.evaluation.testbed.tier_plan import training_jobs
 
     shutil.copy(MEASURED / "train-1gbit-flat.csv", tmp_path)
     spec = make_spec("tiny", None, 5, 5, 25.0, None)
@@ -81,7 +84,7 @@ def test_the_flat_layout_is_priced_by_the_ring_over_every_rank():
 
 def test_the_tier_sweep_measures_only_the_tiers_a_table_lacks(tmp_path):
     from gradcomp.evaluation.benches.train import make_spec
-    from gradcomp.evaluation.testbed.validate_tiers import missing_tiers, planned_keys
+    from gradcomp.evaluation.testbed.tier_plan import missing_tiers, planned_keys
 
     planned = planned_keys(["none"], make_spec("tiny", None, 5, 5, 25.0, None), 2, 2, ["flat"],
                            [16384, 65536])
@@ -131,6 +134,46 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     assert len(written["auto_regret"]) == 1 and (tmp_path / "auto-regret.csv").exists()
 
 
+def test_a_codec_timed_alone_is_priced_where_it_shares_the_cores(tmp_path):
+    for f in MEASURED.iterdir():
+        shutil.copy(f, tmp_path)
+    planned = {"tiers": None, "train-flat": None, "hook-flat": None}
+
+    def predicted(cores=1):  # 4 ranks on 1 core: the share is the busy fraction
+        return predict_rate(tmp_path, 1e9, planned, SPEC, 2, 2, ["flat"],
+                            cores=cores).set_index("method")
+
+    before = predicted()
+    assert before["codec_share"].isna().all()  # no costs alone: priced all at once
+    hook = pd.read_csv(tmp_path / "hook-1gbit-flat.csv")
+    hook.to_csv(tmp_path / "hook-flat-alone.csv", index=False)
+    same = predicted()  # both ends alike: the same price at any share
+    assert list(same["predicted"]) == pytest.approx(list(before["predicted"]), nan_ok=True)
+    phases = {p: hook[p] / 3 for p in ("encode_s", "middle_s", "decode_s")}
+    hook.assign(**phases).to_csv(tmp_path / "hook-flat-alone.csv", index=False)
+    after = predicted()
+    share = after["codec_share"]
+    assert share.drop("auto").between(0, 1).all() and share.isna().sum() == 1
+    assert 0 < share["topk"] < 1
+    assert after.loc["topk", "predicted"] < before.loc["topk", "predicted"]
+    assert predicted(cores=4).loc["topk", "predicted"] == pytest.approx(  # a core each
+        before.loc["topk", "predicted"])
+
+
+def test_the_testbed_job_times_the_hook_path_on_every_rank_then_on_one_alone(tmp_path):
+    together, alone = tmp_path / "hook-flat.csv", tmp_path / "hook-flat-alone.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", "-m", "gradcomp.evaluation.testbed.validate_tiers", "--model", "tiny",
+         "--methods", "topk", "--flat-out", str(together), "--flat-alone-out", str(alone),
+         "--hook-repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    every, one = pd.read_csv(together), pd.read_csv(alone)
+    cases = ["method", "options", "numel", "world_size"]
+    assert len(one) > 1 and one[cases].equals(every[cases])  # the same cases, both ways
+    assert every["slowest_rank"].all() and not one["slowest_rank"].any()
+
+
 LOADED = Path(__file__).parent.parent / "benchmarks/results/testbed-two-tier-2026-11-28"
 # auto left out: its settings changed since that run, so validate would measure it again
 METHODS = "ddp,none,fp16,bf16,int8,topk,randomk,powersgd,signsgd".split(",")
@@ -145,8 +188,8 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layo
     from gradcomp.evaluation.benches.train import make_spec
     from gradcomp.evaluation.testbed.slowdown import slowdown_line
     from gradcomp.evaluation.testbed.validate import model_collective_sizes
-    from gradcomp.evaluation.testbed.validate_tiers import (measured_once, planned_keys,
-                                                            to_measure, validate_two_tier)
+    from gradcomp.evaluation.testbed.tier_plan import measured_once, planned_keys, to_measure
+    from gradcomp.evaluation.testbed.validate_tiers import validate_two_tier
 
     for f in LOADED.glob("*-*"):
         if f.suffix in (".csv", ".json") and not f.name.endswith("regret.csv"):
@@ -157,6 +200,9 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layo
     for layout in ("flat", "hierarchical"):
         (tmp_path / f"hook-2.5gbit-{layout}.csv").rename(tmp_path / f"hook-{layout}.csv")
         (tmp_path / f"hook-1gbit-{layout}.csv").unlink()
+        # the folder predates the costs of one rank alone: the all-at-once ones stand in
+        # for them (so the prices are the all-at-once ones, whatever the share)
+        shutil.copy(tmp_path / f"hook-{layout}.csv", tmp_path / f"hook-{layout}-alone.csv")
     spec = make_spec("mlp", None, 5, 20, 25.0, None)
     layouts = ["flat", "hierarchical"]
     planned = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"))
@@ -164,13 +210,18 @@ def test_the_profile_and_hook_costs_are_measured_once_and_lambda_fitted_per_layo
     twice = planned_keys(METHODS, spec, 2, 2, layouts, model_collective_sizes("mlp"), 2)
     assert to_measure(tmp_path, 2.5e9, spec, layouts, twice) == {
         "tiers": False, "train-flat": True, "train-hierarchical": True, "hook-flat": False,
-        "hook-hierarchical": False, "profile": False}
+        "hook-hierarchical": False, "hook-flat-alone": False,
+        "hook-hierarchical-alone": False, "profile": False}
     for rate in (2.5e9, 1e9, 100e6):  # nothing to measure: validate only predicts
         assert not any(to_measure(tmp_path, rate, spec, layouts, planned).values()), rate
     # a rate not measured yet: its network and training, not the profile nor the hook costs
     assert to_measure(tmp_path, 5e9, spec, layouts, planned) == {
         "tiers": True, "train-flat": True, "train-hierarchical": True, "hook-flat": False,
-        "hook-hierarchical": False, "profile": False}
+        "hook-hierarchical": False, "hook-flat-alone": False,
+        "hook-hierarchical-alone": False, "profile": False}
+    (tmp_path / "hook-flat-alone.csv").rename(tmp_path / "hook-flat-alone.bak")
+    assert to_measure(tmp_path, 2.5e9, spec, layouts, planned)["hook-flat-alone"]
+    (tmp_path / "hook-flat-alone.bak").rename(tmp_path / "hook-flat-alone.csv")
     assert measured_once(tmp_path, 5e9, spec, "flat") == tmp_path / "hook-flat.csv"
     assert measured_once(tmp_path, 100e6, spec) == tmp_path / "profile-mlp-b64-100mbit.json"
 

@@ -73,7 +73,7 @@ from ..model.fit import fit_collectives, network_from_fit
 from ..model.methods import parse_methods, resolve
 from ..model.timeline import predict
 from ..workloads.load import load_workload
-from .conditions import conditions_at, record_conditions
+from ..common.conditions import conditions_at, record_conditions
 from .pooled import (MIN_TIMED_S, Pooled, least_disturbed, least_disturbed_runs, profile_line,
                      repeats_line, timed_line, train_keys, training_passes)
 from .regret import auto_comparison, regret_markdown, with_auto_candidates, write_regret

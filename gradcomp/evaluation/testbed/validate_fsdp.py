@@ -62,7 +62,7 @@ from ..profiles.profiles import Profile, load_profile
 from ..workloads.load import load_workload
 from .slowdown import predict_with_slowdowns, read_once
 from .testbed import Testbed
-from .conditions import conditions_at, record_conditions
+from ..common.conditions import conditions_at, record_conditions
 from .validate import (DEFAULT_RATES, batch_args, compared, concurrent_parser, hook_warmup,
                        markdown, profile_path, rate_tag, run_job, say)
 

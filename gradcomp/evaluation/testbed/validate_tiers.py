@@ -10,29 +10,33 @@ a node, the shaped links between nodes), in both layouts:
 
 Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`: all-reduce and
 all-gather inside every node at once, across the nodes for every local rank at once, and over
-all N G ranks as one ring, each after compute, as in training), training of each layout (`benches.train`; `auto` in the same
-jobs, timed after its exploration, its steady state; each run timing at least `iterations` and `min_timed_s` seconds;
-`train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
+all N G ranks as one ring, each after compute, as in training), training of each layout
+(`benches.train`; `auto` in the same jobs, timed after its exploration, its steady state; each
+run timing at least `iterations` and `min_timed_s` seconds; `train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
 `pooled.least_disturbed_runs`), then on all N G ranks at once, so under the contention training
 sees (N G processes on the machine's cores), the profile as DDP runs it and the hook path's
 per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G shards' over N
-payloads (hierarchical, `benches.hookpath`). Neither of these two times any communication, so
-neither depends on the rate: they are measured once, in the testbed of the first rate that
-needs them, and used at every rate (`measured_once`).
+payloads (hierarchical, `benches.hookpath`), then the same costs on one rank while the others
+wait. Neither of these times any communication, so neither depends on the rate: they are
+measured once, in the testbed of the first rate that needs them, and used at every rate
+(`measured_once`).
 
 The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
 collective's fitted latency and efficiency as the layout runs it (hierarchical: G times a
 local-rank ring's fitted bandwidth over the rate, the G rings sharing the link; flat: the ring
 over all ranks', `ratecheck.tier_network`), inside the fitted all-reduce latency and bandwidth of
-the loopback; `timeline.predict(..., layout=...)`; every method's compute slowed by the compute
+the loopback; `timeline.predict(..., layout=...)`; each codec priced between its costs alone
+and all at once by the ranks computing beside it (`slowdown`, column ``codec_share``, where the
+costs alone were measured); every method's compute slowed by the compute
 slowdown lambda (flat: `slowdown.fit_slowdowns`, each rate's fitted to the layout's ddp and
 none runs at the other rates; hierarchical: `slowdown.fit_at_rate`, each rate's to the
 layout's none runs there, none's to the other methods'; `predict_sweep`). Files as
 `validate`'s, tagged by rate and layout: ``tiers-<rate>.csv``, ``train-<rate>-<layout>.csv``,
 ``profile-<model>-b<batch>.json``, ``hook-<layout>.csv`` (per rate, ``...-<rate>...``, in
-folders measured before they were shared), ``conditions.csv``; the result: ``validation.csv``
-(``layout``, ``nodes``, ``gpus_per_node``, ``compute_slowdown``, ``slowdown_source``, profile
-and hook files), ``validation.md``, ``regret.csv``, ``auto-regret.csv``, ``validation-*.png``.
+folders measured before they were shared), ``hook-<layout>-alone.csv``, ``conditions.csv``;
+the result: ``validation.csv`` (``layout``, ``nodes``, ``gpus_per_node``, ``codec_share``,
+``compute_slowdown``, ``slowdown_source``, profile and hook files), ``validation.md``,
+``regret.csv``, ``auto-regret.csv``, ``validation-*.png``.
 """
 from __future__ import annotations
 
@@ -47,15 +51,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
-import torch
 
 from ...checks import check_int
 from ..analyses.cluster_fit import UNCOMPRESSED
 from ..benches.collective import AFTER_COMPUTE_MS
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
-from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
-                                quarter_sizes)
+from ..benches.hookpath import hook_methods
 from ..benches.train import make_spec, timing_args, train_table
+from ..common.conditions import conditions_at, record_conditions
 from ..common.store import ResultTable, write_atomic
 from ..common.units import format_rate, parse_rate
 from ..model.bucketing import DDP
@@ -64,141 +67,21 @@ from ..model.fit import hook_costs
 from ..model.timeline import LAYOUTS, predict
 from ..profiles.profiles import load_profile
 from .nodes import NodeTestbed
-from .ratecheck import TIER_KEYS, TIERS, run_tier_sweep, tier_network
-from .conditions import conditions_at, record_conditions
-from .pooled import MIN_TIMED_S, least_disturbed_runs, train_keys, training_passes
+from .pooled import MIN_TIMED_S, least_disturbed_runs
+from .ratecheck import TIER_KEYS, run_tier_sweep, tier_network
 from .regret import regret_markdown, with_auto_candidates, write_regret
-from .sharing import blended_costs, shared_prediction
-from .slowdown import AT_RATE, predict_at_rate, predict_with_slowdowns, read_once
+from .slowdown import (AT_RATE, blended_costs, predict_at_rate, predict_with_slowdowns,
+                       read_once, shared_prediction)
+from .tier_plan import (alone_path, codec_plan, layout_cases, layout_options, measured_once,
+                        missing_tiers, own_options, planned_keys, to_measure, train_file,
+                        training_jobs)
 from .validate_diloco import priced, run_label
 from .validate import (COLLECTIVE_REPEATS, DEFAULT_METHODS, DEFAULT_RATES, HOOK_REPEATS,
                        NO_PREDICTION, TRAIN_REPEATS, batch_args, check_methods, compared,
-                       hook_warmup, markdown, model_collective_sizes, profile_path, rate_tag,
-                       say, summarize)
+                       hook_warmup, markdown, model_collective_sizes, rate_tag, say,
+                       summarize)
 
 SUMMARY = ("method", "median_abs_rel_error", "max_abs_rel_error", "runs")
-
-
-def layout_cases(methods, layout: str, gpus_per_node: int) -> list[tuple[str, dict]]:
-    """(method, options) of the training runs of `layout`: the method's own (`methods` as
-    ``name[:key=value,...]``), hierarchical with the layout's (`layout_options`)."""
-    cases = [parse_methods(m)[0] for m in methods]
-    if layout == "flat":
-        return cases
-    return [(m, {**o, **layout_options(layout, gpus_per_node)}) for m, o in cases if m != "ddp"]
-
-
-def layout_options(layout: str, gpus_per_node: int) -> dict:
-    """The hook's options of `layout`."""
-    return {} if layout == "flat" else {"hierarchical": True, "gpus_per_node": gpus_per_node}
-
-
-def own_options(cases) -> list[tuple[str, dict]]:
-    """`layout_cases` without the layout's options (as the hook-path bench takes them)."""
-    return [(m, {k: v for k, v in o.items() if k not in ("hierarchical", "gpus_per_node")})
-            for m, o in cases]
-
-
-def _train_file(out: Path, rate_bps: float, layout: str) -> Path:
-    return out / f"train-{rate_tag(rate_bps)}-{layout}.csv"
-
-
-def measured_once(out: Path, rate_bps: float, spec: dict, layout: str | None = None) -> Path:
-    """The profile (`layout` None) or `layout`'s hook-path table that `rate_bps` uses. Neither
-    times any communication, so neither depends on the rate: both are measured once, in the
-    testbed of the first rate that needs them, for every rate
-    (``profile-<model>-b<batch>.json``, ``hook-<layout>.csv``); a folder measured before they
-    were shared holds them per rate (``profile-...-<rate>.json``, ``hook-<rate>-<layout>.csv``),
-    used where they exist."""
-    if layout is None:
-        per_rate, shared = (profile_path(out, r, spec["model"], spec["batch_size"])
-                            for r in (rate_bps, None))
-    else:
-        per_rate = out / f"hook-{rate_tag(rate_bps)}-{layout}.csv"
-        shared = out / f"hook-{layout}.csv"
-    return per_rate if per_rate.exists() else shared
-
-
-def alone_path(out: Path, layout: str) -> Path:
-    """`layout`'s hook-path table of one rank alone (`sharing`), measured once for every
-    rate."""
-    return out / f"hook-{layout}-alone.csv"
-
-
-def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
-                 train_repeats: int = 1) -> dict:
-    """The stored keys each table needs: "tiers" (every tier of `ratecheck.TIERS`), and per
-    layout "train-<layout>"
-    (`train_repeats` runs of each method), "hook-<layout>" (flat: the bucket sizes over
-    N G payloads; hierarchical: the shards' over N) and "hook-<layout>-alone" (the same
-    cases on one rank alone)."""
-    tiers = ResultTable("tiers.csv", TIER_KEYS)
-    keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
-                                 "world_size": w})
-                      for t, w in (("intra", g), ("inter", nodes), ("ring", nodes * g))
-                      for c in ("allreduce", "allgather") for n in sizes}}
-    codec = ResultTable("hook.csv", CODEC_KEYS)
-    source = gradient_source(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
-    for layout in layouts:
-        cases = layout_cases(methods, layout, g)
-        keys[f"train-{layout}"] = set(train_keys(cases, spec, nodes * g, train_repeats)
-                                      .values())
-        world, numel = codec_plan(spec, nodes, g, layout)
-        keys[f"hook-{layout}"] = keys[f"hook-{layout}-alone"] = {
-            codec.key(k) for m, o in hook_methods(own_options(cases))
-            for k in case_keys(m, o, numel, world, "cpu", torch.float32, "cpu", source)}
-    return keys
-
-
-def codec_plan(spec: dict, nodes: int, g: int, layout: str) -> tuple[int, list[int]]:
-    """(payloads aggregated, sizes) of `layout`'s hook-path costs."""
-    sizes = hook_sizes(spec["model"], spec["batch_size"], spec["bucket_cap_mb"])
-    if layout == "flat":
-        return nodes * g, sizes
-    return nodes, quarter_sizes(max(sizes) // g)
-
-
-def to_measure(out: Path, rate_bps: float, spec: dict, layouts, planned: dict
-               ) -> dict[str, bool]:
-    """What `measure_rate` has to measure at `rate_bps`: per table of `planned`
-    (`planned_keys`) whether it lacks rows, and "profile" whether the profile is missing (the
-    profile and hook tables another rate measured count: `measured_once`)."""
-    tables = {}
-    for lay in layouts:
-        tables[f"train-{lay}"] = train_table(_train_file(out, rate_bps, lay))
-        tables[f"hook-{lay}"] = ResultTable(measured_once(out, rate_bps, spec, lay), CODEC_KEYS)
-        tables[f"hook-{lay}-alone"] = ResultTable(alone_path(out, lay), CODEC_KEYS)
-    todo = {"tiers": bool(missing_tiers(out, rate_bps, planned)),
-            **{name: not planned[name] <= table.done_keys() for name, table in tables.items()}}
-    todo["profile"] = not measured_once(out, rate_bps, spec).exists()
-    return todo
-
-
-def missing_tiers(out: Path, rate_bps: float, planned: dict) -> list[str]:
-    """The tiers (`ratecheck.TIERS`) whose rows of `planned` the tier table at `rate_bps`
-    lacks; a table measured before the flat ring was timed lacks none of "ring" (its flat
-    layout is priced as it was then: `tier_network`)."""
-    table = ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS)
-    done = table.done_keys()
-    missing = {dict(zip(TIER_KEYS, k))["tier"] for k in planned["tiers"] - done}
-    if done and not any(dict(zip(TIER_KEYS, k))["tier"] == "ring" for k in done):
-        missing.discard("ring")
-    return [t for t in TIERS if t in missing]
-
-
-def training_jobs(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
-                  layouts, repeats: int) -> list[tuple[int, str, list[str]]]:
-    """(repeat, layout, methods) of the training jobs the tables at
-    `rate_bps` lack (`pooled.training_passes` per layout), pass by pass, each pass in every
-    layout in turn, so that the layouts' runs are measured side by side."""
-    jobs = []
-    for layout in layouts:
-        cases = layout_cases(methods, layout, g)
-        done = train_table(_train_file(out, rate_bps, layout)).done_keys()
-        jobs += [(repeat, layout, names) for repeat, names in training_passes(
-            [method_spec(*c) for c in own_options(cases)],
-            train_keys(cases, spec, nodes * g, repeats), done)]
-    return sorted(jobs, key=lambda job: job[0])
 
 
 def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g: int,
@@ -225,7 +108,7 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
             say(progress, f"{where}: {layout} training (repeat {repeat}) with "
                 f"{', '.join(names)}")
             testbed.run([sys.executable, "-m", "gradcomp.evaluation.benches.train",
-                         "--out", str(_train_file(out, rate_bps, layout)), "--backend",
+                         "--out", str(train_file(out, rate_bps, layout)), "--backend",
                          "gloo", "--methods", ",".join(names), "--model", model,
                          *batch_args(spec["batch_size"]), "--warmup", str(spec["warmup"]),
                          *timing_args(spec), "--bucket-cap-mb",
@@ -253,7 +136,8 @@ def measure_rate(out: Path, rate_bps: float, methods, spec: dict, nodes: int, g:
 def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
                 layouts) -> SimpleNamespace:
     """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the
-    network, the profile (and its file), the load while measuring, and per layout
+    network, the profile (and its file), the load while measuring and the machine's cores
+    (NaN where not recorded), and per layout
     (`layouts`) the hook-path file, its costs, the training rows of `planned`, the network
     and the costs of one rank alone (empty where the folder has none)."""
     profile_file = measured_once(out, rate_bps, spec)
@@ -265,11 +149,13 @@ def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: in
         costs, alone = (_hook_costs(ResultTable(path, CODEC_KEYS).frame(
             planned[f"hook-{layout}"])) for path in (hook_path, alone_path(out, layout)))
         per_layout[layout] = (hook_path, costs, least_disturbed_runs(train_table(
-            _train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])),
+            train_file(out, rate_bps, layout)).frame(planned[f"train-{layout}"])),
             tier_network(tiers, nodes, g, rate_bps, layout), alone)
+    conditions = out / "conditions.csv"
     return SimpleNamespace(
         profile_file=profile_file, profile=load_profile(profile_file),
-        load=conditions_at(out / "conditions.csv", rate_bps), layouts=per_layout)
+        load=conditions_at(conditions, rate_bps),
+        cores=conditions_at(conditions, rate_bps, ("cpus",))["cpus"], layouts=per_layout)
 
 
 def _hook_costs(codecs: pd.DataFrame) -> dict:
@@ -280,15 +166,19 @@ def _hook_costs(codecs: pd.DataFrame) -> dict:
 
 def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: int, g: int,
                  layouts, contention: float = 1.0, compute_slowdown: float = 1.0,
-                 inputs: SimpleNamespace | None = None) -> pd.DataFrame:
+                 inputs: SimpleNamespace | None = None, cores: int | None = None
+                 ) -> pd.DataFrame:
     """Predicted against measured for every layout's training rows at `rate_bps` (`inputs`:
     `rate_inputs`' of these, when already read); `compute_slowdown`: the network's
     (`Network.compute_slowdown`, 1: the profile's compute as measured). A method with costs
-    of one rank alone is priced where it shares the cores (`sharing`: column
+    of one rank alone is priced where it shares the `cores` (None: those the testbed ran on,
+    as recorded, else this machine's) with the other ranks (`slowdown`: column
     ``codec_share``, NaN for the others)."""
     if inputs is None:
         inputs = rate_inputs(out, rate_bps, planned, spec, nodes, g, layouts)
     profile_file, profile, load = inputs.profile_file, inputs.profile, inputs.load
+    if cores is None:
+        cores = os.cpu_count() if math.isnan(inputs.cores) else int(inputs.cores)
     rows = []
     for layout in layouts:
         hook_path, costs, train, network, alone = inputs.layouts[layout]
@@ -298,7 +188,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
             cap = float(run["bucket_cap_mb"])
 
             def predict_at(share: float, run=run, cap=cap, network=network, costs=costs,
-                           alone=alone) -> object:
+                           alone=alone):
                 return predict(profile, network,
                                priced(run, blended_costs(costs, alone, share)),
                                DDP(cap, first_bucket_mb=cap), contention, baseline_s=math.nan,
@@ -308,7 +198,7 @@ def predict_rate(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: i
             if name == "auto":
                 pred = NO_PREDICTION
             elif priced(run, alone).priced_by:  # its own codec measured alone
-                pred, share = shared_prediction(predict_at, network.workers, os.cpu_count())
+                pred, share = shared_prediction(predict_at, network.workers, cores)
             else:
                 pred = predict_at(1.0)
             rows.append({**compared(rate_bps, run, pred, profile), "method": run_label(run),
@@ -414,11 +304,22 @@ def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
     head = (f"{nodes} nodes x {g} ranks in a two-tier testbed on {os.cpu_count()} cores. "
             "The profile and the hook-path costs were measured on all "
             f"{nodes * g} ranks at once, under the contention the training runs see, "
-            + measured_where(table) + ". Load average (1 min) before and after each rate's "
-            f"measurements: {loads.min():.1f}-{loads.max():.1f}.\n")
+            + measured_where(table) + ". " + shared_where(table) + "Load average (1 min) "
+            f"before and after each rate's measurements: {loads.min():.1f}-{loads.max():.1f}.\n")
     parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
              for layout, rows in table.groupby("layout", sort=False)]
     return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
+
+
+def shared_where(table: pd.DataFrame) -> str:
+    """A sentence on the codecs priced between one rank alone and all at once (`slowdown`),
+    where the table's column ``codec_share`` has any; else ""."""
+    share = table["codec_share"].dropna() if "codec_share" in table else pd.Series(dtype=float)
+    if share.empty:
+        return ""
+    return ("The hook-path costs were also measured on one rank alone, and each codec priced "
+            "between the two by the ranks computing beside it (`codec_share`: 0 alone, 1 all "
+            f"at once; {share.min():.2f}-{share.max():.2f} here). ")
 
 
 def measured_where(table: pd.DataFrame) -> str:

@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from ..common.env import environment
-from ..common.store import ResultTable
+from .env import environment
+from .store import ResultTable
 
 
 def record_conditions(path: Path, rate_bps: float, load: float, start: float) -> None:
@@ -20,9 +20,11 @@ def record_conditions(path: Path, rate_bps: float, load: float, start: float) ->
          "seconds": time.monotonic() - start, "cpus": os.cpu_count(), **environment()})
 
 
-def conditions_at(path: Path, rate_bps: float) -> dict:
-    """The load averages `record_conditions` kept last for `rate_bps` (NaN when none)."""
+def conditions_at(path: Path, rate_bps: float,
+                  columns=("load_1min_before", "load_1min_after")) -> dict:
+    """The `columns` (default: the load averages) `record_conditions` kept last for
+    `rate_bps` (NaN when none)."""
     seen = ResultTable(path, ("rate_bps",)).frame()
     seen = seen[seen["rate_bps"] == rate_bps].tail(1) if len(seen) else seen
-    return {c: float(seen[c].iloc[0]) if len(seen) else math.nan
-            for c in ("load_1min_before", "load_1min_after")}
+    return {c: float(seen[c].iloc[0]) if len(seen) and c in seen else math.nan
+            for c in columns}
