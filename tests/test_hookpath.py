@@ -25,7 +25,7 @@ from gradcomp.evaluation.common.env import end_process_group
 from gradcomp.evaluation.model.fit import hook_costs
 from gradcomp.evaluation.model.methods import MethodCost, resolve
 from gradcomp.evaluation.model.network import Network
-from gradcomp.evaluation.model.timeline import predict
+from gradcomp.evaluation.model.timeline import codec_seconds, predict
 from gradcomp.evaluation.profiles.profiles import Profile, from_dict, to_dict
 from gradcomp.evaluation.testbed.validate import DEFAULT_METHODS
 
@@ -297,6 +297,10 @@ def test_powersgd_middle_is_priced_between_its_rounds_and_finalize_after():
     assert with_middle.t_iter_s - halves.t_iter_s == pytest.approx(6e-3)
     row = with_middle.buckets.iloc[0]
     assert row["encode_end_s"] - row["encode_start_s"] == pytest.approx(3e-3)
+    # the codec per iteration: the encode, the middle (none: the encode's second half), the
+    # decode (0 here)
+    assert codec_seconds(with_middle) == pytest.approx(3e-3 + 6e-3)
+    assert codec_seconds(halves) == pytest.approx(3e-3)
     finalized = predict(_profile(0.004), net, base, baseline_s=1.0)
     assert finalized.t_iter_s - halves.t_iter_s == pytest.approx(0.004)
     assert _profile(0.004).t_iter_single == pytest.approx(0.010)

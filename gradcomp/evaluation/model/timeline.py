@@ -39,8 +39,8 @@ Output (`Prediction`): t_iter = forward + max(end of backward, end of the last s
 finalize (DDP's copy of the buckets into the gradients, `Profile.finalize_s`) + optimizer;
 exposed communication = max(0, end of the last stage - end of backward); SF = t_iter_single
 / t_iter; speedup = t_iter(none) / t_iter(method) on the same network; per bucket its stages'
-times and its codec seconds after backward ended (`busy_s`: the iteration's compute and
-codec time).
+times, its codec seconds (every codec stage, `codec_seconds`) and those after backward ended
+(`busy_s`: the iteration's compute and codec time).
 """
 from __future__ import annotations
 
@@ -202,6 +202,8 @@ def _simulate(profile: Profile, network: Network, method: MethodCost, policy,
         "comm_start_s": [s[c[0]] for s, c in zip(start, comm)],
         "comm_end_s": [e[c[-1]] for e, c in zip(end, comm)],
         "decode_start_s": [s[-1] for s in start], "decode_end_s": [e[-1] for e in end],
+        "codec_s": [sum(e - s for (kind, _), s, e in zip(chain, st, en) if kind == "codec")
+                    for chain, st, en in zip(chains, start, end)],
         "codec_after_backward_s": [
             sum(max(0.0, e - max(s, bwd_end)) for (kind, _), s, e in zip(chain, st, en)
                 if kind == "codec") for chain, st, en in zip(chains, start, end)]}
@@ -249,12 +251,10 @@ def busy_s(pred: Prediction) -> float:
 
 
 def codec_seconds(pred: Prediction) -> float:
-    """Encode and decode seconds per iteration (a DiLoCo variant's: per inner step)."""
+    """Codec seconds per iteration: every codec stage (encode, PowerSGD's middle, decode; a
+    DiLoCo variant's encode and decode per inner step)."""
     times = pred.bucket_times
-    if "codec_per_step_s" in times:
-        return sum(times["codec_per_step_s"])
-    return sum(e - s for s, e in zip(times["encode_start_s"], times["encode_end_s"])) + \
-        sum(e - s for s, e in zip(times["decode_start_s"], times["decode_end_s"]))
+    return sum(times["codec_per_step_s"] if "codec_per_step_s" in times else times["codec_s"])
 
 
 def _run(ready, chains, backward_s, k):

@@ -156,7 +156,7 @@ def _ranking(out: Path, profile, net: dict, bucketing, methods, table: CostTable
                   "vs_16bit": (f"vs {half} (interval)", _text),
                   "compression": ("compression", _num(".3g")),
                   "exposed_comm_s": ("exposed comm (ms)", _num(".2f", 1e3)),
-                  "codec_s": ("encode+decode (ms)", _num(".2f", 1e3)),
+                  "codec_s": ("codec (ms)", _num(".2f", 1e3)),
                   "costs": ("costs", _text)}), ""]
     borrowed = ranking[ranking["costs"].str.startswith("fitted: ")]
     if len(borrowed):
