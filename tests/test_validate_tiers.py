@@ -115,6 +115,7 @@ def test_rows_carry_the_layout_and_the_report_its_contention_and_regret(tmp_path
     assert list(summary["method"]) == ["ddp", "none", "topk", "all"]
     text = two_tier_markdown(table, 2, 2)
     assert "## Layout: flat" in text and "measured on all 4 ranks at once" in text
+    assert "measured at every rate" not in text  # the flat validation's line: not here
     assert "Advice regret" in text and "`auto`'s regret" in text
     # a second, faster run of top-k (the two-tier layouts' runs are repeated like the flat
     # ones): it is the one held against the model; the others keep their one run

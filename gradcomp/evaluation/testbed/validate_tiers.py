@@ -306,7 +306,8 @@ def two_tier_markdown(table: pd.DataFrame, nodes: int, g: int) -> str:
             f"{nodes * g} ranks at once, under the contention the training runs see, "
             + measured_where(table) + ". " + shared_where(table) + "Load average (1 min) "
             f"before and after each rate's measurements: {loads.min():.1f}-{loads.max():.1f}.\n")
-    parts = [f"\n## Layout: {layout}\n\n" + markdown(rows.drop(columns="layout"))
+    parts = [f"\n## Layout: {layout}\n\n"  # the head says where the profile came from
+             + markdown(rows.drop(columns=["layout", "profile_file"], errors="ignore"))
              for layout, rows in table.groupby("layout", sort=False)]
     return head + "".join(parts) + "\n## Advice regret\n" + regret_markdown(table)
 
