@@ -9,7 +9,9 @@ split (`split_runs`).
 
 A run after one that ended torchrun's process group makes its own on a store of its own
 (`fresh_store`): the default group's keys in torchrun's store are the same each time, and a
-rank could read the last group's address of another before that rank wrote its new one."""
+rank could read the last group's address of another before that rank wrote its new one; and
+Accelerate's process state, a singleton that would keep the ended group's settings and never
+make a new group, is reset as a fresh process has it (`fresh_accelerate`)."""
 import gc
 import json
 import os
@@ -44,9 +46,11 @@ def mark(name: str) -> None:
 
 def fresh_store(name: str) -> None:
     """Point env:// at a new store that rank 0 hosts on a free port, agreed on through
-    torchrun's store (read while its agent still hosts it)."""
-    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          is_master=False)
+    torchrun's store (read while its agent still hosts it). Its port is kept aside the first
+    time: this replaces MASTER_PORT, and a second fresh store sought at MASTER_PORT reached the
+    first one, gone with its group, and waited there."""
+    agent_port = os.environ.setdefault("SCRIPT_RUNS_AGENT_PORT", os.environ["MASTER_PORT"])
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(agent_port), is_master=False)
     key = f"script_runs/{name}/port"
     if os.environ["RANK"] == "0":
         with socket.socket() as s:
@@ -56,10 +60,19 @@ def fresh_store(name: str) -> None:
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"  # rank 0 hosts it
 
 
+def fresh_accelerate() -> None:
+    """Accelerate's shared states reset, if it is imported (as its own tests reset them)."""
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
+
+
 def main(runs: list[list[str]]) -> None:
     for i, (name, directory, script, *args) in enumerate(runs):
         if i and "RANK" in os.environ and not dist.is_initialized():
             fresh_store(name)
+            fresh_accelerate()
         if os.environ.get("RANK", "0") == "0":
             mark(name)
         os.chdir(directory)

@@ -74,7 +74,7 @@ def lightning_runs(tmp_path_factory):
     torch.save(bare, dirs["bare"] / "bare.ckpt")
     # As for Accelerate below: one launch runs the resumed run in fresh processes, then the
     # bare run and a control in the same processes. Under torchrun, Lightning starts no
-    # processes of its own and its later runs join the process group the first one made.
+    # processes of its own, and each run makes its process group (the script ends its own).
     after = {"resumed": ["2", str(first)], "bare": ["2", "bare.ckpt"],
              "control": ["2", str(first)]}
     logs.update(split_runs(torchrun("lightning,gradcomp.integrations.lightning",
