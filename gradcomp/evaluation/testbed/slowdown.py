@@ -193,8 +193,6 @@ def slowdown_line(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".")
 
 
-
-
 def codec_share(workers: int, cores: int, busy: float) -> float:
     """Where a codec phase sits between `t_alone` (0) and `t_all` (1) when each of `workers`
     ranks on `cores` cores computes for the fraction `busy` of its iteration."""

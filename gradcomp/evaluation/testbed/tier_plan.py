@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from ..benches.hookpath import KEY_COLUMNS as CODEC_KEYS
-from ..benches.hookpath import case_keys, gradient_source, hook_methods, hook_sizes, quarter_sizes
+from ..benches.hookpath import (case_keys, gradient_source, hook_methods, hook_sizes,
+                                quarter_sizes)
 from ..benches.train import train_table
 from ..common.store import ResultTable
 from ..model.methods import method_spec, parse_methods
@@ -65,10 +66,9 @@ def alone_path(out: Path, layout: str) -> Path:
 def planned_keys(methods, spec: dict, nodes: int, g: int, layouts, sizes,
                  train_repeats: int = 1) -> dict:
     """The stored keys each table needs: "tiers" (every tier of `ratecheck.TIERS`), and per
-    layout "train-<layout>"
-    (`train_repeats` runs of each method), "hook-<layout>" (flat: the bucket sizes over
-    N G payloads; hierarchical: the shards' over N) and "hook-<layout>-alone" (the same
-    cases on one rank alone)."""
+    layout "train-<layout>" (`train_repeats` runs of each method), "hook-<layout>" (flat:
+    the bucket sizes over N G payloads; hierarchical: the shards' over N) and
+    "hook-<layout>-alone" (the same cases on one rank alone)."""
     tiers = ResultTable("tiers.csv", TIER_KEYS)
     keys = {"tiers": {tiers.key({"tier": t, "groups": "all", "collective": c, "nbytes": n,
                                  "world_size": w})

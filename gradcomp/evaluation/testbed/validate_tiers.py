@@ -12,12 +12,12 @@ Per rate, in one testbed: the per-tier collective sweep (`ratecheck.tier_sweep`:
 all-gather inside every node at once, across the nodes for every local rank at once, and over
 all N G ranks as one ring, each after compute, as in training), training of each layout
 (`benches.train`; `auto` in the same jobs, timed after its exploration, its steady state; each
-run timing at least `iterations` and `min_timed_s` seconds; `train_repeats` interleaved passes, each run's least disturbed repeat used, as in `validate`:
-`pooled.least_disturbed_runs`), then on all N G ranks at once, so under the contention training
-sees (N G processes on the machine's cores), the profile as DDP runs it and the hook path's
-per-bucket costs: at the buckets' sizes over N G payloads (flat) and at the 1/G shards' over N
-payloads (hierarchical, `benches.hookpath`), then the same costs on one rank while the others
-wait. Neither of these times any communication, so neither depends on the rate: they are
+run timing at least `iterations` and `min_timed_s` seconds; `train_repeats` interleaved passes,
+each run's least disturbed repeat used, as in `validate`: `pooled.least_disturbed_runs`), then
+on all N G ranks at once, so under the contention training sees (N G processes on the
+machine's cores), the profile as DDP runs it and the hook path's per-bucket costs: at the
+buckets' sizes over N G payloads (flat) and at the 1/G shards' over N payloads
+(hierarchical, `benches.hookpath`), then the same costs on one rank while the others wait. Neither of these times any communication, so neither depends on the rate: they are
 measured once, in the testbed of the first rate that needs them, and used at every rate
 (`measured_once`).
 
@@ -137,9 +137,9 @@ def rate_inputs(out: Path, rate_bps: float, planned: dict, spec: dict, nodes: in
                 layouts) -> SimpleNamespace:
     """What `predict_rate` prices at `rate_bps`, read from the tables and fitted: the
     network, the profile (and its file), the load while measuring and the machine's cores
-    (NaN where not recorded), and per layout
-    (`layouts`) the hook-path file, its costs, the training rows of `planned`, the network
-    and the costs of one rank alone (empty where the folder has none)."""
+    (NaN where not recorded), and per layout (`layouts`) the hook-path file, its costs, the
+    training rows of `planned`, the network and the costs of one rank alone (empty where the
+    folder has none)."""
     profile_file = measured_once(out, rate_bps, spec)
     tiers = ResultTable(out / f"tiers-{rate_tag(rate_bps)}.csv", TIER_KEYS).frame(
         planned["tiers"])
