@@ -17,9 +17,9 @@ each run's least disturbed repeat used, as in `validate`: `pooled.least_disturbe
 on all N G ranks at once, so under the contention training sees (N G processes on the
 machine's cores), the profile as DDP runs it and the hook path's per-bucket costs: at the
 buckets' sizes over N G payloads (flat) and at the 1/G shards' over N payloads
-(hierarchical, `benches.hookpath`), then the same costs on one rank while the others wait. Neither of these times any communication, so neither depends on the rate: they are
-measured once, in the testbed of the first rate that needs them, and used at every rate
-(`measured_once`).
+(hierarchical, `benches.hookpath`), then the same costs on one rank while the others wait.
+None of these times any communication, so none depends on the rate: they are measured once,
+in the testbed of the first rate that needs them, and used at every rate (`measured_once`).
 
 The model: a `Network` of N G workers, G per node, ring collectives; across nodes each
 collective's fitted latency and efficiency as the layout runs it (hierarchical: G times a
