@@ -160,7 +160,7 @@ def slowdown_cases(rank):
         ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
                      explore_iters=3, check_every=10)
         changed = []
-        for i in range(1, 31):
+        for i in range(1, 36):
             if ch.step(i, reduce, launch if how == "launched" else None):
                 changed.append(i)
             c = ch.choice(0, i)

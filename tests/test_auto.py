@@ -104,7 +104,8 @@ def test_the_rounds_iteration_times_decide_between_close_contenders():
     which the bucket's price does not hold): timed, the rounds decide for the all-reduce;
     untimed, the table decides for top-k. A re-pricing (the link 25% slower) keeps the timed
     choice while the two stay within the margin; a link 10x slower, on which top-k is
-    clearly best, moves it."""
+    clearly best, proposes top-k, and its trial (top-k's iterations now the shorter) moves
+    it."""
     codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]  # 6.0 ms and 5.2 ms at x = 1e-8, 4 workers
     runs = {}
     for timed in (False, True):
@@ -121,14 +122,16 @@ def test_the_rounds_iteration_times_decide_between_close_contenders():
     assert ch.contenders == [0, 1] and ch.decisions == {0: 0}
     assert ch.rounds == pytest.approx({0: 0.20, 1: 0.22})
     seen = []
-    for j in range(i, i + 20):
+    for j in range(i, i + 32):
         ch.step(j, same, mark=clock)
         seen.append((ch.decisions[0], ch.x))
         slower = 1.25e-8 if j < i + 10 else 1e-7
+        clock += (0.22 + 0.016) if ch.choice(0, j) == 1 else (0.20 + 0.06 * (slower > 2e-8))
         feed(ch, [j], alpha=0.0, x=slower, codec=codec, nbytes=nbytes)
     # re-priced to the slower link (7.2-7.5 ms against 5.4-5.5 ms): kept
     assert any(d == 0 and 1.15e-8 < x <= 1.25e-8 for d, x in seen)
-    assert seen[-1] == (1, pytest.approx(1e-7))  # 60 ms against 16 ms: the table's
+    assert seen[-1] == (1, pytest.approx(1e-7))  # 60 ms against 16 ms, tried: taken
+    assert ch.last_trial[1:] == pytest.approx((0.26, 0.236, True))
     again = chooser()
     again.load_state_dict(ch.state_dict())
     assert again.rounds == ch.rounds
@@ -206,7 +209,13 @@ def test_a_faster_network_is_noticed_and_the_decision_follows():
     feed(ch, range(7, 12), alpha=20e-6, x=1e-8, codec=codec, nbytes=nbytes)
     assert not ch.step(12, same)  # nothing moved
     feed(ch, range(12, 17), alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
-    assert ch.step(17, same) and ch.decisions == {0: 0}  # 1000x the bandwidth: uncompressed
+    assert not ch.step(17, same) and ch.trial.proposed == {0: 0}  # 1000x the bandwidth
+    changed = []
+    for i in range(17, 29):  # tried from 18 to 27, untimed: the table's word
+        if i > 17 and ch.step(i, same):
+            changed.append(i)
+        feed(ch, [i], alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
+    assert changed == [28] and ch.decisions == {0: 0} and ch.trial is None
 
 
 CODEC, NBYTES = [[0.0, 2e-3]], [[4e7, 4e5]]  # uncompressed, or 100x less after 2 ms
@@ -242,12 +251,13 @@ def link_gets_faster(ch, reduce, launch, last: int) -> list[int]:
 def test_after_a_decision_no_step_waits_for_the_other_ranks():
     """Decided, every iteration's samples go into a launched reduction read at the next step;
     the periodic check decides from those: no blocking reduction (each made the rank that came
-    early wait instead of encoding)."""
+    early wait instead of encoding) but the one of a trial's verdict, once per trial."""
     ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5)
     assert ch.decisions == {0: 1}
-    changed = link_gets_faster(ch, reduce, launch, last=22)
-    assert not blocking and len(launched) == 15
-    assert changed == [17] and ch.decisions == {0: 0}  # the faster link, seen at a check
+    changed = link_gets_faster(ch, reduce, launch, last=28)
+    assert [len(v) for v in blocking] == [10] and len(launched) == 21  # 10 turns timed
+    # the faster link, seen at the check at 17, tried from 18 to 27
+    assert changed == [28] and ch.decisions == {0: 0}
 
 
 def test_without_the_slowdown_check_the_samples_are_reduced_once_per_check():
@@ -260,32 +270,68 @@ def test_without_the_slowdown_check_the_samples_are_reduced_once_per_check():
     for slowdown in (None, 1e9):
         ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5,
                                                              slowdown=slowdown)
-        changed = link_gets_faster(ch, reduce, launch, last=27)
-        assert not blocking
+        changed = link_gets_faster(ch, reduce, launch, last=32)
+        assert [len(v) for v in blocking] == [10]  # the trial's verdict
         runs[slowdown] = (changed, ch.decisions, ch.x, ch.codec, [len(v) for v in launched])
-    assert runs[None][0] == runs[1e9][0] == [17]  # the faster link, seen at the same check
+    # the faster link, seen at the same check (17), tried from 18 to 27
+    assert runs[None][0] == runs[1e9][0] == [28]
     assert runs[None][1:4] == runs[1e9][1:4]  # the same decisions, fit and codec table
-    # checks at 12, 17, 22, 27: launched at 11 (iterations 7-10), 16, 21 and 26 (five each)
-    assert runs[None][4] == [4, 5, 5, 5] and runs[1e9][4] == [1] * 20
+    # checks at 12, 17, (22, 27: in the trial), 32: launched at 11 (iterations 7-10), 16, 21,
+    # 26 and 31 (five each)
+    assert runs[None][4] == [4, 5, 5, 5, 5] and runs[1e9][4] == [1] * 25
 
 
 def test_a_codec_time_moves_a_decision_only_when_two_checks_saw_it_move():
     """The chosen candidate's codec 1 s slower for one check's window (a busy machine) leaves
     the decision alone: priced at once it would send the bucket to the uncompressed
     candidate, whose price nothing re-measures before the next exploration. Slower for two
-    windows, it moves the decision at the second check."""
-    for slow_until, changed in ((12, []), (17, [17])):
+    windows, it proposes the move at the second check (17), taken after its trial (untimed:
+    the table's word)."""
+    for slow_until, changed in ((12, []), (17, [28])):
         ch = chooser(check_every=5, slowdown=None)  # the periodic check alone
         feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
         ch.step(7, same)
         assert ch.decisions == {0: 1}
         seen = []
-        for i in range(7, 28):
+        for i in range(7, 33):
             if i > 7 and ch.step(i, same):
                 seen.append(i)
             codec = [[0.0, 2e-3 + (1.0 if i < slow_until else 0.0)]]
             feed(ch, [i], alpha=20e-6, x=1e-8, codec=codec, nbytes=NBYTES)
         assert seen == changed
+
+
+def test_a_proposal_is_tried_first_and_left_when_its_iterations_take_longer():
+    """One iteration's transfer 100x slower (a busy machine) refits the bandwidth and proposes
+    top-k (1) for the big bucket; the tiny one stays uncompressed (0). From the next
+    iteration the two take turns on the big bucket alone (now, proposed, proposed, now, ...),
+    the tiny one keeping its candidate; top-k's iterations take 5% longer (what its codec
+    costs the compute beside it), so the decision stays. A chooser resumed in the middle of
+    the trial carries the same turns."""
+    codec, nbytes = [[0.0, 2e-3], [0.0, 1e-3]], [[4e6, 4e4], [4e3, 4e2]]
+    ch = chooser(check_every=10)
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-10, codec=codec, nbytes=nbytes)
+    ch.step(7, same)
+    assert ch.decisions == {0: 0, 1: 0}
+    clock, turns, verdicts = 0.0, [], []
+    for i in range(7, 60):
+        if i > 7:
+            ch.step(i, same, mark=clock if ch.timing(i) else None)
+        if i == 15:
+            resumed = chooser(check_every=10)
+            resumed.load_state_dict(ch.state_dict())
+            assert [[resumed.choice(b, j) for b in (0, 1)] for j in range(15, 22)] == [
+                [ch.choice(b, j) for b in (0, 1)] for j in range(15, 22)]
+        if ch.trial is not None and ch.trial.running(i):
+            turns.append((ch.choice(0, i), ch.choice(1, i)))
+        if ch.last_trial and ch.last_trial not in verdicts:
+            verdicts.append(ch.last_trial)
+        clock += 0.21 if ch.choice(0, i) == 1 else 0.20
+        feed(ch, [i], alpha=20e-6, x=1e-8 if i == 10 else 1e-10, codec=codec, nbytes=nbytes)
+    assert turns[:10] == [(0, 0), (1, 0), (1, 0), (0, 0)] * 2 + [(0, 0), (1, 0)]
+    assert verdicts[0] == (22, pytest.approx(0.20), pytest.approx(0.21), False)
+    assert all(not taken for *_, taken in verdicts)
+    assert ch.decisions == {0: 0, 1: 0} and ch.trial is None
 
 
 def test_ranks_that_measured_different_buckets_raise():
@@ -431,6 +477,47 @@ def test_the_hook_times_the_confirmation_rounds(one_rank_group, monkeypatch):
     assert marked == list(range(3, state.chooser.decided_at + 1))
     assert all(t > 0 for t in rounds.values())
     assert state.chooser.decisions == {0: min(rounds, key=rounds.get)}
+
+
+def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypatch):
+    """A proposal set up as a re-pricing would (`Trial`): the hook marks the trial's
+    iterations and its end, and only them; the turns take the proposal in the trial's order,
+    `decision_text` reports the verdict, and a state pickled in the middle of the trial
+    carries it without its marks."""
+    import pickle
+
+    from gradcomp.comm.auto.trial import Trial
+
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Linear(64, 64))
+    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
+                                   confirm_margin=0.0,
+                                   candidates=["none", ("topk", {"ratio": 0.01})])
+    x = torch.randn(16, 64)
+    for _ in range(6):
+        ddp(x).square().mean().backward()
+    chooser = state.chooser
+    assert chooser.decided_at is not None and chooser.last_trial is None
+    decided, start = chooser.decisions[0], state.iteration + 1
+    chooser.trial = Trial(start, {0: 1 - decided}, rounds=2)
+    taken, marked, carried = [], [], []
+    monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
+    for i in range(state.iteration, start + 6):
+        before = len(taken)
+        if i == start + 1:
+            copy = pickle.loads(pickle.dumps(state))
+            assert copy.chooser.trial.proposed == {0: 1 - decided}
+            assert copy.chooser.trial.marks == {}
+        ddp(x).square().mean().backward()
+        carried.append(state.telemetry_rows()[-1]["method"])
+        if len(taken) > before:
+            marked.append(i)
+    assert marked == list(range(start, start + 5))  # 4 turns and the last one's end
+    proposed = "topk" if decided == 0 else "allreduce"
+    assert [c == proposed for c in carried[1:5]] == [False, True, True, False]
+    end, now, then, _ = chooser.last_trial
+    assert end == start + 4 and now > 0 and then > 0 and chooser.trial is None
+    assert f"; trial at {end}: " in state.decision_text()
 
 
 def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):

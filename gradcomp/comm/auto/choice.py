@@ -24,28 +24,15 @@ bucket whose best is priced within the margin of other contenders takes the one 
 median iteration time (`rounds`), which also holds what a codec costs the compute beside it
 (the table alone picked candidates 12-13% slower per iteration than the fastest at 2 of 6
 configurations of the 2-core two-tier testbed). That stands while they stay within the
-margin: a re-pricing (drift) decides by the table only where one candidate is clearly best.
+margin.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
 anything is decided: codec times are the slowest rank's; communication times the least any
 rank saw (a rank that reached the collective early also waited for the others), idle links
 only where idle on every rank. Every decision is then the same function of the same numbers
 on every rank. During an exploration the samples are reduced when they are needed (one
-all-reduce each). After a decision every iteration's samples are reduced as they come (one
-all-reduce of five values per bucket), never waited for right after backward's compute (a
-blocking one there cost about 3 ms per iteration on the 2-worker testbed: the rank that came
-early could not encode while it waited): the step at iteration i launches the reduction of
-i - 1's samples (`Launch`) and reads the one it launched at i - 1 (i - 2's), so a slower link
-in iteration i is acted on from i + 2. The step runs at an iteration's first bucket, before
-its collectives, so every rank issues the reduction at the same place in its order of
-collectives, whatever else the program runs on the group (on the CPU and on CUDA alike).
-Launching it as the iteration's last bucket finished instead (acting from i + 1) cost 2-3 ms
-more per iteration, about 3% of an iteration, on the 2-worker testbed at 1 Gbit/s
-(interleaved runs, each in fresh processes). That reduction is the one collective a settled
-`auto` adds to those of its chosen candidates, once per iteration (not per bucket), for the
-slowdown check: with `slowdown=None` the samples are read only at the periodic checks, so
-they are launched together at the step before each check (the same samples, the same
-decisions: one all-reduce per `check_every` iterations).
+all-reduce each). After a decision every iteration's samples are reduced as they come,
+never waited for (`stream`).
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
@@ -57,24 +44,25 @@ check: when a bucket whose link was idle took over `slowdown` times its predicte
 bandwidth is refitted at once from the transfers since that iteration alone (the window's
 would still be mostly the old rate's) and, when it moved by more than `drift`, every bucket is
 decided again (codec times are left to the periodic check).
+
+Trial: a re-pricing that would move buckets moves none yet: from the next iteration the
+decisions in force and the proposed ones carry the buckets in turn for `confirm_rounds` timed
+iterations each, and the proposal is taken only when its median iteration took less time
+(`trial`); no check runs meanwhile. Untimed (no marks), the table's word is taken.
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from ..telemetry import seconds_between
 from .pricing import (Sample, Transfer, by_bucket_and_candidate, fit_network, idle_points,
                       refit_bandwidth, relative_change)
+from .stream import Launch, Reduce, SampleStream
+from .trial import Trial, turn_seconds
 
-#: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
-Reduce = Callable[[torch.Tensor], torch.Tensor]
-#: launch(tensor) -> wait: `reduce(tensor)` started without blocking; wait() returns it.
-Launch = Callable[[torch.Tensor], Callable[[], torch.Tensor]]
 #: A warm-up's communication over the best bucket time that ends an exploration early (a
 #: margin for the noise of single samples: the uncompressed candidates skipped on a slow link
 #: communicate 10-30x longer than a compressed one takes).
@@ -82,7 +70,7 @@ SKIP_FACTOR = 2.0
 
 
 @dataclass
-class Chooser:
+class Chooser(SampleStream):
     """The per-bucket choice of `auto` (module docstring); `state_dict()` checkpoints it."""
 
     transfers: list[Transfer]
@@ -113,6 +101,8 @@ class Chooser:
     window: list[Sample] = field(default_factory=list)  # reduced since the last check
     pending: tuple | None = None  # a launched reduction: (iterations, buckets, wait)
     marks: dict = field(default_factory=dict)  # iteration -> mark at its first bucket (rounds)
+    trial: Trial | None = None  # a re-pricing's proposal, timed against the decisions
+    last_trial: tuple | None = None  # (its end, seconds in force, proposed, taken)
 
     @property
     def first(self) -> int:
@@ -151,6 +141,9 @@ class Chooser:
             if self.confirm_start is not None and iteration >= self.confirm_start:
                 return self._contender_at(iteration)
             return self._candidate_at(self._slot(iteration)[0])
+        if self.trial is not None and self.trial.running(iteration) and bucket in \
+                self.trial.proposed and self.trial.proposing(iteration):
+            return self.trial.proposed[bucket]
         return self.decisions.get(bucket, 0)
 
     def _contender_at(self, iteration: int) -> int:  # in a confirmation round
@@ -172,7 +165,9 @@ class Chooser:
         """Whether `step` keeps `iteration`'s mark: a round's end, or where the rounds may
         start: the scan's end, or the iteration after the last candidate's warm-up (a skip of
         its exploration, decided in `step`, would end the scan there)."""
-        if self.decided_at is not None or not self.confirm_rounds:
+        if self.decided_at is not None:
+            return self.trial is not None and self.trial.timing(iteration)
+        if not self.confirm_rounds:
             return False
         if self.confirm_start is not None:
             return self.confirm_start < iteration <= self.explore_end
@@ -187,7 +182,8 @@ class Chooser:
         the samples after a decision are reduced without waiting, read an iteration later
         (module docstring). `mark`: this rank's `telemetry.mark` taken at the iteration's first
         bucket, where `timing` holds (None: the rounds are not timed, the table decides)."""
-        if mark is not None and self.confirm_start is not None and self.timing(iteration):
+        if (mark is not None and self.decided_at is None and self.confirm_start is not None
+                and self.timing(iteration)):
             self.marks[iteration] = mark
         if self.decided_at is None and self.first <= iteration - 1 < self.scan_end:
             self._skip_if_hopeless(iteration, reduce)
@@ -200,16 +196,21 @@ class Chooser:
             return False
         if iteration - self.decided_at >= self.redecide_every:
             self.explore_start, self.decided_at, self.codec_moved = iteration, None, False
+            self.trial = None
             self.contenders, self.confirm_start, self.rounds, self.marks = [], None, {}, {}
             self.samples.clear()
             self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
         latest = self._stream(iteration, reduce, launch)
         self.window += latest
+        if self.trial is not None:
+            if mark is not None and self.trial.timing(iteration):
+                self.trial.marks[iteration] = mark
+            return iteration >= self.trial.end and self._end_trial(iteration, reduce)
         if self.slowdown is not None and self._over(latest):
-            return self._check_network(since=latest[0].iteration)
+            return self._check_network(iteration, since=latest[0].iteration)
         if (iteration - self.decided_at) % self.check_every == 0:
-            return self._check_drift()
+            return self._check_drift(iteration)
         return False
 
     # -- deciding ---------------------------------------------------------------------------
@@ -268,14 +269,8 @@ class Chooser:
         """contender -> the median seconds of the confirmation rounds' iterations it carried,
         each the slowest rank's (an iteration a rank did not time, e.g. across a resume: no
         evidence)."""
-        iterations = range(self.confirm_start, self.explore_end)
-        seconds = [seconds_between(self.marks[i], self.marks[i + 1])
-                   if i in self.marks and i + 1 in self.marks else -math.inf for i in iterations]
-        slowest = reduce(torch.tensor(seconds, dtype=torch.float64)).tolist()
-        times: dict[int, list[float]] = {}
-        for i, s in zip(iterations, slowest):
-            if s >= 0:
-                times.setdefault(self._contender_at(i), []).append(s)
+        times = turn_seconds(self.marks, range(self.confirm_start, self.explore_end),
+                             self._contender_at, reduce)
         return {c: statistics.median(t) for c, t in sorted(times.items())}
 
     def _contenders(self, buckets) -> list[int]:
@@ -324,53 +319,6 @@ class Chooser:
         return self.codec[bucket, candidate] + self.transfers[candidate].seconds(
             self.workers, self.nbytes[bucket, candidate], self.alpha, self.x)
 
-    def _start(self, first: int, last: int, launch: Launch) -> tuple:
-        """(iterations, buckets, wait): the reduction of the samples of iterations `first` to
-        `last` of the decided buckets (a bucket a rank did not measure in an iteration: no
-        evidence), started by `launch`; the samples up to `last` leave `samples`."""
-        iterations, buckets = list(range(first, last + 1)), sorted(self.decisions)
-        kept = {(s.iteration, s.bucket): s for s in self.samples if s.iteration >= first}
-        self.samples = [s for s in self.samples if s.iteration > last]
-        rows = []
-        for key in ((i, b) for i in iterations for b in buckets):
-            s = kept.get(key)
-            rows.append([s.codec_s, -s.comm_s, -float(s.idle_link), float(s.candidate),
-                         float(s.nbytes)] if s is not None
-                        else [-math.inf, -math.inf, 0.0, -1.0, 0.0])
-        return iterations, buckets, launch(
-            torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 5))
-
-    def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
-        """The reduced samples of the latest iterations whose reduction is ready: with
-        `launch`, iteration - 1's are launched now and those launched at the last step
-        (iteration - 2's) are read; without, iteration - 1's are reduced now. With `launch`
-        and no slowdown check, nothing reads the samples between the periodic checks: they
-        are launched together, at the step before a check (`_batch`), read at the check."""
-        if launch is None:
-            ready = self._start(iteration - 1, iteration - 1, lambda rows: lambda: reduce(rows))
-        else:
-            batch = self._batch(iteration)
-            ready = self.pending
-            self.pending = None if batch is None else self._start(*batch, launch)
-            if ready is None:
-                return []
-        iterations, checked, wait = ready
-        keys = [(i, b) for i in iterations for b in checked]
-        return [Sample(i, b, int(candidate), codec, -minus_comm, nbytes, minus_idle == -1)
-                for (i, b), (codec, minus_comm, minus_idle, candidate, nbytes)
-                in zip(keys, wait().tolist()) if candidate >= 0]
-
-    def _batch(self, iteration: int) -> tuple[int, int] | None:
-        """(first, last): the iterations whose samples the step at `iteration` launches:
-        iteration - 1's at every step while the slowdown check reads them; without it, at
-        the step before a periodic check, every iteration the check's window would have had
-        from a launch at every step (the same samples, the same decisions), else none."""
-        if self.slowdown is not None:
-            return iteration - 1, iteration - 1
-        if (iteration + 1 - self.decided_at) % self.check_every:
-            return None
-        return max(self.decided_at, iteration - self.check_every), iteration - 1
-
     def _over(self, samples: list[Sample]) -> bool:
         """Whether a bucket whose link was idle on every rank took over `slowdown` times the
         predicted time of the candidate that carried it (a margin for the noise of single
@@ -382,7 +330,7 @@ class Chooser:
                 return True
         return False
 
-    def _check_drift(self) -> bool:
+    def _check_drift(self, iteration: int) -> bool:
         """The periodic check (module docstring), from the window's samples. A codec time
         that moved is priced only when it moved at the last check too: one window's noise
         (a busy machine) priced at once could send a bucket to another candidate, whose
@@ -402,19 +350,22 @@ class Chooser:
         if moved and not self.codec_moved:  # a first move waits for the next check
             codec_now, drift = {}, 0.0
         self.codec_moved = moved and not self.codec_moved
-        return self._reprice(self._refit_bandwidth(samples), codec_now, drift)
+        return self._reprice(iteration, self._refit_bandwidth(samples), codec_now, drift)
 
-    def _check_network(self, since: int) -> bool:
+    def _check_network(self, iteration: int, since: int) -> bool:
         """After a slowdown: the bandwidth refitted from the transfers from iteration `since`
         on alone, which stay the window (the older ones would mix the old rate's in); codec
         times stay (one iteration's are too noisy to price from; the periodic check
         re-measures them)."""
         self.window = [s for s in self.window if s.iteration >= since]
-        return self._reprice(self._refit_bandwidth(self.window), {}, 0.0)
+        return self._reprice(iteration, self._refit_bandwidth(self.window), {}, 0.0)
 
-    def _reprice(self, x_now: float, codec_now: dict[int, float], drift: float) -> bool:
+    def _reprice(self, iteration: int, x_now: float, codec_now: dict[int, float],
+                 drift: float) -> bool:
         """Take the new bandwidth and codec times of the chosen candidates and decide again
-        when one moved by more than `drift`; True when a decision changed."""
+        when one moved by more than `drift`: a decision that changed is tried first, from
+        the next iteration on (`Trial`; with `confirm_rounds` 0, taken at once). True when a
+        decision changed now."""
         drift = max(drift, relative_change(x_now, self.x))
         if drift <= self.drift:
             return False
@@ -423,7 +374,21 @@ class Chooser:
             self.codec[b, self.decisions[b]] = codec
         before = dict(self.decisions)
         self._decide(sorted(self.decisions))
-        return self.decisions != before
+        if self.decisions == before or not self.confirm_rounds:
+            return self.decisions != before
+        proposed = {b: c for b, c in self.decisions.items() if before[b] != c}
+        self.decisions, self.trial = before, Trial(iteration + 1, proposed, self.confirm_rounds)
+        return False
+
+    def _end_trial(self, iteration: int, reduce: Reduce) -> bool:
+        """The trial's verdict: the proposal taken unless the decisions in force took no
+        more time per iteration (untimed: taken, the table's word); True when taken."""
+        now, proposed = self.trial.seconds(reduce)
+        taken = not now <= proposed
+        if taken:
+            self.decisions.update(self.trial.proposed)
+        self.trial, self.last_trial = None, (iteration, now, proposed, taken)
+        return taken
 
     def _refit_bandwidth(self, samples) -> float:
         return refit_bandwidth(idle_points(samples, self.transfers, self.workers), self.alpha,
@@ -431,20 +396,26 @@ class Chooser:
 
     # -- checkpoints ------------------------------------------------------------------------
     def __getstate__(self):
-        """Picklable (as the hook state that holds it): a launched reduction stays behind."""
-        return {**self.__dict__, "pending": None, "marks": {}}
+        """Picklable (as the hook state that holds it): a launched reduction and the marks
+        stay behind."""
+        trial = None if self.trial is None else Trial(**self.trial.state_dict())
+        return {**self.__dict__, "pending": None, "marks": {}, "trial": trial}
 
     def state_dict(self) -> dict:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
                 "contenders": list(self.contenders), "confirm_start": self.confirm_start,
                 "decisions": dict(self.decisions), "rounds": dict(self.rounds),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
-                "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved}
+                "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved,
+                "trial": None if self.trial is None else self.trial.state_dict(),
+                "last_trial": self.last_trial}
 
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
+        self.trial = None if self.trial is None else Trial(**self.trial)
+        self.last_trial = None if self.last_trial is None else tuple(self.last_trial)
         self.samples, self.explored, self.window, self.pending = [], [], [], None
         self.marks = {}
 

@@ -102,7 +102,9 @@ class AutoRoute(Route):
         is a warm-up; a candidate that cannot win ends after it: `choice`).
     confirm_rounds: rounds in which the candidates priced within `confirm_margin` (relative)
         of a bucket's best after that carry every bucket in turn, one iteration each, before
-        the decision (0: none; `choice`, "Confirmation").
+        the decision (0: none; `choice`, "Confirmation"); also the timed turns each of the
+        decisions in force and a re-pricing's proposal takes before a move (`trial`; 0: the
+        table's word).
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
@@ -261,9 +263,11 @@ class AutoRoute(Route):
     def decision_text(self) -> str:
         """What the last decision rested on, in one line: the iteration it was taken, each
         candidate's price (predicted codec and communication, summed over the buckets) and
-        the median iteration of each contender's confirmation rounds, in ms: "decided at 37;
-        priced: none 290.1, bf16 180.2, powersgd 150.3, topk 160.4; rounds: powersgd 201.3,
-        topk 210.0". Empty before the first decision."""
+        the median iteration of each contender's confirmation rounds, in ms, and the verdict
+        of the last trial of a re-pricing's proposal (`trial`), with the median iteration of
+        the decisions in force and of the proposal: "decided at 37; priced: none 290.1, bf16
+        180.2, powersgd 150.3, topk 160.4; rounds: powersgd 201.3, topk 210.0; trial at 118:
+        kept 190.2 against 205.3". Empty before the first decision."""
         chooser = self.chooser
         if chooser is None or chooser.decided_at is None:
             return ""
@@ -272,7 +276,13 @@ class AutoRoute(Route):
                   for c in range(len(chooser.transfers))}
         rounds = {self.label(c): s for c, s in chooser.rounds.items()}
         text = f"decided at {chooser.decided_at}; priced: {_in_ms(priced)}"
-        return text + (f"; rounds: {_in_ms(rounds)}" if rounds else "")
+        text += f"; rounds: {_in_ms(rounds)}" if rounds else ""
+        if chooser.last_trial is not None:
+            end, now, proposed, taken = chooser.last_trial  # the winner's time first
+            won, lost = (proposed, now) if taken else (now, proposed)
+            text += (f"; trial at {end}: {'taken' if taken else 'kept'} {won * 1e3:.1f} "
+                     f"against {lost * 1e3:.1f}")
+        return text
 
     # -- measurements -----------------------------------------------------------------------
     def _collect(self, iteration: int) -> None:

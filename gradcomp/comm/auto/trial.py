@@ -1,0 +1,79 @@
+"""Timed turns of `auto`'s choice (`choice`): iterations carried in turn by different
+candidates, each timed from its first bucket to the next iteration's on every rank, the
+slowest rank's time kept.
+
+`Trial`: before a re-pricing moves buckets to other candidates on the table's word, the
+decisions in force and the proposed ones carry the buckets in turn, one iteration each, for
+`rounds` rounds each (now, proposed, proposed, now, now, ...: neither always follows the
+other), and the proposal is taken only when its median iteration took less time. A bucket's
+price is fitted to few noisy samples: on the 2-core two-tier testbed one iteration's
+bandwidth refit (a bucket slower than twice its price) halved the bandwidth and moved a run
+from bf16 to PowerSGD for good, and in another run a refit priced the uncompressed
+all-reduce at 11.5 ms against bf16's 30.9 and moved the run to it, 12% slower than bf16's
+runs (`testbed-two-tier-2026-11-29-codec-share`).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..telemetry import seconds_between
+
+
+def turn_seconds(marks: dict, iterations, group_of: Callable[[int], int], reduce
+                 ) -> dict[int, list[float]]:
+    """group -> the seconds of `iterations` it carried, each from the iteration's mark to the
+    next's, the slowest rank's (`reduce`: the element-wise maximum over ranks); an iteration
+    a rank did not time (e.g. across a resume) is no evidence."""
+    iterations = list(iterations)
+    own = [seconds_between(marks[i], marks[i + 1]) if i in marks and i + 1 in marks
+           else -math.inf for i in iterations]
+    slowest = reduce(torch.tensor(own, dtype=torch.float64)).tolist()
+    times: dict[int, list[float]] = {}
+    for i, s in zip(iterations, slowest):
+        if s >= 0:
+            times.setdefault(group_of(i), []).append(s)
+    return times
+
+
+@dataclass
+class Trial:
+    """The decisions in force against `proposed` (bucket -> candidate), from `start` on."""
+
+    start: int
+    proposed: dict[int, int]
+    rounds: int
+    marks: dict = field(default_factory=dict)  # iteration -> this rank's mark
+
+    @property
+    def end(self) -> int:
+        """The first iteration after the trial (its last turn's time ends there)."""
+        return self.start + 2 * self.rounds
+
+    def running(self, iteration: int) -> bool:
+        return self.start <= iteration < self.end
+
+    def timing(self, iteration: int) -> bool:
+        """Whether `iteration`'s mark is wanted: a turn's start or the last one's end."""
+        return self.start <= iteration <= self.end
+
+    def proposing(self, iteration: int) -> bool:
+        """Whether the proposal carries `iteration` (turns now, proposed, proposed, now,
+        ...)."""
+        turn = iteration - self.start
+        return (turn + turn // 2) % 2 == 1
+
+    def seconds(self, reduce) -> tuple[float, float]:
+        """(in force, proposed): the median seconds of each one's turns, NaN where none was
+        timed."""
+        times = turn_seconds(self.marks, range(self.start, self.end),
+                             lambda i: int(self.proposing(i)), reduce)
+        return tuple(statistics.median(times[g]) if times.get(g) else math.nan
+                     for g in (0, 1))
+
+    def state_dict(self) -> dict:
+        return {"start": self.start, "proposed": dict(self.proposed), "rounds": self.rounds}
