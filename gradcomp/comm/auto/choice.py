@@ -141,10 +141,10 @@ class Chooser(SampleStream):
             if self.confirm_start is not None and iteration >= self.confirm_start:
                 return self._contender_at(iteration)
             return self._candidate_at(self._slot(iteration)[0])
-        if self.trial is not None and self.trial.running(iteration) and bucket in \
-                self.trial.proposed and self.trial.proposing(iteration):
-            return self.trial.proposed[bucket]
-        return self.decisions.get(bucket, 0)
+        decided, trial = self.decisions.get(bucket, 0), self.trial
+        if trial is not None and trial.running(iteration) and trial.proposing(iteration):
+            return trial.proposed.get(bucket, decided)
+        return decided
 
     def _contender_at(self, iteration: int) -> int:  # in a confirmation round
         turn, n = iteration - self.confirm_start, len(self.contenders)
@@ -164,7 +164,8 @@ class Chooser(SampleStream):
     def timing(self, iteration: int) -> bool:
         """Whether `step` keeps `iteration`'s mark: a round's end, or where the rounds may
         start: the scan's end, or the iteration after the last candidate's warm-up (a skip of
-        its exploration, decided in `step`, would end the scan there)."""
+        its exploration, decided in `step`, would end the scan there); after a decision, a
+        trial's turns and its end."""
         if self.decided_at is not None:
             return self.trial is not None and self.trial.timing(iteration)
         if not self.confirm_rounds:
