@@ -334,6 +334,33 @@ def test_a_proposal_is_tried_first_and_left_when_its_iterations_take_longer():
     assert ch.decisions == {0: 0, 1: 0} and ch.trial is None
 
 
+def test_a_trials_times_decide_the_next_re_pricing_within_the_margin():
+    """The link 3.9x slower from iteration 8: the slowdown check at 9 proposes top-k (1) for
+    the big bucket, priced 15% under the all-reduce (0); its trial (10-19) finds top-k's
+    iterations 5% longer and keeps the all-reduce. Those times are the rounds from then on:
+    the link 23% slower again re-prices at the check at 32 (top-k 41% under, within the
+    margin of 50%), and the rounds, not a second trial, keep the all-reduce."""
+    codec, nbytes = [[0.0, 2e-3], [0.0, 1e-3]], [[4e6, 4e4], [4e3, 4e2]]
+    ch = chooser(check_every=5, confirm_margin=0.5)
+    feed(ch, range(1, 7), alpha=20e-6, x=1e-10, codec=codec, nbytes=nbytes)
+    ch.step(7, same)
+    assert ch.decisions == {0: 0, 1: 0} and ch.rounds == {}  # top-k 2.9x: no rounds
+    clock, starts = 0.0, []
+    for i in range(7, 40):
+        if i > 7:
+            ch.step(i, same, mark=clock if ch.timing(i) else None)
+        if ch.trial is not None and ch.trial.start not in starts:
+            starts.append(ch.trial.start)
+        clock += 0.21 if ch.choice(0, i) == 1 else 0.20
+        x = 1e-10 if i < 8 else 3.9e-10 if i < 23 else 4.8e-10
+        feed(ch, [i], alpha=20e-6, x=x, codec=codec, nbytes=nbytes)
+    assert starts == [10] and ch.last_trial == (20, pytest.approx(0.20), pytest.approx(0.21),
+                                                False)
+    assert ch.rounds == pytest.approx({0: 0.20, 1: 0.21})
+    assert ch.x == pytest.approx(4.8e-10) and ch.predict(0, 1) < ch.predict(0, 0)  # re-priced
+    assert ch.decisions == {0: 0, 1: 0} and ch.trial is None
+
+
 def test_ranks_that_measured_different_buckets_raise():
     ch = chooser()
     feed(ch, range(1, 7), alpha=0, x=1e-9, codec=[[0, 1e-3]], nbytes=[[1e6, 1e4]])

@@ -48,7 +48,9 @@ decided again (codec times are left to the periodic check).
 Trial: a re-pricing that would move buckets moves none yet: from the next iteration the
 decisions in force and the proposed ones carry the buckets in turn for `confirm_rounds` timed
 iterations each, and the proposal is taken only when its median iteration took less time
-(`trial`); no check runs meanwhile. Untimed (no marks), the table's word is taken.
+(`trial`); no check runs meanwhile. Untimed (no marks), the table's word is taken. Timed, the
+trial's times become the `rounds`, so a later re-pricing that finds the same candidates within
+the margin decides by them instead of trying the same move again.
 """
 from __future__ import annotations
 
@@ -383,9 +385,16 @@ class Chooser(SampleStream):
 
     def _end_trial(self, iteration: int, reduce: Reduce) -> bool:
         """The trial's verdict: the proposal taken unless the decisions in force took no
-        more time per iteration (untimed: taken, the table's word); True when taken."""
+        more time per iteration (untimed: taken, the table's word); True when taken. Timed,
+        its times are the `rounds` from then on (each moved bucket's candidates, in force and
+        proposed): a later re-pricing within the margin decides by them, rather than propose
+        the same move again."""
         now, proposed = self.trial.seconds(reduce)
         taken = not now <= proposed
+        if not (math.isnan(now) or math.isnan(proposed)):
+            self.rounds = {}
+            for b, c in self.trial.proposed.items():
+                self.rounds[self.decisions[b]], self.rounds[c] = now, proposed
         if taken:
             self.decisions.update(self.trial.proposed)
         self.trial, self.last_trial = None, (iteration, now, proposed, taken)
