@@ -8,9 +8,9 @@ decisions in force and the proposed ones carry the buckets in turn, one iteratio
 other), and the proposal is taken only when its median iteration took less time. A bucket's
 price is fitted to few noisy samples: on the 2-core two-tier testbed one iteration's
 bandwidth refit (a bucket slower than twice its price) halved the bandwidth and moved a run
-from bf16 to PowerSGD for good, and in another run a refit priced the uncompressed
-all-reduce at 11.5 ms against bf16's 30.9 and moved the run to it, 12% slower than bf16's
-runs (`testbed-two-tier-2026-11-29-codec-share`).
+from bf16 to PowerSGD for good, and re-pricings moved two runs to the uncompressed all-reduce
+(one priced it at 11.5 ms against bf16's 30.9): 215 and 218 ms per iteration against 187 and
+194 for the two runs that stayed on bf16 (`testbed-two-tier-2026-11-29-codec-share`).
 """
 from __future__ import annotations
 
