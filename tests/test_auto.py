@@ -461,20 +461,21 @@ def test_auto_options_are_part_of_what_ranks_must_agree_on():
     assert settings(a, DDPBucket())["hook options"] != settings(b, DDPBucket())["hook options"]
 
 
-def _auto_on_a_linear(iterations: int):
-    """auto among none and top-k on one Linear(64, 64) bucket after `iterations` backwards."""
+def _linear_auto(iterations: int, **options):
+    """(ddp, state, x): auto among none and top-k on one Linear(64, 64) bucket, with
+    `options`, after `iterations` backwards of the input x."""
     torch.manual_seed(0)
     ddp = DDP(torch.nn.Linear(64, 64))
     state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
-                                   candidates=["none", ("topk", {"ratio": 0.01})])
+                                   candidates=["none", ("topk", {"ratio": 0.01})], **options)
     x = torch.randn(16, 64)
     for _ in range(iterations):
         ddp(x).square().mean().backward()
-    return state
+    return ddp, state, x
 
 
 def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
-    state = _auto_on_a_linear(6)
+    _, state, _ = _linear_auto(6)
     codec = state.chooser.codec
     assert codec and all(v < float("inf") for v in codec.values())
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
@@ -484,12 +485,7 @@ def test_the_hook_times_the_confirmation_rounds(one_rank_group, monkeypatch):
     """Every candidate a contender (a margin nothing is outside of): the hook marks each
     round's iterations, and only them (`Chooser.timing`), and the bucket takes the contender
     whose rounds took least time."""
-    torch.manual_seed(0)
-    ddp = DDP(torch.nn.Linear(64, 64))
-    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
-                                   confirm_margin=1e9,
-                                   candidates=["none", ("topk", {"ratio": 0.01})])
-    x = torch.randn(16, 64)
+    ddp, state, x = _linear_auto(0, confirm_margin=1e9)
     taken, marked = [], []
     monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
     for i in range(16):
@@ -515,14 +511,7 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
 
     from gradcomp.comm.auto.trial import Trial
 
-    torch.manual_seed(0)
-    ddp = DDP(torch.nn.Linear(64, 64))
-    state = gradcomp.comm.register(ddp, "auto", start_iter=0, explore_iters=2,
-                                   confirm_margin=0.0,
-                                   candidates=["none", ("topk", {"ratio": 0.01})])
-    x = torch.randn(16, 64)
-    for _ in range(6):
-        ddp(x).square().mean().backward()
+    ddp, state, x = _linear_auto(6, confirm_margin=0.0)
     chooser = state.chooser
     assert chooser.decided_at is not None and chooser.last_trial is None
     decided, start = chooser.decisions[0], state.iteration + 1
@@ -550,7 +539,7 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
 def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):
     import pickle
 
-    state = _auto_on_a_linear(8)
+    _, state, _ = _linear_auto(8)
     assert state.chooser.decided_at is not None and state.chooser.pending is not None
     copy = pickle.loads(pickle.dumps(state))
     assert copy.chooser.pending is None and copy.chooser.decisions == state.chooser.decisions

@@ -1,4 +1,7 @@
-"""Diagnostic: run the train bench with auto, logging the chooser's re-pricings (rank 0)."""
+"""The train bench with auto's choice logged: each decision after an exploration, each
+bandwidth refit and each re-pricing, on every rank (trace-r<repeat>-rank<rank>.json; the
+ranks' logs agree: they hold reduced values). For the code before ae8b757, whose
+`Chooser._reprice` took (x_now, codec_now, drift)."""
 import json, os, sys
 from gradcomp.comm.auto import choice
 from gradcomp.comm.auto.pricing import idle_points
