@@ -278,8 +278,8 @@ class AutoRoute(Route):
         text = f"decided at {chooser.decided_at}; priced: {_in_ms(priced)}"
         text += f"; rounds: {_in_ms(rounds)}" if rounds else ""
         if chooser.last_trial is not None:
-            end, now, proposed, taken = chooser.last_trial  # the winner's time first
-            won, lost = (proposed, now) if taken else (now, proposed)
+            end, now, proposed, taken = chooser.last_trial
+            won, lost = (proposed, now) if taken else (now, proposed)  # the winner's first
             text += (f"; trial at {end}: {'taken' if taken else 'kept'} {won * 1e3:.1f} "
                      f"against {lost * 1e3:.1f}")
         return text
