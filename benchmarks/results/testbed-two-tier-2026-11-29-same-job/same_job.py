@@ -33,6 +33,7 @@ VARIANTS = {  # name: (method, options); flat- without the hierarchical layout
     "auto-powersgd": ("auto", {**HIER, "candidates": [PSGD]}),
     "auto-powersgd-no-slowdown": ("auto", {**HIER, "candidates": [PSGD], "slowdown": None}),
     "auto": ("auto", dict(HIER)),
+    "auto-no-slowdown": ("auto", {**HIER, "slowdown": None}),
     "auto-two": ("auto", {**HIER, "candidates": [PSGD, TOPK]}),
     "auto-two-30-rounds": ("auto", {**HIER, "candidates": [PSGD, TOPK], "confirm_rounds": 30,
                                     "confirm_margin": 10.0}),
