@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
-from gradcomp.comm.auto import route
+from gradcomp.comm.auto import route, stream
 from gradcomp.comm.auto.guard import Guard
 from gradcomp.comm.telemetry import mark
 
@@ -249,36 +249,55 @@ def link_gets_faster(ch, reduce, launch, last: int) -> list[int]:
 
 
 def test_after_a_decision_no_step_waits_for_the_other_ranks():
-    """Decided, every iteration's samples go into a launched reduction read at the next step;
-    the periodic check decides from those: no blocking reduction (each made the rank that came
-    early wait instead of encoding) but the one of a trial's verdict, once per trial."""
+    """Decided, every iteration's samples go into a launched reduction (five iterations'
+    each) read at the next step; the periodic check decides from those: no blocking reduction
+    (each made the rank that came early wait instead of encoding) but the one of a trial's
+    verdict, once per trial."""
     ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5)
     assert ch.decisions == {0: 1}
     changed = link_gets_faster(ch, reduce, launch, last=28)
-    assert [len(v) for v in blocking] == [10] and len(launched) == 21  # 10 turns timed
+    assert [len(v) for v in blocking] == [10]  # 10 turns timed
+    assert [len(v) for v in launched] == [4, 5, 5, 5]  # at 11 (iterations 7-10), 16, 21, 26
     # the faster link, seen at the check at 17, tried from 18 to 27
     assert changed == [28] and ch.decisions == {0: 0}
 
 
-def test_without_the_slowdown_check_the_samples_are_reduced_once_per_check():
-    """With slowdown=None nothing reads the reduced samples between the periodic checks: a
-    settled chooser launches one reduction per `check_every` iterations, at the step before
-    each check, holding the samples the per-iteration reductions held (those of every
-    iteration since the last check's), so it takes the same decisions at the same checks.
-    (slowdown=1e9: a slowdown check that never fires, as the reference: one per step.)"""
+def test_launching_samples_together_takes_the_decisions_of_one_launch_per_iteration(
+        monkeypatch):
+    """A settled chooser launches the samples of `SLOWDOWN_EVERY` iterations together (with
+    slowdown=None, of `check_every`), at the step before a periodic check among others, so
+    each check decides from the samples one launch per step would have given it: the same
+    decisions at the same checks. (slowdown=1e9: a slowdown check that never fires.)"""
     runs = {}
-    for slowdown in (None, 1e9):
-        ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5,
+    for name, slowdown, every in (("none", None, 5), ("batched", 1e9, 5),
+                                  ("per step", 1e9, 1)):
+        monkeypatch.setattr(stream, "SLOWDOWN_EVERY", every)
+        ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=10,
                                                              slowdown=slowdown)
-        changed = link_gets_faster(ch, reduce, launch, last=32)
+        changed = link_gets_faster(ch, reduce, launch, last=48)
         assert [len(v) for v in blocking] == [10]  # the trial's verdict
-        runs[slowdown] = (changed, ch.decisions, ch.x, ch.codec, [len(v) for v in launched])
-    # the faster link, seen at the same check (17), tried from 18 to 27
-    assert runs[None][0] == runs[1e9][0] == [28]
-    assert runs[None][1:4] == runs[1e9][1:4]  # the same decisions, fit and codec table
-    # checks at 12, 17, (22, 27: in the trial), 32: launched at 11 (iterations 7-10), 16, 21,
-    # 26 and 31 (five each)
-    assert runs[None][4] == [4, 5, 5, 5, 5] and runs[1e9][4] == [1] * 25
+        runs[name] = (changed, ch.decisions, ch.x, ch.codec, [len(v) for v in launched])
+    # the faster link (from 11), seen at the check at 27 (17's window mostly the old rate),
+    # tried from 28 to 37
+    assert runs["none"][0] == runs["batched"][0] == runs["per step"][0] == [38]
+    assert runs["none"][1:4] == runs["batched"][1:4] == runs["per step"][1:4]
+    # launched at 16 (iterations 7-15), 26, 36 and 46; at 11 (7-10), 16, ..., 46; every step
+    assert runs["none"][4] == [9, 10, 10, 10] and runs["batched"][4] == [4] + [5] * 7
+    assert runs["per step"][4] == [1] * 41
+
+
+def test_a_slowdown_inside_a_launch_refits_the_bandwidth_from_its_iteration():
+    """The link 4x slower from iteration 13, inside the launch of 11-15: read at 17, the
+    slowdown check refits the bandwidth from 13 on alone (the new rate, not a mix with 11's
+    and 12's), ten iterations before the periodic check at 27."""
+    ch, _, (reduce, launch) = decided(1e-8, check_every=20)
+    feed(ch, [7], alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
+    fits = {}
+    for i in range(8, 19):
+        ch.step(i, reduce, launch)
+        fits[i] = ch.x
+        feed(ch, [i], alpha=20e-6, x=1e-8 if i < 13 else 4e-8, codec=CODEC, nbytes=NBYTES)
+    assert fits[16] == pytest.approx(1e-8) and fits[17] == pytest.approx(4e-8)
 
 
 def test_a_codec_time_moves_a_decision_only_when_two_checks_saw_it_move():
@@ -539,8 +558,8 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
 def test_an_auto_state_pickles_with_a_slowdown_check_in_flight(one_rank_group):
     import pickle
 
-    _, state, _ = _linear_auto(8)
-    assert state.chooser.decided_at is not None and state.chooser.pending is not None
+    _, state, _ = _linear_auto(9)  # decided at 4, the samples of 4-7 launched at 8
+    assert state.chooser.decided_at == 4 and state.chooser.pending is not None
     copy = pickle.loads(pickle.dumps(state))
     assert copy.chooser.pending is None and copy.chooser.decisions == state.chooser.decisions
 

@@ -64,7 +64,7 @@ def test_auto_explores_every_candidate_then_every_rank_takes_the_same_decisions(
     assert chosen <= set(candidates) and len(chosen) >= 1
 
 
-def test_auto_proposes_a_move_within_two_iterations_of_a_slowdown_on_every_rank(runs):
+def test_auto_proposes_a_move_within_two_iterations_of_reading_a_slowdown_on_every_rank(runs):
     for drop in (17, 20):
         run = runs[0][f"drop{drop}"]
         assert run == runs[1][f"drop{drop}"]
@@ -74,10 +74,12 @@ def test_auto_proposes_a_move_within_two_iterations_of_a_slowdown_on_every_rank(
         # table's word); rank 1's lone wait at 12 is no slowdown (least communication)
         assert run["changed"] == [7, drop + 12] and run["decisions"] == {0: 1}
         assert run["x"] == pytest.approx(1e-9, rel=1e-9)
-        # as the hook runs it: launched at drop + 1, read at drop + 2 (no wait after compute)
+        # as the hook runs it: five iterations' samples launched together at 11, 16, 21, ...
+        # (no wait after compute), each read at the next step: 17's and 20's at 22, the move
+        # proposed there, from the slow iteration on
         launched = runs[0][f"drop{drop}launched"]
         assert launched == runs[1][f"drop{drop}launched"]
-        assert launched["changed"] == [7, drop + 13] and launched["decisions"] == {0: 1}
+        assert launched["changed"] == [7, 33] and launched["decisions"] == {0: 1}
         assert launched["x"] == pytest.approx(1e-9, rel=1e-9)
     # a codec time 0.1 s over once: a check at 23 (and 27), priced from the windows' medians
     assert runs[0]["dropNone"] == runs[1]["dropNone"]
@@ -94,16 +96,19 @@ def test_auto_proposes_a_move_within_two_iterations_of_a_slowdown_on_every_rank(
     assert turns == [r["method"] for r in sorted(other["rows"], key=lambda r: r["iteration"])
                      if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
     assert len(turns) == 8 and all(turns.count(m) == 2 for m in turns)
-    # the hook's last step (19) launched the agreement on 18's samples, not waited for
-    assert on["launched"] == other["launched"] == [18]
+    # the hook launches the agreement on five iterations' samples at the step before every
+    # fifth iteration after the decision, not waited for: at the last step (19) if it is one
+    decided = on["decided_at"]
+    launched = list(range(max(decided, 14), 19)) if (19 + 1 - decided) % 5 == 0 else None
+    assert on["launched"] == other["launched"] == launched
     assert same(on["params"], other["params"])
 
 
-def test_a_settled_auto_adds_one_small_all_reduce_per_iteration_or_one_per_check(runs):
+def test_a_settled_auto_adds_one_small_all_reduce_per_five_iterations_or_one_per_check(runs):
     """Once settled on top-k, auto encodes and all-gathers each bucket as the fixed top-k
-    hook does; beside that it issues one all-reduce per iteration (not per bucket: the
-    samples its slowdown check reads), and with slowdown=None one per `check_every` (4)
-    iterations, before each drift check (iterations 4-11: launched at 6 and 10)."""
+    hook does; beside that it issues one all-reduce per five iterations (the samples its
+    slowdown check reads; iterations 4-11: launched at 7), and with slowdown=None one per
+    `check_every` (4) iterations, before each drift check (launched at 6 and 10)."""
     for rank in (0, 1):
         steady = runs[rank]["steady"]
         fixed, auto, periodic = steady["fixed"], steady["auto"], steady["auto_no_slowdown"]
@@ -111,7 +116,7 @@ def test_a_settled_auto_adds_one_small_all_reduce_per_iteration_or_one_per_check
         assert fixed["methods"] == auto["methods"] == periodic["methods"] == ["topk"]
         assert auto["decided_at"] == periodic["decided_at"] == 3
         assert fixed["collectives"] == {"c10d::allgather_": 2.0}
-        assert auto["collectives"] == {"c10d::allgather_": 2.0, "c10d::allreduce_": 1.0}
+        assert auto["collectives"] == {"c10d::allgather_": 2.0, "c10d::allreduce_": 0.125}
         assert periodic["collectives"] == {"c10d::allgather_": 2.0, "c10d::allreduce_": 0.25}
 
 

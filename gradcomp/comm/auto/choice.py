@@ -85,7 +85,7 @@ class Chooser(SampleStream):
     slowdown: float | None = 2.0  # None: periodic checks only
     order: list[int] | None = None  # exploration order of the candidates (None: as given)
     confirm_rounds: int = 5
-    confirm_margin: float = 0.25
+    confirm_margin: float = 1.0
     contenders: list[int] = field(default_factory=list)  # confirmed from `confirm_start` on
     confirm_start: int | None = None
     explore_start: int | None = None  # None: explore from `start`
@@ -210,8 +210,9 @@ class Chooser(SampleStream):
             if mark is not None and self.trial.timing(iteration):
                 self.trial.marks[iteration] = mark
             return iteration >= self.trial.end and self._end_trial(iteration, reduce)
-        if self.slowdown is not None and self._over(latest):
-            return self._check_network(iteration, since=latest[0].iteration)
+        slowed = self._slowed(latest) if self.slowdown is not None else None
+        if slowed is not None:
+            return self._check_network(iteration, since=slowed)
         if (iteration - self.decided_at) % self.check_every == 0:
             return self._check_drift(iteration)
         return False
@@ -322,16 +323,17 @@ class Chooser(SampleStream):
         return self.codec[bucket, candidate] + self.transfers[candidate].seconds(
             self.workers, self.nbytes[bucket, candidate], self.alpha, self.x)
 
-    def _over(self, samples: list[Sample]) -> bool:
-        """Whether a bucket whose link was idle on every rank took over `slowdown` times the
-        predicted time of the candidate that carried it (a margin for the noise of single
-        samples). Only slowdowns: a faster link barely changes the time of a candidate chosen
-        for a slow one; the periodic check's bandwidth refit sees it."""
+    def _slowed(self, samples: list[Sample]) -> int | None:
+        """The first iteration in which a bucket whose link was idle on every rank took over
+        `slowdown` times the predicted time of the candidate that carried it (a margin for
+        the noise of single samples); None if none did. Only slowdowns: a faster link barely
+        changes the time of a candidate chosen for a slow one; the periodic check's bandwidth
+        refit sees it."""
         for s in samples:
             predicted = self.predict(s.bucket, s.candidate) if s.idle_link else math.inf
             if math.isfinite(predicted) and s.codec_s + s.comm_s > self.slowdown * predicted:
-                return True
-        return False
+                return s.iteration
+        return None
 
     def _check_drift(self, iteration: int) -> bool:
         """The periodic check (module docstring), from the window's samples. A codec time

@@ -124,7 +124,7 @@ class AutoRoute(Route):
                "exploration_order", "settled_by", "decision_text")
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
-                 confirm_rounds: int = 5, confirm_margin: float = 0.25, check_every: int = 10,
+                 confirm_rounds: int = 5, confirm_margin: float = 1.0, check_every: int = 10,
                  redecide_every: int = 1000, drift: float = 0.2, slowdown: float | None = 2.0,
                  guard=None, start_iter: int = 1):
         self.method = Candidates(build_candidates(candidates))

@@ -9,11 +9,15 @@ from i + 2. The step runs at an iteration's first bucket, before its collectives
 issues the reduction at the same place in its order of collectives, whatever else the program
 runs on the group (on the CPU and on CUDA alike). Launching it as the iteration's last bucket
 finished instead (acting from i + 1) cost 2-3 ms more per iteration, about 3% of an iteration,
-on the 2-worker testbed at 1 Gbit/s (interleaved runs, each in fresh processes). That reduction
-is the one collective a settled `auto` adds to those of its chosen candidates, once per
-iteration (not per bucket), for the slowdown check: with `slowdown=None` the samples are read
-only at the periodic checks, so they are launched together at the step before each check (the
-same samples, the same decisions: one all-reduce per `check_every` iterations).
+on the 2-worker testbed at 1 Gbit/s (interleaved runs, each in fresh processes).
+
+That reduction is the one collective a settled `auto` adds to those of its chosen candidates,
+over every rank, and it is launched once per `SLOWDOWN_EVERY` iterations, with the samples of
+each (a slower link in iteration i is acted on SLOWDOWN_EVERY + 1 iterations later at most).
+Launched every iteration, it cost auto about 1% of an iteration between nodes on the 2-core
+two-tier testbed (MEASURED). With `slowdown=None` nothing reads the samples between the
+periodic checks, so they are launched together at the step before each check (the same
+samples, the same decisions: one all-reduce per `check_every` iterations).
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ import torch
 
 from .pricing import Sample
 
+#: Iterations whose samples one launch holds while the slowdown check reads them (at most:
+#: the largest divisor of `check_every` up to it).
+SLOWDOWN_EVERY = 5
 #: reduce(tensor) -> the element-wise maximum of `tensor` over all ranks.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 #: launch(tensor) -> wait: `reduce(tensor)` started without blocking; wait() returns it.
@@ -52,10 +59,9 @@ class SampleStream:
 
     def _stream(self, iteration: int, reduce: Reduce, launch: Launch | None) -> list[Sample]:
         """The reduced samples of the latest iterations whose reduction is ready: with
-        `launch`, iteration - 1's are launched now and those launched at the last step
-        (iteration - 2's) are read; without, iteration - 1's are reduced now. With `launch`
-        and no slowdown check, nothing reads the samples between the periodic checks: they
-        are launched together, at the step before a check (`_batch`), read at the check."""
+        `launch`, those launched at the last step are read, and at the step before every
+        `_every()`-th iteration the samples since the last launch are launched (`_batch`);
+        without, iteration - 1's are reduced now."""
         if launch is None:
             ready = self._start(iteration - 1, iteration - 1, lambda rows: lambda: reduce(rows))
         else:
@@ -71,12 +77,18 @@ class SampleStream:
                 in zip(keys, wait().tolist()) if candidate >= 0]
 
     def _batch(self, iteration: int) -> tuple[int, int] | None:
-        """(first, last): the iterations whose samples the step at `iteration` launches:
-        iteration - 1's at every step while the slowdown check reads them; without it, at
-        the step before a periodic check, every iteration the check's window would have had
-        from a launch at every step (the same samples, the same decisions), else none."""
-        if self.slowdown is not None:
-            return iteration - 1, iteration - 1
-        if (iteration + 1 - self.decided_at) % self.check_every:
+        """(first, last): the iterations whose samples the step at `iteration` launches: at
+        the step before every `_every()`-th iteration since the decision, every iteration
+        since the last launch; else none."""
+        every = self._every()
+        if (iteration + 1 - self.decided_at) % every:
             return None
-        return max(self.decided_at, iteration - self.check_every), iteration - 1
+        return max(self.decided_at, iteration - every), iteration - 1
+
+    def _every(self) -> int:
+        """Iterations between launches: while the slowdown check reads the samples, the
+        largest divisor of `check_every` up to `SLOWDOWN_EVERY` (a periodic check falls on
+        a launch's read), else `check_every`."""
+        if self.slowdown is None:
+            return self.check_every
+        return max(d for d in range(1, SLOWDOWN_EVERY + 1) if self.check_every % d == 0)
