@@ -2,7 +2,8 @@
 Fixed hooks and `auto` timed in one job on the two-tier testbed: one DDP model of the MLP
 per variant, all in the same 4 processes, timed in rotating blocks of iterations (each round
 every variant's block, the order rotated by one per round), so that every variant sees the
-same conditions. Per iteration: the slowest rank's seconds, and the hook's encode,
+same conditions (each warmed up for WARMUP iterations, auto at least until its first decision
+acts). Per iteration: the slowest rank's seconds, and the hook's encode,
 communication and decode seconds (summed over buckets, the slowest rank's).
 
     python same_job.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP VARIANT [VARIANT ...]
@@ -27,7 +28,8 @@ HIER = {"hierarchical": True, "gpus_per_node": 2}
 FIXED = {"none": ("none", {}), "bf16": ("bf16", {}), "topk": tuple(TOPK), "powersgd": tuple(PSGD)}
 AUTO = {"auto": {},  # the defaults
         "auto-margin-0.25": {"confirm_margin": 0.25},  # the default before this change
-        "auto-every-step": {"check_every": 7}}  # 7: samples launched every iteration
+        "auto-every-step": {"check_every": 7},  # 7: samples launched every iteration
+        "auto-rounds-20": {"confirm_rounds": 20}}
 VARIANTS = {}  # name: (method, options); flat- without the hierarchical layout
 for prefix, layout in (("", HIER), ("flat-", {})):
     VARIANTS.update({prefix + n: (m, {**o, **layout}) for n, (m, o) in FIXED.items()})
@@ -56,8 +58,8 @@ def job(out: str, rounds: int, block: int, warmup: int, names: list[str]) -> Non
         opt.step()
         return time.perf_counter() - start
 
-    for name in names:
-        for _ in range(warmup):
+    for name in names:  # auto: at least until its first decision acts (`settled_by`)
+        for _ in range(max(warmup, getattr(runs[name][4], "settled_by", 0))):
             step(name)
     first = {n: len(runs[n][4].telemetry_rows()) for n in names}
     times = {n: [] for n in names}

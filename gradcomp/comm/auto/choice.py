@@ -31,8 +31,8 @@ anything is decided: codec times are the slowest rank's; communication times the
 rank saw (a rank that reached the collective early also waited for the others), idle links
 only where idle on every rank. Every decision is then the same function of the same numbers
 on every rank. During an exploration the samples are reduced when they are needed (one
-all-reduce each). After a decision every iteration's samples are reduced as they come,
-never waited for (`stream`).
+all-reduce each). After a decision the samples are reduced as they come, a few iterations'
+at a time, never waited for (`stream`).
 
 Drift: every `check_every` iterations after a decision, the codec times of the chosen
 candidates and the bandwidth refitted from the reduced samples since the last check (the
@@ -41,9 +41,10 @@ relative to the bucket's predicted time); when one moved by more than `drift`, t
 the new values and every bucket is decided again (no new exploration needed: the model
 re-prices every candidate with the new network). Sudden slowdowns are not left to the next
 check: when a bucket whose link was idle took over `slowdown` times its predicted time, the
-bandwidth is refitted at once from the transfers since that iteration alone (the window's
-would still be mostly the old rate's) and, when it moved by more than `drift`, every bucket is
-decided again (codec times are left to the periodic check).
+bandwidth is refitted as soon as the ranks have agreed on that sample, from the transfers
+since its iteration alone (the window's would still be mostly the old rate's) and, when it
+moved by more than `drift`, every bucket is decided again (codec times are left to the
+periodic check).
 
 Trial: a re-pricing that would move buckets moves none yet: from the next iteration the
 decisions in force and the proposed ones carry the buckets in turn for `confirm_rounds` timed

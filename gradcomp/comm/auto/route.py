@@ -109,11 +109,12 @@ class AutoRoute(Route):
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
     slowdown: a bucket that took over `slowdown` times its predicted time triggers a drift
-        check two iterations later, when the ranks have agreed on it, the bandwidth refitted
-        from that iteration on (None: only the periodic checks). After a decision the
-        samples are reduced every iteration (one small all-reduce, launched at the next
-        iteration's first bucket and read an iteration later: `choice`); with None, once
-        per `check_every` iterations, before each check (the same decisions).
+        check when the ranks have agreed on it, at most `stream.SLOWDOWN_EVERY` + 1
+        iterations later, the bandwidth refitted from that iteration on (None: only the
+        periodic checks). After a decision the samples are reduced in one small all-reduce
+        per `stream.SLOWDOWN_EVERY` iterations (launched at an iteration's first bucket and
+        read an iteration later: `stream`); with None, once per `check_every` iterations,
+        before each check (the same decisions).
     guard: the convergence guard (`guard`): None (off), True (`GUARD_DEFAULTS`), or a dict of
         threshold, every, max_ratio.
     start_iter: the hook state's (the first iteration that explores).

@@ -1,23 +1,22 @@
 """How `auto`'s choice (`choice`) reduces its samples across ranks once it has decided.
 
-After a decision every iteration's samples are reduced as they come (one all-reduce of five
-values per bucket), never waited for right after backward's compute (a blocking one there cost
-about 3 ms per iteration on the 2-worker testbed: the rank that came early could not encode
-while it waited): the step at iteration i launches the reduction of i - 1's samples (`Launch`)
-and reads the one it launched at i - 1 (i - 2's), so a slower link in iteration i is acted on
-from i + 2. The step runs at an iteration's first bucket, before its collectives, so every rank
-issues the reduction at the same place in its order of collectives, whatever else the program
-runs on the group (on the CPU and on CUDA alike). Launching it as the iteration's last bucket
-finished instead (acting from i + 1) cost 2-3 ms more per iteration, about 3% of an iteration,
-on the 2-worker testbed at 1 Gbit/s (interleaved runs, each in fresh processes).
+After a decision the samples are reduced as they come (one all-reduce of five values per
+bucket and iteration), never waited for right after backward's compute (a blocking one there
+cost about 3 ms per iteration on the 2-worker testbed: the rank that came early could not
+encode while it waited): a step launches the reduction (`Launch`) and the next step reads it.
+The step runs at an iteration's first bucket, before its collectives, so every rank issues the
+reduction at the same place in its order of collectives, whatever else the program runs on the
+group (on the CPU and on CUDA alike). Launching it as the iteration's last bucket finished
+instead cost 2-3 ms more per iteration, about 3% of an iteration, on the 2-worker testbed at
+1 Gbit/s (interleaved runs, each in fresh processes).
 
 That reduction is the one collective a settled `auto` adds to those of its chosen candidates,
-over every rank, and it is launched once per `SLOWDOWN_EVERY` iterations, with the samples of
-each (a slower link in iteration i is acted on SLOWDOWN_EVERY + 1 iterations later at most).
-Launched every iteration, it cost auto about 1% of an iteration between nodes on the 2-core
-two-tier testbed (MEASURED). With `slowdown=None` nothing reads the samples between the
-periodic checks, so they are launched together at the step before each check (the same
-samples, the same decisions: one all-reduce per `check_every` iterations).
+over every rank. While the slowdown check reads the samples, the step before every
+`SLOWDOWN_EVERY`-th iteration since the decision launches those of every iteration since the
+last launch, so a slower link in iteration i is acted on SLOWDOWN_EVERY + 1 iterations later
+at most (2 with a launch per iteration). MEASURED. With `slowdown=None` nothing reads the
+samples between the periodic checks, so they are launched together at the step before each
+check (the same samples, the same decisions: one all-reduce per `check_every` iterations).
 """
 from __future__ import annotations
 
