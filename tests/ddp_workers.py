@@ -160,7 +160,7 @@ def slowdown_cases(rank):
         ch = Chooser([Transfer("allreduce"), Transfer("allgather")], workers=2,
                      explore_iters=3, check_every=10)
         changed = []
-        for i in range(1, 36):
+        for i in range(1, 46):
             if ch.step(i, reduce, launch if how == "launched" else None):
                 changed.append(i)
             c = ch.choice(0, i)
@@ -174,7 +174,7 @@ def slowdown_cases(rank):
         res[f"drop{drop}{how}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
     # every candidate within the margin: 2 confirmation rounds of all 4 after the scan
     run = train(rank, "auto", dict(explore_iters=2, confirm_rounds=2, confirm_margin=1e9),
-                steps=20)
+                steps=30)
     res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at",
                                                    "launched", "rows", "confirm")}
     return res

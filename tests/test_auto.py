@@ -71,7 +71,7 @@ def test_close_candidates_take_turns_and_the_decision_takes_the_medians_of_all_t
     """Top-k's (1) scan falls into a busy stretch (+1.5 ms of codec) and prices it 12% over
     the all-reduce (0), which it beats by 13% on a quiet machine: decided after the scan
     alone, the all-reduce would win. Priced within the margin, both carry the bucket in turns, 5
-    rounds of one iteration each, in an order rotated every round; the decision, from the
+    rounds of two iterations each, in an order rotated every round; the decision, from the
     medians over all their samples, is top-k. A resumed chooser keeps the turns; a clear
     winner decides after the scan."""
     codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]  # 6.0 ms and 5.2 ms at x = 1e-8, 4 workers
@@ -83,15 +83,16 @@ def test_close_candidates_take_turns_and_the_decision_takes_the_medians_of_all_t
         if i == 10:
             resumed = chooser()
             resumed.load_state_dict(ch.state_dict())
-            assert [resumed.choice(0, j) for j in range(10, 17)] == [ch.choice(0, j)
-                                                                     for j in range(10, 17)]
+            assert [resumed.choice(0, j) for j in range(10, 27)] == [ch.choice(0, j)
+                                                                     for j in range(10, 27)]
         seen.append(ch.choice(0, i))
         busy = [[0.0, 5.5e-3 if i <= 6 else 4e-3]]
         feed(ch, [i], alpha=0.0, x=1e-8, codec=busy, nbytes=nbytes)
         i += 1
     assert ch.contenders == [0, 1] and ch.confirm_start == 7
-    assert seen == [0, 0, 0, 1, 1, 1] + [0, 1, 1, 0, 0, 1, 1, 0, 0, 1] + [1]  # then decided
-    assert ch.decided_at == 17 and changed == [17] and ch.decisions == {0: 1}
+    turns = [0, 1, 1, 0, 0, 1, 1, 0, 0, 1]
+    assert seen == [0, 0, 0, 1, 1, 1] + [c for c in turns for _ in (0, 1)] + [1]  # decided
+    assert ch.decided_at == 27 and changed == [27] and ch.decisions == {0: 1}
     assert ch.codec[0, 1] == pytest.approx(4e-3)  # median of 2 busy and 5 quiet samples
     clear = chooser()
     feed(clear, range(1, 7), alpha=0.0, x=1e-8, codec=codec, nbytes=[[4e7, 4e4]])
@@ -122,7 +123,7 @@ def test_the_rounds_iteration_times_decide_between_close_contenders():
     assert ch.contenders == [0, 1] and ch.decisions == {0: 0}
     assert ch.rounds == pytest.approx({0: 0.20, 1: 0.22})
     seen = []
-    for j in range(i, i + 32):
+    for j in range(i, i + 44):
         ch.step(j, same, mark=clock)
         seen.append((ch.decisions[0], ch.x))
         slower = 1.25e-8 if j < i + 10 else 1e-7
@@ -154,10 +155,10 @@ def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
         clock += 0.22 if every.choice(0, i) == 1 else 0.20
         for ch in (every, wanted):
             feed(ch, [i], alpha=0.0, x=1e-8, codec=codec, nbytes=nbytes)
-    assert every.decided_at == wanted.decided_at == 17 and every.contenders == [0, 1]
+    assert every.decided_at == wanted.decided_at == 27 and every.contenders == [0, 1]
     # 5: a skip of the last candidate's exploration after its warm-up (4) would end the scan
-    # there; 7: the scan's end; then each of the 10 rounds' ends
-    assert timed == [5, *range(7, 18)]
+    # there; 7: the scan's end; then each of the 20 iterations' ends
+    assert timed == [5, *range(7, 28)]
     assert wanted.rounds == every.rounds == pytest.approx({0: 0.20, 1: 0.22})
     assert wanted.decisions == every.decisions == {0: 0}
     # the all-reduce (0) explored last, its warm-up (4) hopeless: the scan ends at 5
@@ -170,7 +171,7 @@ def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
         skipping.step(i, same, mark=float(i) if skipping.timing(i) else None)
         feed(skipping, [i], alpha=1e-4, x=8e-8, codec=[[0.0, 40e-3]], nbytes=[[1.6e7, 3.4e5]])
         i += 1
-    assert skipping.confirm_start == 5 and timed == list(range(5, 16))
+    assert skipping.confirm_start == 5 and timed == list(range(5, 26))
     assert skipping.rounds == {0: 1.0, 1: 1.0}  # every round timed
 
 
@@ -211,11 +212,11 @@ def test_a_faster_network_is_noticed_and_the_decision_follows():
     feed(ch, range(12, 17), alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
     assert not ch.step(17, same) and ch.trial.proposed == {0: 0}  # 1000x the bandwidth
     changed = []
-    for i in range(17, 29):  # tried from 18 to 27, untimed: the table's word
+    for i in range(17, 39):  # tried from 18 to 37, untimed: the table's word
         if i > 17 and ch.step(i, same):
             changed.append(i)
         feed(ch, [i], alpha=20e-6, x=1e-11, codec=codec, nbytes=nbytes)
-    assert changed == [28] and ch.decisions == {0: 0} and ch.trial is None
+    assert changed == [38] and ch.decisions == {0: 0} and ch.trial is None
 
 
 CODEC, NBYTES = [[0.0, 2e-3]], [[4e7, 4e5]]  # uncompressed, or 100x less after 2 ms
@@ -255,11 +256,11 @@ def test_after_a_decision_no_step_waits_for_the_other_ranks():
     verdict, once per trial."""
     ch, (blocking, launched), (reduce, launch) = decided(1e-8, check_every=5)
     assert ch.decisions == {0: 1}
-    changed = link_gets_faster(ch, reduce, launch, last=28)
+    changed = link_gets_faster(ch, reduce, launch, last=38)
     assert [len(v) for v in blocking] == [10]  # 10 turns timed
-    assert [len(v) for v in launched] == [4, 5, 5, 5]  # at 11 (iterations 7-10), 16, 21, 26
-    # the faster link, seen at the check at 17, tried from 18 to 27
-    assert changed == [28] and ch.decisions == {0: 0}
+    assert [len(v) for v in launched] == [4, 5, 5, 5, 5, 5]  # at 11 (iterations 7-10), 16, ...
+    # the faster link, seen at the check at 17, tried from 18 to 37
+    assert changed == [38] and ch.decisions == {0: 0}
 
 
 def test_launching_samples_together_takes_the_decisions_of_one_launch_per_iteration(
@@ -278,8 +279,8 @@ def test_launching_samples_together_takes_the_decisions_of_one_launch_per_iterat
         assert [len(v) for v in blocking] == [10]  # the trial's verdict
         runs[name] = (changed, ch.decisions, ch.x, ch.codec, [len(v) for v in launched])
     # the faster link (from 11), seen at the check at 27 (17's window mostly the old rate),
-    # tried from 28 to 37
-    assert runs["none"][0] == runs["batched"][0] == runs["per step"][0] == [38]
+    # tried from 28 to 47
+    assert runs["none"][0] == runs["batched"][0] == runs["per step"][0] == [48]
     assert runs["none"][1:4] == runs["batched"][1:4] == runs["per step"][1:4]
     # launched at 16 (iterations 7-15), 26, 36 and 46; at 11 (7-10), 16, ..., 46; every step
     assert runs["none"][4] == [9, 10, 10, 10] and runs["batched"][4] == [4] + [5] * 7
@@ -306,13 +307,13 @@ def test_a_codec_time_moves_a_decision_only_when_two_checks_saw_it_move():
     candidate, whose price nothing re-measures before the next exploration. Slower for two
     windows, it proposes the move at the second check (17), taken after its trial (untimed:
     the table's word)."""
-    for slow_until, changed in ((12, []), (17, [28])):
+    for slow_until, changed in ((12, []), (17, [38])):
         ch = chooser(check_every=5, slowdown=None)  # the periodic check alone
         feed(ch, range(1, 7), alpha=20e-6, x=1e-8, codec=CODEC, nbytes=NBYTES)
         ch.step(7, same)
         assert ch.decisions == {0: 1}
         seen = []
-        for i in range(7, 33):
+        for i in range(7, 43):
             if i > 7 and ch.step(i, same):
                 seen.append(i)
             codec = [[0.0, 2e-3 + (1.0 if i < slow_until else 0.0)]]
@@ -348,32 +349,32 @@ def test_a_proposal_is_tried_first_and_left_when_its_iterations_take_longer():
         clock += 0.21 if ch.choice(0, i) == 1 else 0.20
         feed(ch, [i], alpha=20e-6, x=1e-8 if i == 10 else 1e-10, codec=codec, nbytes=nbytes)
     assert turns[:10] == [(0, 0), (1, 0), (1, 0), (0, 0)] * 2 + [(0, 0), (1, 0)]
-    assert verdicts[0] == (22, pytest.approx(0.20), pytest.approx(0.21), False)
+    assert verdicts[0] == (32, pytest.approx(0.20), pytest.approx(0.21), False)
     assert all(not taken for *_, taken in verdicts)
     assert ch.decisions == {0: 0, 1: 0} and ch.trial is None
 
 
 def test_a_trials_times_decide_the_next_re_pricing_within_the_margin():
     """The link 3.9x slower from iteration 8: the slowdown check at 9 proposes top-k (1) for
-    the big bucket, priced 15% under the all-reduce (0); its trial (10-19) finds top-k's
+    the big bucket, priced 15% under the all-reduce (0); its trial (10-29) finds top-k's
     iterations 5% longer and keeps the all-reduce. Those times are the rounds from then on:
-    the link 23% slower again re-prices at the check at 32 (top-k 41% under, within the
-    margin of 50%), and the rounds, not a second trial, keep the all-reduce."""
+    the link 23% slower again (from 33) re-prices at the check at 42 (top-k 41% under,
+    within the margin of 50%), and the rounds, not a second trial, keep the all-reduce."""
     codec, nbytes = [[0.0, 2e-3], [0.0, 1e-3]], [[4e6, 4e4], [4e3, 4e2]]
     ch = chooser(check_every=5, confirm_margin=0.5)
     feed(ch, range(1, 7), alpha=20e-6, x=1e-10, codec=codec, nbytes=nbytes)
     ch.step(7, same)
     assert ch.decisions == {0: 0, 1: 0} and ch.rounds == {}  # top-k 2.9x: no rounds
     clock, starts = 0.0, []
-    for i in range(7, 40):
+    for i in range(7, 45):
         if i > 7:
             ch.step(i, same, mark=clock if ch.timing(i) else None)
         if ch.trial is not None and ch.trial.start not in starts:
             starts.append(ch.trial.start)
         clock += 0.21 if ch.choice(0, i) == 1 else 0.20
-        x = 1e-10 if i < 8 else 3.9e-10 if i < 23 else 4.8e-10
+        x = 1e-10 if i < 8 else 3.9e-10 if i < 33 else 4.8e-10
         feed(ch, [i], alpha=20e-6, x=x, codec=codec, nbytes=nbytes)
-    assert starts == [10] and ch.last_trial == (20, pytest.approx(0.20), pytest.approx(0.21),
+    assert starts == [10] and ch.last_trial == (30, pytest.approx(0.20), pytest.approx(0.21),
                                                 False)
     assert ch.rounds == pytest.approx({0: 0.20, 1: 0.21})
     assert ch.x == pytest.approx(4.8e-10) and ch.predict(0, 1) < ch.predict(0, 0)  # re-priced
@@ -507,7 +508,7 @@ def test_the_hook_times_the_confirmation_rounds(one_rank_group, monkeypatch):
     ddp, state, x = _linear_auto(0, confirm_margin=1e9)
     taken, marked = [], []
     monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
-    for i in range(16):
+    for i in range(30):
         before = len(taken)
         ddp(x).square().mean().backward()
         if len(taken) > before:
@@ -537,7 +538,7 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
     chooser.trial = Trial(start, {0: 1 - decided}, rounds=2)
     taken, marked, carried = [], [], []
     monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
-    for i in range(state.iteration, start + 6):
+    for i in range(state.iteration, start + 10):
         before = len(taken)
         if i == start + 1:
             copy = pickle.loads(pickle.dumps(state))
@@ -547,11 +548,11 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
         carried.append(state.telemetry_rows()[-1]["method"])
         if len(taken) > before:
             marked.append(i)
-    assert marked == list(range(start, start + 5))  # 4 turns and the last one's end
+    assert marked == list(range(start, start + 9))  # 4 turns of 2 and the last one's end
     proposed = "topk" if decided == 0 else "allreduce"
-    assert [c == proposed for c in carried[1:5]] == [False, True, True, False]
+    assert [c == proposed for c in carried[1:9]] == [False, True, True, False] * 2
     end, now, then, _ = chooser.last_trial
-    assert end == start + 4 and now > 0 and then > 0 and chooser.trial is None
+    assert end == start + 8 and now > 0 and then > 0 and chooser.trial is None
     assert f"; trial at {end}: " in state.decision_text()
 
 

@@ -70,36 +70,37 @@ def test_auto_proposes_a_move_within_two_iterations_of_reading_a_slowdown_on_eve
         assert run == runs[1][f"drop{drop}"]
         # decided at 7 (uncompressed); one iteration at the slow rate, then the all-gather
         # proposed at drop + 1, priced from that iteration alone (not the 10-iteration
-        # window's mix of rates), and taken after its trial's 10 turns (untimed here: the
-        # table's word); rank 1's lone wait at 12 is no slowdown (least communication)
-        assert run["changed"] == [7, drop + 12] and run["decisions"] == {0: 1}
+        # window's mix of rates), and taken after its trial's 20 iterations (untimed here:
+        # the table's word); rank 1's lone wait at 12 is no slowdown (least communication)
+        assert run["changed"] == [7, drop + 22] and run["decisions"] == {0: 1}
         assert run["x"] == pytest.approx(1e-9, rel=1e-9)
         # as the hook runs it: five iterations' samples launched together at 11, 16, 21, ...
         # (no wait after compute), each read at the next step: 17's and 20's at 22, the move
         # proposed there, from the slow iteration on
         launched = runs[0][f"drop{drop}launched"]
         assert launched == runs[1][f"drop{drop}launched"]
-        assert launched["changed"] == [7, 33] and launched["decisions"] == {0: 1}
+        assert launched["changed"] == [7, 43] and launched["decisions"] == {0: 1}
         assert launched["x"] == pytest.approx(1e-9, rel=1e-9)
     # a codec time 0.1 s over once: a check at 23 (and 27), priced from the windows' medians
     assert runs[0]["dropNone"] == runs[1]["dropNone"]
     assert runs[0]["dropNone"]["changed"] == [7] and runs[0]["dropNone"]["decisions"] == {0: 0}
     on, other = runs[0]["auto_slowdown_on"], runs[1]["auto_slowdown_on"]
     assert on["decided_at"] is not None and on["decisions"] == other["decisions"]
-    # confirmation: after the scan every rank ran the same contenders in the same turns, one
-    # iteration each, and decided after them
+    # confirmation: after the scan every rank ran the same contenders in the same turns, two
+    # iterations each, and decided after them
     start, contenders = on["confirm"]
     assert on["confirm"] == other["confirm"] and len(contenders) == 4
-    assert on["decided_at"] == other["decided_at"] == start + 2 * 4
+    assert on["decided_at"] == other["decided_at"] == start + 2 * 2 * 4
     turns = [r["method"] for r in sorted(on["rows"], key=lambda r: r["iteration"])
-             if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
+             if start <= r["iteration"] < start + 16 and r["bucket"] == 0]
     assert turns == [r["method"] for r in sorted(other["rows"], key=lambda r: r["iteration"])
-                     if start <= r["iteration"] < start + 8 and r["bucket"] == 0]
-    assert len(turns) == 8 and all(turns.count(m) == 2 for m in turns)
+                     if start <= r["iteration"] < start + 16 and r["bucket"] == 0]
+    assert len(turns) == 16 and all(turns.count(m) == 4 for m in turns)
+    assert turns[::2] == turns[1::2]  # each turn two iterations
     # the hook launches the agreement on five iterations' samples at the step before every
-    # fifth iteration after the decision, not waited for: at the last step (19) if it is one
+    # fifth iteration after the decision, not waited for: at the last step (29) if it is one
     decided = on["decided_at"]
-    launched = list(range(max(decided, 14), 19)) if (19 + 1 - decided) % 5 == 0 else None
+    launched = list(range(max(decided, 24), 29)) if (29 + 1 - decided) % 5 == 0 else None
     assert on["launched"] == other["launched"] == launched
     assert same(on["params"], other["params"])
 

@@ -29,7 +29,7 @@ FIXED = {"none": ("none", {}), "bf16": ("bf16", {}), "topk": tuple(TOPK), "power
 AUTO = {"auto": {},  # the defaults
         "auto-margin-0.25": {"confirm_margin": 0.25},  # the default before this change
         "auto-every-step": {"check_every": 7},  # 7: samples launched every iteration
-        "auto-rounds-20": {"confirm_rounds": 20}}
+        "auto-rounds-10": {"confirm_rounds": 10}}
 VARIANTS = {}  # name: (method, options); flat- without the hierarchical layout
 for prefix, layout in (("", HIER), ("flat-", {})):
     VARIANTS.update({prefix + n: (m, {**o, **layout}) for n, (m, o) in FIXED.items()})

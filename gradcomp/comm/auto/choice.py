@@ -15,11 +15,12 @@ after another, and on a busy machine a single iteration's time varies by 30-50% 
 testbed under load), more than the 3-10% between the best candidates there; measured in
 separate stretches, a candidate explored while the machine was busier loses by that alone.
 So when more than one candidate is priced within `confirm_margin` of a bucket's best (the
-contenders: those candidates, over every such bucket), they carry every bucket in turn, one
-iteration each, for `confirm_rounds` rounds (each round in the order rotated by one, so no
-contender always follows the same one), decided on the scan's reduced samples (every rank
-runs the same rounds). The table is then priced from the medians of all samples, and each
-round's iteration is timed (first bucket to the next iteration's, the slowest rank's): a
+contenders: those candidates, over every such bucket), they carry every bucket in turn, two
+iterations each (`trial.TURN`), for `confirm_rounds` rounds (each round in the order rotated
+by one, so no contender always follows the same one), decided on the scan's reduced samples
+(every rank runs the same rounds). The table is then priced from the medians of all samples,
+and each turn's second iteration is timed (first bucket to the next iteration's, the slowest
+rank's; the first pays for the switch): a
 bucket whose best is priced within the margin of other contenders takes the one of least
 median iteration time (`rounds`), which also holds what a codec costs the compute beside it
 (the table alone picked candidates 12-13% slower per iteration than the fastest at 2 of 6
@@ -64,7 +65,7 @@ import torch
 from .pricing import (Sample, Transfer, by_bucket_and_candidate, fit_network, idle_points,
                       refit_bandwidth, relative_change)
 from .stream import Launch, Reduce, SampleStream
-from .trial import Trial, turn_seconds
+from .trial import TURN, Trial, turn_seconds
 
 #: A warm-up's communication over the best bucket time that ends an exploration early (a
 #: margin for the noise of single samples: the uncompressed candidates skipped on a slow link
@@ -123,7 +124,7 @@ class Chooser(SampleStream):
         """The first iteration after the exploration (its confirmation rounds included)."""
         if self.confirm_start is None:
             return self.scan_end
-        return self.confirm_start + self.confirm_rounds * len(self.contenders)
+        return self.confirm_start + TURN * self.confirm_rounds * len(self.contenders)
 
     def _slot(self, iteration: int) -> tuple[int, int]:
         """(position in the order, first iteration) of the candidate exploring `iteration`."""
@@ -150,7 +151,7 @@ class Chooser(SampleStream):
         return decided
 
     def _contender_at(self, iteration: int) -> int:  # in a confirmation round
-        turn, n = iteration - self.confirm_start, len(self.contenders)
+        turn, n = (iteration - self.confirm_start) // TURN, len(self.contenders)
         return self.contenders[(turn + turn // n) % n]
 
     def measured(self, iteration: int) -> bool:
@@ -272,9 +273,10 @@ class Chooser(SampleStream):
 
     def _round_seconds(self, reduce: Reduce) -> dict[int, float]:
         """contender -> the median seconds of the confirmation rounds' iterations it carried,
-        each the slowest rank's (an iteration a rank did not time, e.g. across a resume: no
-        evidence)."""
-        times = turn_seconds(self.marks, range(self.confirm_start, self.explore_end),
+        each turn's last (`TURN`), the slowest rank's (an iteration a rank did not time, e.g.
+        across a resume: no evidence)."""
+        times = turn_seconds(self.marks, range(self.confirm_start + TURN - 1, self.explore_end,
+                                               TURN),
                              self._contender_at, reduce)
         return {c: statistics.median(t) for c, t in sorted(times.items())}
 

@@ -12,6 +12,7 @@ from ...checks import check_int, check_number
 from ...compressors import Compressor, TwoRoundCompressor, compressor as build_compressor
 from .choice import Chooser, Sample, Transfer
 from .guard import Guard, guard_settings
+from .trial import TURN
 from ..communicators import Bucket, Communicator, build
 from ..ranks import Ranks
 from ..state import HookState, Route
@@ -101,8 +102,8 @@ class AutoRoute(Route):
     explore_iters: iterations each candidate carries every bucket while exploring (the first
         is a warm-up; a candidate that cannot win ends after it: `choice`).
     confirm_rounds: rounds in which the candidates priced within `confirm_margin` (relative)
-        of a bucket's best after that carry every bucket in turn, one iteration each, before
-        the decision (0: none; `choice`, "Confirmation"); also the timed turns each of the
+        of a bucket's best after that carry every bucket in turn, two iterations each (the
+        second timed), before the decision (0: none; `choice`, "Confirmation"); also the timed turns each of the
         decisions in force and a re-pricing's proposal takes before a move (`trial`; 0: the
         table's word).
     check_every: iterations between drift checks (one small all-reduce each).
@@ -256,9 +257,10 @@ class AutoRoute(Route):
     @property
     def settled_by(self) -> int:
         """The iteration by which the first decision acts, at the latest: every candidate
-        explored for `explore_iters` and confirmed for `confirm_rounds` from `start_iter` on,
+        explored for `explore_iters` and confirmed for `confirm_rounds` turns of `TURN`
+        iterations from `start_iter` on,
         plus `DECISION_LAG`; from there on, the iterations are auto's steady state."""
-        per_candidate = self._explore["explore_iters"] + self._explore["confirm_rounds"]
+        per_candidate = self._explore["explore_iters"] + TURN * self._explore["confirm_rounds"]
         return self.start_iter + len(self.method.members) * per_candidate + DECISION_LAG
 
     def decision_text(self) -> str:
