@@ -237,7 +237,7 @@ def test_training_rows_time_every_method(training):
     # its choice (decided, not exploring) holds from before its timed iterations; what the
     # decision rested on is reported, and the switches while timed (a slowdown check may
     # make one on a busy machine)
-    assert rows.loc["auto", "warmup"] == 2 + 1 + 2 * (2 + 5) + 2
+    assert rows.loc["auto", "warmup"] == 2 + 1 + 2 * (2 + 2 * 5) + 2  # rounds: turns of 2
     assert (rows.drop("auto")["warmup"] == 2).all()
     chosen, since = rows.loc["auto", "auto_choices"].split(" since ")
     assert chosen in ("bucket 0: none", "bucket 0: topk") and int(since) < 19

@@ -1,5 +1,6 @@
 #!/bin/sh
-# The second sweep (turns of two iterations): ROUNDS sittings, each one job per rate and layout (python: the venv's).
+# The second sweep (turns of two iterations): ROUNDS sittings, each one job per rate and
+# layout (python: the venv's).
 set -e
 cd "$(dirname "$0")"
 for sitting in $(seq "${ROUNDS:-3}"); do

@@ -101,11 +101,11 @@ class AutoRoute(Route):
     candidates: the methods to choose among (default `DEFAULT_CANDIDATES`).
     explore_iters: iterations each candidate carries every bucket while exploring (the first
         is a warm-up; a candidate that cannot win ends after it: `choice`).
-    confirm_rounds: rounds in which the candidates priced within `confirm_margin` (relative)
-        of a bucket's best after that carry every bucket in turn, two iterations each (the
-        second timed), before the decision (0: none; `choice`, "Confirmation"); also the timed turns each of the
-        decisions in force and a re-pricing's proposal takes before a move (`trial`; 0: the
-        table's word).
+    confirm_rounds: rounds in which the candidates priced within `confirm_margin` (relative,
+        default 1.0: twice the best) of a bucket's best after that carry every bucket in turn,
+        two iterations each (the second timed), before the decision (0: none; `choice`,
+        "Confirmation"); also the timed turns each of the decisions in force and a
+        re-pricing's proposal takes before a move (`trial`; 0: the table's word).
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.

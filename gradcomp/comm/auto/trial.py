@@ -4,11 +4,12 @@ slowest rank's time kept.
 
 A turn is `TURN` iterations, and only its last is timed: the first after a switch pays for
 it (the previous candidate's error-feedback residual added to the gradient, the new one's
-buffers made afresh). Timed at every iteration of the confirmation rounds, a candidate's
-turns took a median 18% longer than its iterations in steady state for top-k with error
-feedback (25 rounds) against 9% for PowerSGD (23), 7% for bf16 (14), 13% for the uncompressed
-all-reduce (10), on the 2-core two-tier testbed
-(`testbed-two-tier-2026-11-29-margin`): the rounds held top-k's switches against it.
+buffers made afresh). With every iteration timed, a candidate's turns took a median 18%
+longer than its fixed hook's iterations in the same job for top-k with error feedback, 9% for
+PowerSGD, 7% for bf16 and 13% for the uncompressed all-reduce, on the 2-core two-tier
+testbed: the rounds held top-k's switches against it. Timing each turn's last iteration,
+2%, 7%, 9% and 14% (`testbed-two-tier-2026-11-29-margin`): what is left of the differences
+is not explained.
 
 `Trial`: before a re-pricing moves buckets to other candidates on the table's word, the
 decisions in force and the proposed ones carry the buckets in turn for `rounds` turns each
