@@ -258,8 +258,8 @@ class AutoRoute(Route):
     def settled_by(self) -> int:
         """The iteration by which the first decision acts, at the latest: every candidate
         explored for `explore_iters` and confirmed for `confirm_rounds` turns of `TURN`
-        iterations from `start_iter` on,
-        plus `DECISION_LAG`; from there on, the iterations are auto's steady state."""
+        iterations from `start_iter` on, plus `DECISION_LAG`; from there on, the iterations
+        are auto's steady state."""
         per_candidate = self._explore["explore_iters"] + TURN * self._explore["confirm_rounds"]
         return self.start_iter + len(self.method.members) * per_candidate + DECISION_LAG
 

@@ -14,12 +14,12 @@ That reduction is the one collective a settled `auto` adds to those of its chose
 over every rank. While the slowdown check reads the samples, the step before every
 `SLOWDOWN_EVERY`-th iteration since the decision launches those of every iteration since the
 last launch, so a slower link in iteration i is acted on SLOWDOWN_EVERY + 1 iterations later
-at most (2 with a launch per iteration). Launched every iteration, it had cost: auto ran a
+at most (2 with a launch per iteration). Launched every iteration it cost more: auto ran a
 median 4.0% over the fixed hook of the candidate it chose, against 2.5% launched every five
 (one job per rate and layout, six in all, on the 2-core two-tier testbed,
-`testbed-two-tier-2026-11-29-margin`). With `slowdown=None` nothing reads the
-samples between the periodic checks, so they are launched together at the step before each
-check (the same samples, the same decisions: one all-reduce per `check_every` iterations).
+`testbed-two-tier-2026-11-29-margin`). With `slowdown=None` nothing reads the samples between
+the periodic checks, so they are launched together at the step before each check (the same
+samples, the same decisions: one all-reduce per `check_every` iterations).
 """
 from __future__ import annotations
 
