@@ -233,14 +233,15 @@ def test_training_rows_time_every_method(training):
     assert rows.loc["topk", "encode_s"] > 0 and rows.loc["topk", "comm_s"] > 0
     assert math.isnan(rows.loc["ddp", "encode_s"])
     # auto is timed in its steady state: untimed, the warm-up and its longest exploration
-    # (from iteration 1, 2 candidates x (2 explored + 5 confirmation rounds), 2 to act), so
-    # its choice (decided, not exploring) holds from before its timed iterations; what the
-    # decision rested on is reported, and the switches while timed (a slowdown check may
-    # make one on a busy machine)
+    # (from iteration 1, 2 candidates x (2 explored + 5 confirmation rounds of two), 2 to
+    # act), so its choice (decided, not exploring) holds from before its timed iterations;
+    # what the decision rested on is reported, and the switches while timed (a slowdown
+    # check may make one on a busy machine)
     assert rows.loc["auto", "warmup"] == 2 + 1 + 2 * (2 + 2 * 5) + 2  # rounds: turns of 2
     assert (rows.drop("auto")["warmup"] == 2).all()
     chosen, since = rows.loc["auto", "auto_choices"].split(" since ")
-    assert chosen in ("bucket 0: none", "bucket 0: topk") and int(since) < 19
+    assert chosen in ("bucket 0: none", "bucket 0: topk")
+    assert int(since) < rows.loc["auto", "warmup"]
     assert rows.loc["auto", "auto_decision"].startswith("decided at ")
     assert "priced: none " in rows.loc["auto", "auto_decision"]
     assert "auto_switches" in rows
