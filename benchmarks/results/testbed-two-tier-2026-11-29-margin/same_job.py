@@ -29,7 +29,9 @@ FIXED = {"none": ("none", {}), "bf16": ("bf16", {}), "topk": tuple(TOPK), "power
 AUTO = {"auto": {},  # the defaults
         "auto-margin-0.25": {"confirm_margin": 0.25},  # the default before this change
         "auto-every-step": {"check_every": 7},  # 7: samples launched every iteration
-        "auto-rounds-10": {"confirm_rounds": 10}}
+        "auto-rounds-10": {"confirm_rounds": 10},
+        "auto-bf16-topk": {"candidates": [("bf16", {}), tuple(TOPK)], "confirm_margin": 10.0,
+                           "confirm_rounds": 10}}  # always timed rounds between the two
 VARIANTS = {}  # name: (method, options); flat- without the hierarchical layout
 for prefix, layout in (("", HIER), ("flat-", {})):
     VARIANTS.update({prefix + n: (m, {**o, **layout}) for n, (m, o) in FIXED.items()})
