@@ -75,15 +75,15 @@ class Trial:
         return self.start <= iteration <= self.end
 
     def proposing(self, iteration: int) -> bool:
-        """Whether the proposal carries `iteration` (turns now, proposed, proposed, now,
-        ...)."""
-        turn = iteration - self.start
-        return (turn + turn // 2) % 2 == 1
+        """Whether the proposal carries `iteration`: odd turns of `TURN` iterations, the
+        first turn (the decisions in force) one iteration shorter (now, proposed, proposed,
+        now, ...)."""
+        return (iteration - self.start + 1) // TURN % 2 == 1
 
     def seconds(self, reduce) -> tuple[float, float]:
         """(in force, proposed): the median seconds of each one's turns (their last
-        iterations: every other one from the first), NaN where none was timed."""
-        times = turn_seconds(self.marks, range(self.start, self.end, TURN),
+        iterations), NaN where none was timed."""
+        times = turn_seconds(self.marks, range(self.start + TURN - 2, self.end, TURN),
                              lambda i: int(self.proposing(i)), reduce)
         return tuple(statistics.median(times[g]) if times.get(g) else math.nan
                      for g in (0, 1))
