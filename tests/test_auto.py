@@ -11,9 +11,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp
 import gradcomp.comm
 from gradcomp.comm.auto.choice import Chooser, Sample, Transfer, fit_network
-from gradcomp.comm.auto import route, stream
+from gradcomp.comm.auto import stream
 from gradcomp.comm.auto.guard import Guard
-from gradcomp.comm.telemetry import mark
 
 ALLREDUCE, ALLGATHER = Transfer("allreduce"), Transfer("allgather")
 
@@ -501,18 +500,30 @@ def test_an_uncompressed_candidate_is_measured_and_can_win(one_rank_group):
     assert state.chooser.nbytes[0, 0] == 64 * 65 * 4  # the whole bucket, uncompressed
 
 
+def _spy_marks(monkeypatch) -> dict:
+    """iteration -> the mark the hook gave `Chooser.step` (where it gave one)."""
+    marks, step = {}, Chooser.step
+
+    def spy(self, iteration, reduce, launch=None, mark=None):
+        if mark is not None:
+            marks[iteration] = mark
+        return step(self, iteration, reduce, launch, mark)
+    monkeypatch.setattr(Chooser, "step", spy)
+    return marks
+
+
 def test_the_hook_times_the_confirmation_rounds(one_rank_group, monkeypatch):
     """Every candidate a contender (a margin nothing is outside of): the hook marks each
-    round's iterations, and only them (`Chooser.timing`), and the bucket takes the contender
-    whose rounds took least time."""
+    round's iterations, and only them (`Chooser.timing`), each with the end of the iteration
+    before (when its last bucket was decoded), and the bucket takes the contender whose
+    rounds took least time."""
     ddp, state, x = _linear_auto(0, confirm_margin=1e9)
-    taken, marked = [], []
-    monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
+    marks = _spy_marks(monkeypatch)
     for i in range(30):
-        before = len(taken)
         ddp(x).square().mean().backward()
-        if len(taken) > before:
-            marked.append(i)
+    decoded = {r.iteration: r.decoded for r in state.telemetry.records}
+    assert all(m == decoded[i - 1] for i, m in marks.items())
+    marked = sorted(marks)
     rounds = state.chooser.rounds
     assert state.chooser.decided_at is not None and set(rounds) == {0, 1}
     # from the iteration after the last candidate's warm-up (2), where a skip (timing-
@@ -536,19 +547,15 @@ def test_the_hook_times_a_trial_and_reports_its_verdict(one_rank_group, monkeypa
     assert chooser.decided_at is not None and chooser.last_trial is None
     decided, start = chooser.decisions[0], state.iteration + 1
     chooser.trial = Trial(start, {0: 1 - decided}, rounds=2)
-    taken, marked, carried = [], [], []
-    monkeypatch.setattr(route, "mark", lambda device: taken.append(mark(device)) or taken[-1])
+    marks, carried = _spy_marks(monkeypatch), []
     for i in range(state.iteration, start + 10):
-        before = len(taken)
         if i == start + 1:
             copy = pickle.loads(pickle.dumps(state))
             assert copy.chooser.trial.proposed == {0: 1 - decided}
             assert copy.chooser.trial.marks == {}
         ddp(x).square().mean().backward()
         carried.append(state.telemetry_rows()[-1]["method"])
-        if len(taken) > before:
-            marked.append(i)
-    assert marked == list(range(start, start + 9))  # 4 turns of 2 and the last one's end
+    assert sorted(marks) == list(range(start, start + 9))  # 4 turns of 2 and the last's end
     proposed = "topk" if decided == 0 else "allreduce"
     assert [c == proposed for c in carried[1:9]] == [False, True, True, False] * 2
     end, now, then, _ = chooser.last_trial

@@ -16,7 +16,7 @@ from .trial import TURN
 from ..communicators import Bucket, Communicator, build
 from ..ranks import Ranks
 from ..state import HookState, Route
-from ..telemetry import BucketRecord, mark, seconds_between
+from ..telemetry import BucketRecord, seconds_between
 
 #: Methods that preserved convergence in gradcomp's measured runs (with error feedback where
 #: they need it): uncompressed, 16-bit, PowerSGD, top-k. Top-k and random-k without error
@@ -162,6 +162,7 @@ class AutoRoute(Route):
         self._carrier: dict[int, int] = {}  # bucket -> candidate that last carried it
         self._given: dict[int, int] = {}  # bucket -> its candidate in the current iteration
         self._pending: list[tuple[BucketRecord, int]] = []
+        self._ended = None  # (iteration, when its last bucket was decoded)
         self._stepped: int | None = None
 
     def _chooser(self) -> Chooser:
@@ -184,15 +185,18 @@ class AutoRoute(Route):
     # -- the hook's questions ---------------------------------------------------------------
     def prepare(self, iteration: int, device) -> None:
         """At an iteration's first bucket: collect the finished samples and step the choice
-        and the guard (collectives over every rank), the iteration marked where the choice
-        times it (`Chooser.timing`)."""
+        and the guard (collectives over every rank). Where the choice times the iteration
+        (`Chooser.timing`) its mark is the end of the one before: when that one's last
+        bucket was decoded, a moment the ranks share (they leave a collective together; their
+        first buckets are ready when each one's backward gets there)."""
         if self._stepped == iteration:
             return
         self._stepped = iteration
         chooser = self._chooser()
         self._collect(iteration)
+        ended = self._ended[1] if self._ended and self._ended[0] == iteration - 1 else None
         chooser.step(iteration, self._reduce(device), self._launch(device),
-                     mark(device) if chooser.timing(iteration) else None)
+                     ended if chooser.timing(iteration) else None)
         if self.guard is not None:
             self.guard.step(iteration, self._reduce(device))
 
@@ -294,6 +298,8 @@ class AutoRoute(Route):
         exchange (PowerSGD's between rounds) counts as codec time, not communication."""
         done = [p for p in self._pending if p[0].iteration < iteration]
         self._pending = [p for p in self._pending if p[0].iteration >= iteration]
+        if done:  # in the order they finished
+            self._ended = (done[-1][0].iteration, done[-1][0].decoded)
         done.sort(key=lambda p: (p[0].iteration, p[0].bucket))
         previous = None
         for record, candidate in done:
@@ -357,7 +363,7 @@ class AutoRoute(Route):
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("ranks", "exchange_ranks", "communicators", "_carrier", "_given",
-                             "_pending", "_stepped")}
+                             "_pending", "_stepped", "_ended")}
 
 
 def _in_ms(seconds: dict[str, float]) -> str:
