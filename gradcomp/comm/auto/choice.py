@@ -16,16 +16,15 @@ testbed under load), more than the 3-10% between the best candidates there; meas
 separate stretches, a candidate explored while the machine was busier loses by that alone.
 So when more than one candidate is priced within `confirm_margin` of a bucket's best (the
 contenders: those candidates, over every such bucket), they carry every bucket in turn, two
-iterations each (`trial.TURN`), for `confirm_rounds` rounds (each round in the order rotated
-by one, so no contender always follows the same one), decided on the scan's reduced samples
-(every rank runs the same rounds). The table is then priced from the medians of all samples,
-and each turn's second iteration is timed (first bucket to the next iteration's, the slowest
-rank's; the first pays for the switch): a
-bucket whose best is priced within the margin of other contenders takes the one of least
-median iteration time (`rounds`), which also holds what a codec costs the compute beside it
-(the table alone picked candidates 12-13% slower per iteration than the fastest at 2 of 6
-configurations of the 2-core two-tier testbed). That stands while they stay within the
-margin.
+iterations each (`trial.TURN`), for `confirm_rounds` rounds (each round's order rotated by
+one, so that no contender always runs first), decided on the scan's reduced samples (every
+rank runs the same rounds). The table is then priced from the medians of all samples, and
+each turn's second iteration is timed (the first pays for the switch) from the end of the
+iteration before to its own end, the slowest rank's (`trial`): a bucket whose best is priced
+within the margin of other contenders takes the one of least median iteration time
+(`rounds`), which also holds what a codec costs the compute beside it (the table alone picked
+candidates 12-13% slower per iteration than the fastest at 2 of 6 configurations of the
+2-core two-tier testbed). That stands while they stay within the margin.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
 anything is decided: codec times are the slowest rank's; communication times the least any
@@ -104,7 +103,7 @@ class Chooser(SampleStream):
     explored: list[Sample] = field(default_factory=list)  # this exploration's, reduced
     window: list[Sample] = field(default_factory=list)  # reduced since the last check
     pending: tuple | None = None  # a launched reduction: (iterations, buckets, wait)
-    marks: dict = field(default_factory=dict)  # iteration -> mark at its first bucket (rounds)
+    marks: dict = field(default_factory=dict)  # iteration -> the end of the one before (rounds)
     trial: Trial | None = None  # a re-pricing's proposal, timed against the decisions
     last_trial: tuple | None = None  # (its end, seconds in force, proposed, taken)
 
@@ -185,8 +184,8 @@ class Chooser(SampleStream):
         """At the start of `iteration` (every rank alike): decide after an exploration, check
         for drift, start a periodic exploration. True when the decisions changed. With `launch`
         the samples after a decision are reduced without waiting, read an iteration later
-        (module docstring). `mark`: this rank's `telemetry.mark` taken at the iteration's first
-        bucket, where `timing` holds (None: the rounds are not timed, the table decides)."""
+        (module docstring). `mark`: this rank's `telemetry` mark of the end of the iteration
+        before, where `timing` holds (None: the rounds are not timed, the table decides)."""
         if (mark is not None and self.decided_at is None and self.confirm_start is not None
                 and self.timing(iteration)):
             self.marks[iteration] = mark

@@ -1,15 +1,21 @@
 """Timed turns of `auto`'s choice (`choice`): iterations carried in turn by different
-candidates, each timed from its first bucket to the next iteration's on every rank, the
-slowest rank's time kept.
+candidates, each timed on every rank from the end of the iteration before to its own end
+(when its last bucket was decoded), the slowest rank's time kept.
 
 A turn is `TURN` iterations, and only its last is timed: the first after a switch pays for
 it (the previous candidate's error-feedback residual added to the gradient, the new one's
 buffers made afresh). With every iteration timed, a candidate's turns took a median 18%
 longer than its fixed hook's iterations in the same job for top-k with error feedback, 9% for
 PowerSGD, 7% for bf16 and 13% for the uncompressed all-reduce, on the 2-core two-tier
-testbed: the rounds held top-k's switches against it. Timing each turn's last iteration,
-2%, 7%, 9% and 14% (`testbed-two-tier-2026-11-29-margin`): what is left of the differences
-is not explained.
+testbed: the rounds held top-k's switches against it (`testbed-two-tier-2026-11-29-margin`).
+
+Ends, not starts: the ranks leave a collective together, but each reaches an iteration's
+first bucket when its own backward gets there. Timed from first bucket to first bucket, the
+slowest and the fastest rank's time of one turn lay a median 25% of an iteration apart, and
+the rounds put the fastest candidate first in 2 of 5 jobs at flat 2.5 Gbit/s; from end to
+end, 10% apart, and 2 of 3 (`testbed-two-tier-2026-11-29-turns`). Separate DDP models
+carrying iterations in the same turns ran their steady time: the turns themselves cost
+nothing measurable.
 
 `Trial`: before a re-pricing moves buckets to other candidates on the table's word, the
 decisions in force and the proposed ones carry the buckets in turn for `rounds` turns each

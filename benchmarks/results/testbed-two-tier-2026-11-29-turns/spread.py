@@ -1,0 +1,33 @@
+"""Per job of `turns.py`: each candidate's rounds (its turns' second iterations, the slowest
+rank's, median) over its fixed hook's median in the rotations; the spread of those ratios
+within the job (largest over smallest), which is what can reorder candidates, and whether the
+rounds ranked the candidates as the fixed hooks ran.
+
+    python spread.py OUT.jsonl [OUT.jsonl ...]
+"""
+import json
+import statistics
+import sys
+
+
+def main(paths: list[str]) -> None:
+    print("| file | job | none, bf16, powersgd, topk | spread | rounds' order | fixed order |")
+    print("|:--|:--|:--|--:|:--|:--|")
+    for path in paths:
+        for j, r in enumerate(map(json.loads, open(path))):
+            rounds, seen = r["auto_rounds"][0], {}
+            for k, (_, c, s, *_) in enumerate(rounds):
+                if k and rounds[k - 1][1] == c:
+                    seen.setdefault(c, []).append(s)
+            fixed = {n.removeprefix("flat-"): statistics.median(
+                r["rotation_a"][n] + r["rotation_b"][n]) for n in r["fixed"]}
+            ratio = {c: statistics.median(seen[c]) / fixed[c] for c in fixed}
+            spread = max(ratio.values()) / min(ratio.values()) - 1
+            order = lambda d: " < ".join(sorted(d, key=d.get))  # noqa: E731
+            print(f"| {path} | {j} | " + ", ".join(f"{ratio[c]:.3f}" for c in fixed)
+                  + f" | {spread:.1%} | {order({c: statistics.median(seen[c]) for c in fixed})}"
+                  f" | {order(fixed)} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
