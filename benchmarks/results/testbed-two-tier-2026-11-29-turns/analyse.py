@@ -24,9 +24,9 @@ def main(paths: list[str]) -> None:
         for j, r in enumerate(map(json.loads, open(path))):
             rounds = r["auto_rounds"][0] if r["auto_rounds"] else []
             by_turn = defaultdict(list)  # (contender, place in turn, predecessor) -> seconds
-            for k, (i, c, s, *_) in enumerate(rounds):
-                place = 0 if k == 0 or rounds[k - 1][1] != c else 1
-                before = next((p for _, p, *_ in reversed(rounds[:k]) if p != c), None)
+            for k, (i, c, s, *_) in enumerate(rounds):  # turns of two from the rounds' start
+                place = k % 2
+                before = rounds[k - 1 - place][1] if k > place else None  # the turn before's
                 by_turn[c, place, before].append(s)
             for name in r["fixed"]:
                 short = name.removeprefix("flat-")
@@ -37,8 +37,9 @@ def main(paths: list[str]) -> None:
                             for s in xs] for p in (0, 1)}
                 after = ", ".join(ratio(by_turn.get((short, 1, b), []), base)
                                   for b in ("none", "bf16", "powersgd", "topk"))
-                seconds[short]["mock"].append(statistics.median(mock[1]) / base)
-                seconds[short]["auto"].append(statistics.median(auto[1]) / base)
+                for phase, xs in (("mock", mock[1]), ("auto", auto[1])):
+                    if xs:  # a candidate auto did not time (no contender): none
+                        seconds[short][phase].append(statistics.median(xs) / base)
                 warm = r["warmups"][name][len(r["warmups"][name]) // 2:]
                 print(f"| {j} | {short} ({base * 1e3:.1f} ms) "
                       f"| {ratio(r['rotation_a'][name], base)} "
@@ -51,7 +52,8 @@ def main(paths: list[str]) -> None:
     print("|:--|:--|:--|")
     for c, phases in seconds.items():
         print(f"| {c} | " + " | ".join(f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})"
-                                       for xs in (phases["mock"], phases["auto"])) + " |")
+                                       if xs else "-" for xs in (phases["mock"], phases["auto"]))
+              + " |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def main(paths: list[str]) -> None:
         for j, r in enumerate(map(json.loads, open(path))):
             rounds, seen = r["auto_rounds"][0], defaultdict(lambda: defaultdict(list))
             for k, (_, c, _, ranks) in enumerate(rounds):
-                if k and rounds[k - 1][1] == c:  # a turn's second iteration
+                if k % 2:  # a turn's second iteration (turns of two from the rounds' start)
                     for how, f in (("slowest", max), ("mean", statistics.mean), ("fastest", min)):
                         seen[c][how].append(f(ranks))
                     for q, s in enumerate(ranks):
@@ -27,6 +27,8 @@ def main(paths: list[str]) -> None:
             for name in r["fixed"]:
                 c, base = name.removeprefix("flat-"), statistics.median(
                     r["rotation_a"][name] + r["rotation_b"][name])
+                if c not in seen:  # not a contender: no turns
+                    continue
                 ratio = {how: statistics.median(xs) / base for how, xs in seen[c].items()}
                 own = ", ".join(f"{ratio[q]:.3f}" for q in range(len(rounds[0][3])))
                 apart.append(ratio["slowest"] - ratio["fastest"])

@@ -11,22 +11,22 @@ import sys
 
 
 def main(paths: list[str]) -> None:
-    print("| file | job | none, bf16, powersgd, topk | spread | rounds' order | fixed order |")
+    print("| file | job | each candidate the rounds timed | spread | rounds' order | fixed order |")
     print("|:--|:--|:--|--:|:--|:--|")
     for path in paths:
         for j, r in enumerate(map(json.loads, open(path))):
             rounds, seen = r["auto_rounds"][0], {}
             for k, (_, c, s, *_) in enumerate(rounds):
-                if k and rounds[k - 1][1] == c:
+                if k % 2:  # a turn's second iteration (turns of two from the rounds' start)
                     seen.setdefault(c, []).append(s)
             fixed = {n.removeprefix("flat-"): statistics.median(
                 r["rotation_a"][n] + r["rotation_b"][n]) for n in r["fixed"]}
-            ratio = {c: statistics.median(seen[c]) / fixed[c] for c in fixed}
+            ratio = {c: statistics.median(seen[c]) / fixed[c] for c in fixed if c in seen}
             spread = max(ratio.values()) / min(ratio.values()) - 1
             order = lambda d: " < ".join(sorted(d, key=d.get))  # noqa: E731
-            print(f"| {path} | {j} | " + ", ".join(f"{ratio[c]:.3f}" for c in fixed)
-                  + f" | {spread:.1%} | {order({c: statistics.median(seen[c]) for c in fixed})}"
-                  f" | {order(fixed)} |")
+            print(f"| {path} | {j} | " + ", ".join(f"{c} {ratio[c]:.3f}" for c in ratio)
+                  + f" | {spread:.1%} | {order({c: statistics.median(seen[c]) for c in ratio})}"
+                  f" | {order({c: fixed[c] for c in ratio})} |")
 
 
 if __name__ == "__main__":
