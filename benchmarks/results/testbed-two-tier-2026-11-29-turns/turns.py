@@ -4,7 +4,7 @@ testbed (`../testbed-two-tier-2026-11-29-margin/same_job.py`'s variants), in pha
 1. each fixed variant's warm-up, every iteration kept;
 2. rotation A: the fixed variants in rotating blocks of BLOCK iterations, ROUNDS rounds;
 3. mock rounds: the fixed variants (separate DDP models) in auto's confirmation order, turns
-   of two iterations, 5 rounds, every iteration kept with its place in the turn;
+   of two iterations (MOCK_TURN), 5 rounds, every iteration kept with its place in the turn;
 4. auto's warm-up up to `settled_by`, every iteration of its confirmation rounds kept with
    the contender that carried it (as auto times them: first bucket to the next iteration's,
    the slowest rank's; and every rank's);
@@ -39,6 +39,8 @@ _spec = importlib.util.spec_from_file_location(
 same_job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(same_job)
 
+#: Iterations of a mock round's turn (the environment's MOCK_TURN; default auto's `TURN`).
+MOCK_TURN = int(os.environ.get("MOCK_TURN", trial.TURN))
 ROUNDS_SEEN = []  # per confirmation: [(iteration, contender, slowest rank's s, every rank's)]
 _round_seconds = choice.Chooser._round_seconds
 
@@ -96,7 +98,7 @@ def job(out: str, rounds: int, block: int, warmup: int, auto: str, fixed: list[s
         seen, n = [], len(fixed)
         for turn in range(5 * n):
             name = fixed[(turn + turn // n) % n]
-            seen += [(name, k, step(name)) for k in range(trial.TURN)]
+            seen += [(name, k, step(name)) for k in range(MOCK_TURN)]
         return [(name, k, s) for (name, k, _), s in zip(seen, slowest([s for *_, s in seen]))]
 
     record = {"fixed": fixed, "auto": auto, "block": block, "warmup": warmup,
