@@ -15,6 +15,21 @@ def ratio(xs, base) -> str:
     return f"{statistics.median(xs) / base:.3f}" if xs else "-"
 
 
+def steady(record: dict, name: str) -> float:
+    """A fixed hook's median iteration in rotations A and B together."""
+    return statistics.median(record["rotation_a"][name] + record["rotation_b"][name])
+
+
+def timed_turns(record: dict) -> dict[str, list]:
+    """contender -> its turns' second iterations in auto's rounds (turns of two from the
+    rounds' start), each (slowest rank's seconds, every rank's or None)."""
+    rounds, seen = (record["auto_rounds"] or [[]])[0], {}
+    for k, (_, c, s, *ranks) in enumerate(rounds):
+        if k % 2:
+            seen.setdefault(c, []).append((s, ranks[0] if ranks else None))
+    return seen
+
+
 def main(paths: list[str]) -> None:
     seconds = defaultdict(lambda: defaultdict(list))  # candidate -> phase -> per-job ratios
     print("| job | candidate | rotation A | rotation B | warm-up (last half) | mock 1st | mock 2nd "
@@ -30,7 +45,7 @@ def main(paths: list[str]) -> None:
                 by_turn[c, place, before].append(s)
             for name in r["fixed"]:
                 short = name.removeprefix("flat-")
-                base = statistics.median(r["rotation_a"][name] + r["rotation_b"][name])
+                base = steady(r, name)
                 mock = {p: [s for n, q, s in r["mock_before"] + r["mock_after"]
                             if n == name and q == p] for p in (0, 1)}
                 auto = {p: [s for (c, q, _), xs in by_turn.items() if c == short and q == p

@@ -9,13 +9,15 @@ import statistics
 import sys
 from collections import defaultdict
 
+from analyse import steady
+
 
 def main(paths: list[str]) -> None:
     ratios = defaultdict(lambda: defaultdict(list))  # candidate -> place -> per-job ratios
     for path in paths:
         for r in map(json.loads, open(path)):
             for name in r["fixed"]:
-                base = statistics.median(r["rotation_a"][name] + r["rotation_b"][name])
+                base = steady(r, name)
                 places = defaultdict(list)
                 for n, place, s in r["mock_before"] + r["mock_after"]:
                     if n == name:

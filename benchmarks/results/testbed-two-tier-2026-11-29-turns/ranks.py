@@ -10,6 +10,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+from analyse import steady, timed_turns
+
 
 def main(paths: list[str]) -> None:
     print("| job | candidate | fixed, ms | slowest | mean | fastest | apart | rank 0, 1, 2, 3 |")
@@ -17,20 +19,19 @@ def main(paths: list[str]) -> None:
     apart = []
     for path in paths:
         for j, r in enumerate(map(json.loads, open(path))):
-            rounds, seen = r["auto_rounds"][0], defaultdict(lambda: defaultdict(list))
-            for k, (_, c, _, ranks) in enumerate(rounds):
-                if k % 2:  # a turn's second iteration (turns of two from the rounds' start)
+            seen = defaultdict(lambda: defaultdict(list))
+            for c, turns in timed_turns(r).items():
+                for _, ranks in turns:
                     for how, f in (("slowest", max), ("mean", statistics.mean), ("fastest", min)):
                         seen[c][how].append(f(ranks))
                     for q, s in enumerate(ranks):
                         seen[c][q].append(s)
             for name in r["fixed"]:
-                c, base = name.removeprefix("flat-"), statistics.median(
-                    r["rotation_a"][name] + r["rotation_b"][name])
+                c, base = name.removeprefix("flat-"), steady(r, name)
                 if c not in seen:  # not a contender: no turns
                     continue
                 ratio = {how: statistics.median(xs) / base for how, xs in seen[c].items()}
-                own = ", ".join(f"{ratio[q]:.3f}" for q in range(len(rounds[0][3])))
+                own = ", ".join(f"{ratio[q]:.3f}" for q in ratio if isinstance(q, int))
                 apart.append(ratio["slowest"] - ratio["fastest"])
                 print(f"| {j} | {c} | {base * 1e3:.1f} | {ratio['slowest']:.3f} "
                       f"| {ratio['mean']:.3f} | {ratio['fastest']:.3f} | {apart[-1]:.3f} "

@@ -9,18 +9,16 @@ import json
 import statistics
 import sys
 
+from analyse import steady, timed_turns
+
 
 def main(paths: list[str]) -> None:
     print("| file | job | each candidate the rounds timed | spread | rounds' order | fixed order |")
     print("|:--|:--|:--|--:|:--|:--|")
     for path in paths:
         for j, r in enumerate(map(json.loads, open(path))):
-            rounds, seen = r["auto_rounds"][0], {}
-            for k, (_, c, s, *_) in enumerate(rounds):
-                if k % 2:  # a turn's second iteration (turns of two from the rounds' start)
-                    seen.setdefault(c, []).append(s)
-            fixed = {n.removeprefix("flat-"): statistics.median(
-                r["rotation_a"][n] + r["rotation_b"][n]) for n in r["fixed"]}
+            seen = {c: [s for s, _ in turns] for c, turns in timed_turns(r).items()}
+            fixed = {n.removeprefix("flat-"): steady(r, n) for n in r["fixed"]}
             ratio = {c: statistics.median(seen[c]) / fixed[c] for c in fixed if c in seen}
             spread = max(ratio.values()) / min(ratio.values()) - 1
             order = lambda d: " < ".join(sorted(d, key=d.get))  # noqa: E731
