@@ -234,17 +234,23 @@ def test_training_rows_time_every_method(training):
     assert math.isnan(rows.loc["ddp", "encode_s"])
     # auto is timed in its steady state: untimed, the warm-up and its longest exploration
     # (from iteration 1, 2 candidates x (2 explored + 5 confirmation rounds of two), 2 to
-    # act), so its choice (decided, not exploring) holds from before its timed iterations;
-    # what the decision rested on is reported, and the switches while timed (a slowdown
-    # check may make one on a busy machine)
-    assert rows.loc["auto", "warmup"] == 2 + 1 + 2 * (2 + 2 * 5) + 2  # rounds: turns of 2
+    # act), so its choice (decided, not exploring) holds from before its timed iterations,
+    # unless it switched while timed (a re-pricing or its trial may on a busy machine: CI
+    # saw "29 0 none; 31 0 topk"), and then the switches listed end on it; what the
+    # decision rested on is reported
+    warmup = rows.loc["auto", "warmup"]
+    assert warmup == 2 + 1 + 2 * (2 + 2 * 5) + 2  # rounds: turns of 2
     assert (rows.drop("auto")["warmup"] == 2).all()
     chosen, since = rows.loc["auto", "auto_choices"].split(" since ")
     assert chosen in ("bucket 0: none", "bucket 0: topk")
-    assert int(since) < rows.loc["auto", "warmup"]
+    switches = rows.loc["auto", "auto_switches"]
+    switches = switches if isinstance(switches, str) else ""  # none: an empty (NaN) cell
+    if int(since) < warmup:
+        assert switches == ""
+    else:
+        assert switches.split("; ")[-1] == f"{since} 0 {chosen.split(': ')[1]}"
     assert rows.loc["auto", "auto_decision"].startswith("decided at ")
     assert "priced: none " in rows.loc["auto", "auto_decision"]
-    assert "auto_switches" in rows
     assert json.loads(rows.loc["auto", "options"])["candidates"][1] == ["topk", {"ratio": 0.05}]
 
 
