@@ -173,7 +173,8 @@ def slowdown_cases(rank):
                 ch.samples.append(Sample(i, 0, c, codec, comm, nbytes, True, ch.warmup(i)))
         res[f"drop{drop}{how}"] = {"changed": changed, "decisions": ch.decisions, "x": ch.x}
     # every candidate within the margin: 2 confirmation rounds of all 4 after the scan
-    run = train(rank, "auto", dict(explore_iters=2, confirm_rounds=2, confirm_margin=1e9),
+    run = train(rank, "auto", dict(explore_iters=2, confirm_rounds=2, confirm_max_rounds=2,
+                                   confirm_margin=1e9),
                 steps=30)
     res["auto_slowdown_on"] = {k: run[k] for k in ("params", "decisions", "decided_at",
                                                    "launched", "rows", "confirm")}

@@ -137,6 +137,41 @@ def test_the_rounds_iteration_times_decide_between_close_contenders():
     assert again.rounds == ch.rounds
 
 
+def test_contenders_clearly_behind_leave_the_rounds_and_the_close_ones_race_on():
+    """Three contenders whose iterations vary by +-15% around 200, 206 and 300 ms (every
+    contender the same pattern, so each median is its base): after the first 5 rounds the
+    slowest, 2 standard errors behind, leaves; the two 3% apart go on, 5 rounds at a time,
+    to 20, and the faster by the medians of all its turns is taken, though the table prices
+    the other first. A chooser resumed mid-race goes on the same way."""
+    ch = Chooser([ALLREDUCE, ALLGATHER, ALLREDUCE], workers=4, explore_iters=3,
+                 confirm_margin=1e9, slowdown=None)
+    base, pattern, carried = (0.200, 0.206, 0.300), (0.85, 1.15, 1.0, 0.9, 1.1), [0, 0, 0]
+    clock, stages, i = 0.0, [], 1
+    while ch.decided_at is None:
+        ch.step(i, same, mark=clock)
+        if ch.confirm_start not in (None, *stages):
+            stages.append(ch.confirm_start)
+            assert ch.contenders == ([0, 1, 2] if len(stages) == 1 else [0, 1])
+        if i == 50:
+            resumed = Chooser([ALLREDUCE, ALLGATHER, ALLREDUCE], workers=4, explore_iters=3,
+                              confirm_margin=1e9, slowdown=None)
+            resumed.load_state_dict(ch.state_dict())
+            assert resumed.turn_times == ch.turn_times and len(ch.turn_times[2]) == 5
+            assert [resumed.choice(0, j) for j in range(50, 100)] == [ch.choice(0, j)
+                                                                     for j in range(50, 100)]
+        c = ch.choice(0, i)
+        clock += base[c] * pattern[carried[c] % 5]
+        carried[c] += 1
+        feed(ch, [i], alpha=0.0, x=1e-8, codec=[[4e-3, 0.0, 4e-3]],
+             nbytes=[[4e5, 4e4, 4e4]])
+        i += 1
+    # the scan 1-9; 3 contenders x 5 rounds of two iterations from 10; then 2 x 5 x 2 each
+    assert stages == [10, 40, 60, 80] and ch.decided_at == 100
+    assert {c: len(t) for c, t in ch.turn_times.items()} == {0: 20, 1: 20, 2: 5}
+    assert ch.rounds == pytest.approx(dict(enumerate(base)))
+    assert min(range(3), key=lambda c: ch.predict(0, c)) == 1 and ch.decisions == {0: 0}
+
+
 def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
     """`timing` holds at the scan's end (where the rounds may start) and at each round's end,
     nowhere else: marked only there, the rounds time as when marked at every iteration. It
@@ -170,7 +205,9 @@ def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
         skipping.step(i, same, mark=float(i) if skipping.timing(i) else None)
         feed(skipping, [i], alpha=1e-4, x=8e-8, codec=[[0.0, 40e-3]], nbytes=[[1.6e7, 3.4e5]])
         i += 1
-    assert skipping.confirm_start == 5 and timed == list(range(5, 26))
+    # alike, neither leaves the rounds: they go on in stages of 5 rounds to 20 (the last
+    # from 65), every iteration's end marked
+    assert skipping.confirm_start == 65 and timed == list(range(5, 86))
     assert skipping.rounds == {0: 1.0, 1: 1.0}  # every round timed
 
 
@@ -402,6 +439,8 @@ def test_checkpoint_keeps_decisions_and_tables():
     (dict(candidates=[("topk", "ratio")]), "candidates: "),
     (dict(explore_iters=1), "explore_iters"),
     (dict(confirm_rounds=-1), "confirm_rounds"),
+    (dict(confirm_max_rounds=4), r"confirm_max_rounds=4 .* >= confirm_rounds \(5\)"),
+    (dict(confirm_max_rounds=True), "confirm_max_rounds"),
     (dict(confirm_margin=-0.1), "confirm_margin"),
     (dict(drift=0), "drift"),
     (dict(check_every=0), "check_every"),

@@ -83,7 +83,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path, capsys):
                                     "topk(error_feedback=True)", "auto"]
     # auto: measured, no prediction, its choices reported, compared in the Markdown; it
     # trains in the same job as the fixed methods, its warm-up covering its longest
-    # exploration (5 + 1 + 4 x (3 + 2 x 5) + 2 untimed iterations), so its 3 timed ones come
+    # exploration (5 + 1 + 4 x (3 + 2 x 20) + 2 untimed iterations), so its 3 timed ones come
     # after its decision: its steady state. Its training row says what the decision rested
     # on and which switches it made while timed.
     auto = rows[rows["method"] == "auto"].iloc[0]
@@ -92,7 +92,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path, capsys):
     assert choices.startswith("bucket 0: ") and "exploring" not in choices
     trained = pd.read_csv(tmp_path / "train-2.5gbit.csv").set_index("method")
     warmup = trained.loc["auto", "warmup"]
-    assert warmup == 5 + 1 + 4 * (3 + 2 * 5) + 2
+    assert warmup == 5 + 1 + 4 * (3 + 2 * 20) + 2
     # its choice holds from the warm-up on, or (a busy machine) came of a switch while timed
     name, since = choices.removeprefix("bucket 0: ").split(" since ")
     switches = trained.loc["auto", "auto_switches"]
@@ -103,7 +103,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path, capsys):
     assert decision.startswith("decided at ") and "priced: none " in decision
     # decided by the end of its exploration, confirmation rounds included (a decision may
     # keep the candidate that carried the bucket in the last round: its "since" comes first)
-    assert int(decision.split()[2].rstrip(";")) <= 1 + 4 * (3 + 2 * 5)
+    assert int(decision.split()[2].rstrip(";")) <= 1 + 4 * (3 + 2 * 20)
     md = (tmp_path / "validation.md").read_text()
     assert "`auto` (its default candidates)" in md and choices in md
     # the advice regret: the model's pick among the fixed runs against the fastest measured

@@ -64,7 +64,7 @@ import torch
 from .pricing import (Sample, Transfer, by_bucket_and_candidate, fit_network, idle_points,
                       refit_bandwidth, relative_change)
 from .stream import Launch, Reduce, SampleStream
-from .trial import TURN, Trial, turn_seconds
+from .trial import TURN, Trial, still_close, turn_seconds
 
 #: A warm-up's communication over the best bucket time that ends an exploration early (a
 #: margin for the noise of single samples: the uncompressed candidates skipped on a slow link
@@ -86,9 +86,13 @@ class Chooser(SampleStream):
     slowdown: float | None = 2.0  # None: periodic checks only
     order: list[int] | None = None  # exploration order of the candidates (None: as given)
     confirm_rounds: int = 5
+    confirm_max_rounds: int = 20
     confirm_margin: float = 1.0
     contenders: list[int] = field(default_factory=list)  # confirmed from `confirm_start` on
     confirm_start: int | None = None
+    stage_rounds: int = 0  # rounds from `confirm_start` on
+    rounds_done: int = 0  # rounds before `confirm_start`
+    turn_times: dict[int, list[float]] = field(default_factory=dict)  # contender -> seconds
     explore_start: int | None = None  # None: explore from `start`
     skips: list[tuple[int, int]] = field(default_factory=list)  # (position, from iteration)
     decisions: dict[int, int] = field(default_factory=dict)
@@ -123,7 +127,7 @@ class Chooser(SampleStream):
         """The first iteration after the exploration (its confirmation rounds included)."""
         if self.confirm_start is None:
             return self.scan_end
-        return self.confirm_start + TURN * self.confirm_rounds * len(self.contenders)
+        return self.confirm_start + TURN * self.stage_rounds * len(self.contenders)
 
     def _slot(self, iteration: int) -> tuple[int, int]:
         """(position in the order, first iteration) of the candidate exploring `iteration`."""
@@ -202,6 +206,7 @@ class Chooser(SampleStream):
             self.explore_start, self.decided_at, self.codec_moved = iteration, None, False
             self.trial = None
             self.contenders, self.confirm_start, self.rounds, self.marks = [], None, {}, {}
+            self.stage_rounds, self.rounds_done, self.turn_times = 0, 0, {}
             self.samples.clear()
             self.skips, self.explored, self.window, self.pending = [], [], [], None
             return False
@@ -246,7 +251,9 @@ class Chooser(SampleStream):
         samples kept for the decision after them): False. After the rounds, their
         iteration times take part in the decision (`_decide`)."""
         if self.confirm_start is not None:
-            self.rounds = self._round_seconds(reduce)
+            if self._race_on(reduce, iteration, mark):
+                return False
+            self.rounds = {c: statistics.median(t) for c, t in sorted(self.turn_times.items())}
         samples = self.explored + self._reduced(reduce)
         measured = {s.candidate for s in samples if not s.warmup}
         # a skipped candidate has its warm-up only: priced from it (an upper bound)
@@ -265,19 +272,30 @@ class Chooser(SampleStream):
         contenders = self._contenders(buckets)
         if self.confirm_start is None and self.confirm_rounds and len(contenders) > 1:
             self.explored, self.contenders, self.confirm_start = samples, contenders, iteration
+            self.stage_rounds = min(self.confirm_rounds, self.confirm_max_rounds)
             self.marks = {} if mark is None else {iteration: mark}
             return False
         self.explored, self.marks = [], {}
         return True
 
-    def _round_seconds(self, reduce: Reduce) -> dict[int, float]:
-        """contender -> the median seconds of the confirmation rounds' iterations it carried,
-        each turn's last (`TURN`), the slowest rank's (an iteration a rank did not time, e.g.
-        across a resume: no evidence)."""
-        times = turn_seconds(self.marks, range(self.confirm_start + TURN - 1, self.explore_end,
+    def _race_on(self, reduce: Reduce, iteration: int, mark) -> bool:
+        """At the end of `stage_rounds` confirmation rounds: their timed turns join
+        `turn_times`; the contenders clearly slower than the fastest leave (`still_close`),
+        and when more than one is left and none has had `confirm_max_rounds` rounds, they go
+        on for up to `confirm_rounds` more from `iteration` on: True."""
+        stage = turn_seconds(self.marks, range(self.confirm_start + TURN - 1, self.explore_end,
                                                TURN),
                              self._contender_at, reduce)
-        return {c: statistics.median(t) for c, t in sorted(times.items())}
+        for c, seconds in stage.items():
+            self.turn_times[c] = self.turn_times.get(c, []) + seconds
+        self.rounds_done += self.stage_rounds
+        close = still_close({c: self.turn_times.get(c, []) for c in self.contenders})
+        if len(close) < 2 or self.rounds_done >= self.confirm_max_rounds:
+            return False
+        self.contenders, self.confirm_start = close, iteration
+        self.stage_rounds = min(self.confirm_rounds, self.confirm_max_rounds - self.rounds_done)
+        self.marks = {} if mark is None else {iteration: mark}
+        return True
 
     def _contenders(self, buckets) -> list[int]:
         """The candidates priced within `confirm_margin` of a bucket's best where more than
@@ -418,6 +436,8 @@ class Chooser(SampleStream):
     def state_dict(self) -> dict:
         return {"explore_start": self.explore_start, "skips": list(self.skips),
                 "contenders": list(self.contenders), "confirm_start": self.confirm_start,
+                "stage_rounds": self.stage_rounds, "rounds_done": self.rounds_done,
+                "turn_times": {c: list(t) for c, t in self.turn_times.items()},
                 "decisions": dict(self.decisions), "rounds": dict(self.rounds),
                 "codec": dict(self.codec), "nbytes": dict(self.nbytes), "alpha": self.alpha,
                 "x": self.x, "decided_at": self.decided_at, "codec_moved": self.codec_moved,

@@ -29,7 +29,8 @@ DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
 #: the samples reduced at i - 1 (`choice`, "Agreement").
 DECISION_LAG = 2
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
-AUTO_OPTIONS = ("candidates", "explore_iters", "confirm_rounds", "confirm_margin",
+AUTO_OPTIONS = ("candidates", "explore_iters", "confirm_rounds", "confirm_max_rounds",
+                "confirm_margin",
                 "check_every", "redecide_every", "drift", "slowdown", "guard")
 
 
@@ -106,6 +107,9 @@ class AutoRoute(Route):
         two iterations each (the second timed), before the decision (0: none; `choice`,
         "Confirmation"); also the timed turns each of the decisions in force and a
         re-pricing's proposal takes before a move (`trial`; 0: the table's word).
+    confirm_max_rounds: the most rounds a contender takes: after every `confirm_rounds`, the
+        contenders clearly slower than the fastest leave and the others go on, until one is
+        left or they have had this many (`trial.still_close`; `confirm_rounds`: no more).
     check_every: iterations between drift checks (one small all-reduce each).
     redecide_every: iterations between explorations.
     drift: relative change of a measured cost that triggers a new decision.
@@ -126,12 +130,17 @@ class AutoRoute(Route):
                "exploration_order", "settled_by", "decision_text")
 
     def __init__(self, candidates=DEFAULT_CANDIDATES, *, explore_iters: int = 3,
-                 confirm_rounds: int = 5, confirm_margin: float = 1.0, check_every: int = 10,
+                 confirm_rounds: int = 5, confirm_max_rounds: int = 20,
+                 confirm_margin: float = 1.0, check_every: int = 10,
                  redecide_every: int = 1000, drift: float = 0.2, slowdown: float | None = 2.0,
                  guard=None, start_iter: int = 1):
         self.method = Candidates(build_candidates(candidates))
         check_int(explore_iters, "explore_iters", 2)
         check_int(confirm_rounds, "confirm_rounds", 0)
+        if check_int(confirm_max_rounds, "confirm_max_rounds", 0) < confirm_rounds:
+            raise ValueError(f"confirm_max_rounds={confirm_max_rounds!r} is not allowed: "
+                             "confirm_max_rounds must be an integer >= confirm_rounds "
+                             f"({confirm_rounds})")
         check_number(confirm_margin, "confirm_margin", 0)
         check_int(check_every, "check_every", 1)
         check_int(redecide_every, "redecide_every", 1)
@@ -139,6 +148,7 @@ class AutoRoute(Route):
         if slowdown is not None:
             slowdown = check_number(slowdown, "slowdown", 1, above=True)
         self._explore = dict(explore_iters=explore_iters, confirm_rounds=confirm_rounds,
+                             confirm_max_rounds=confirm_max_rounds,
                              confirm_margin=float(confirm_margin), check_every=check_every,
                              redecide_every=redecide_every, drift=float(drift),
                              slowdown=slowdown)
@@ -261,10 +271,11 @@ class AutoRoute(Route):
     @property
     def settled_by(self) -> int:
         """The iteration by which the first decision acts, at the latest: every candidate
-        explored for `explore_iters` and confirmed for `confirm_rounds` turns of `TURN`
+        explored for `explore_iters` and confirmed for `confirm_max_rounds` turns of `TURN`
         iterations from `start_iter` on, plus `DECISION_LAG`; from there on, the iterations
         are auto's steady state."""
-        per_candidate = self._explore["explore_iters"] + TURN * self._explore["confirm_rounds"]
+        explore = self._explore
+        per_candidate = explore["explore_iters"] + TURN * explore["confirm_max_rounds"]
         return self.start_iter + len(self.method.members) * per_candidate + DECISION_LAG
 
     def decision_text(self) -> str:

@@ -59,6 +59,29 @@ def turn_seconds(marks: dict, iterations, group_of: Callable[[int], int], reduce
     return times
 
 
+#: Standard errors by which a contender's median turn must exceed the fastest's to leave
+#: the confirmation rounds (`still_close`).
+CLEARLY_BEHIND = 2.0
+
+
+def still_close(times: dict[int, list[float]]) -> list[int]:
+    """The contenders (of `times`: contender -> its timed turns' seconds) whose median turn is
+    within `CLEARLY_BEHIND` standard errors of the fastest's: on the log scale, each median's
+    error 1.2533 sigma / sqrt(n) (a normal sample's), sigma pooled from every turn's distance
+    to its contender's median (1.4826 x their median). On the 2-core two-tier testbed one
+    iteration's time varies by sigma 9-14% around a fixed hook's median, where the best two
+    candidates lie 1-6% apart (`testbed-two-tier-2026-11-29-turns`): five turns each tell
+    apart only what is 15-20% behind."""
+    logs = {c: [math.log(t) for t in ts] for c, ts in times.items() if ts}
+    if not logs:
+        return []
+    middle = {c: statistics.median(v) for c, v in logs.items()}
+    sigma = 1.4826 * statistics.median(abs(x - middle[c]) for c, v in logs.items() for x in v)
+    best = min(middle, key=middle.get)
+    return [c for c in sorted(logs) if middle[c] - middle[best] <= CLEARLY_BEHIND * 1.2533
+            * sigma * math.sqrt(1 / len(logs[c]) + 1 / len(logs[best]))]
+
+
 @dataclass
 class Trial:
     """The decisions in force against `proposed` (bucket -> candidate), from `start` on."""
