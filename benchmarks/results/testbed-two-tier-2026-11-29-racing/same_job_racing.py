@@ -1,0 +1,29 @@
+"""`../testbed-two-tier-2026-11-29-margin/same_job.py` with two more variants beside `auto`
+(whose defaults now race its close contenders on for up to 20 rounds): `auto-5`, its rounds
+stopped at 5 as before (`confirm_max_rounds` 5), and `auto-margin-2` (racing, candidates
+priced within three times a bucket's best join the rounds), in both layouts (`flat-` without
+the hierarchical one). The same arguments:
+
+    python same_job_racing.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP VARIANT [VARIANT ...]
+"""
+import importlib.util
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(
+    "same_job", os.path.join(HERE, "..", "testbed-two-tier-2026-11-29-margin", "same_job.py"))
+same_job = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(same_job)
+for prefix, layout in (("", same_job.HIER), ("flat-", {})):
+    same_job.VARIANTS[prefix + "auto-5"] = ("auto", {"confirm_max_rounds": 5, **layout})
+    same_job.VARIANTS[prefix + "auto-margin-2"] = ("auto", {"confirm_margin": 2.0, **layout})
+same_job.__file__ = os.path.abspath(__file__)  # its jobs run this script, with these variants
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--job":
+        same_job.job(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                     sys.argv[6:])
+    else:
+        same_job.main(float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *sys.argv[4:7],
+                      sys.argv[7:])
