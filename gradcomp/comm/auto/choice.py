@@ -18,9 +18,13 @@ So when more than one candidate is priced within `confirm_margin` of a bucket's 
 contenders: those candidates, over every such bucket), they carry every bucket in turn, two
 iterations each (`trial.TURN`), for `confirm_rounds` rounds (each round's order rotated by
 one, so that no contender always runs first), decided on the scan's reduced samples (every
-rank runs the same rounds). The table is then priced from the medians of all samples, and
-each turn's second iteration is timed (the first pays for the switch) from the end of the
-iteration before to its own end, the slowest rank's (`trial`): a bucket whose best is priced
+rank runs the same rounds). Each turn's second iteration is timed (the first pays for the
+switch) from the end of the iteration before to its own end, the slowest rank's (`trial`).
+Five turns tell apart only contenders 15-20% apart there, so the rounds race on: after every
+`confirm_rounds`, the contenders clearly slower than the fastest leave (`trial.still_close`)
+and the others go on, until one is left or they have had `confirm_max_rounds` rounds; what
+the close ones cost meanwhile is at most their difference. The table is then priced from the
+medians of all samples: a bucket whose best is priced
 within the margin of other contenders takes the one of least median iteration time
 (`rounds`), which also holds what a codec costs the compute beside it (the table alone picked
 candidates 12-13% slower per iteration than the fastest at 2 of 6 configurations of the

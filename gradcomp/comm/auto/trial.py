@@ -64,9 +64,9 @@ def turn_seconds(marks: dict, iterations, group_of: Callable[[int], int], reduce
 CLEARLY_BEHIND = 2.0
 
 
-def still_close(times: dict[int, list[float]]) -> list[int]:
+def still_close(times: dict[int, list[float]], behind: float = CLEARLY_BEHIND) -> list[int]:
     """The contenders (of `times`: contender -> its timed turns' seconds) whose median turn is
-    within `CLEARLY_BEHIND` standard errors of the fastest's: on the log scale, each median's
+    within `behind` standard errors of the fastest's: on the log scale, each median's
     error 1.2533 sigma / sqrt(n) (a normal sample's), sigma pooled from every turn's distance
     to its contender's median (1.4826 x their median). On the 2-core two-tier testbed one
     iteration's time varies by sigma 9-14% around a fixed hook's median, where the best two
@@ -78,8 +78,8 @@ def still_close(times: dict[int, list[float]]) -> list[int]:
     middle = {c: statistics.median(v) for c, v in logs.items()}
     sigma = 1.4826 * statistics.median(abs(x - middle[c]) for c, v in logs.items() for x in v)
     best = min(middle, key=middle.get)
-    return [c for c in sorted(logs) if middle[c] - middle[best] <= CLEARLY_BEHIND * 1.2533
-            * sigma * math.sqrt(1 / len(logs[c]) + 1 / len(logs[best]))]
+    return [c for c in sorted(logs) if middle[c] - middle[best] <= behind * 1.2533 * sigma
+            * math.sqrt(1 / len(logs[c]) + 1 / len(logs[best]))]
 
 
 @dataclass
