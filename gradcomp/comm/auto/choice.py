@@ -19,16 +19,14 @@ contenders: those candidates, over every such bucket), they carry every bucket i
 iterations each (`trial.TURN`), for `confirm_rounds` rounds (each round's order rotated by
 one, so that no contender always runs first), decided on the scan's reduced samples (every
 rank runs the same rounds). Each turn's second iteration is timed (the first pays for the
-switch) from the end of the iteration before to its own end, the slowest rank's (`trial`).
-Five turns tell apart only contenders 15-20% apart there, so the rounds race on: after every
-`confirm_rounds`, the contenders clearly slower than the fastest leave (`trial.still_close`)
-and the others go on, until one is left or they have had `confirm_max_rounds` rounds; what
-the close ones cost meanwhile is at most their difference. The table is then priced from the
-medians of all samples: a bucket whose best is priced
-within the margin of other contenders takes the one of least median iteration time
-(`rounds`), which also holds what a codec costs the compute beside it (the table alone picked
-candidates 12-13% slower per iteration than the fastest at 2 of 6 configurations of the
-2-core two-tier testbed). That stands while they stay within the margin.
+switch), the slowest rank's (`trial`). The rounds race on: after every `confirm_rounds`, the
+contenders clearly slower than the fastest leave (`trial.still_close`) and the others go on,
+until one is left or they have had `confirm_max_rounds` rounds. The table is then priced
+from the medians of all samples: a bucket whose best is priced within the margin of other
+contenders takes the one of least median iteration time (`rounds`), which also holds what a
+codec costs the compute beside it (the table alone picked candidates 12-13% slower per
+iteration than the fastest at 2 of 6 configurations of the 2-core two-tier testbed). That
+stands while they stay within the margin.
 
 Agreement: every rank measures its own clock, so the samples are reduced across ranks before
 anything is decided: codec times are the slowest rank's; communication times the least any
@@ -50,12 +48,10 @@ since its iteration alone (the window's would still be mostly the old rate's) an
 moved by more than `drift`, every bucket is decided again (codec times are left to the
 periodic check).
 
-Trial: a re-pricing that would move buckets moves none yet: from the next iteration the
-decisions in force and the proposed ones carry the buckets in turn for `confirm_rounds` timed
-iterations each, and the proposal is taken only when its median iteration took less time
-(`trial`); no check runs meanwhile. Untimed (no marks), the table's word is taken. Timed, the
-trial's times become the `rounds`, so a later re-pricing that finds the same candidates within
-the margin decides by them instead of trying the same move again.
+Trial: a re-pricing that would move buckets moves none yet: the decisions in force and the
+proposed ones take `confirm_rounds` timed turns each, and the proposal is taken only when its
+median iteration took less time (`trial`; untimed, the table's word). Its times become the
+`rounds`, so a later re-pricing within the margin decides by them.
 """
 from __future__ import annotations
 
@@ -162,13 +158,11 @@ class Chooser(SampleStream):
         return self.contenders[(turn + turn // n) % n]
 
     def measured(self, iteration: int) -> bool:
-        """Whether samples of `iteration` are kept (during an exploration all are, the
-        warm-ups marked by `warmup`)."""
+        """Whether samples of `iteration` are kept (all while exploring, `warmup` marked)."""
         return self.exploring(iteration) or self.decided_at is not None
 
     def warmup(self, iteration: int) -> bool:
-        """Whether `iteration` is a candidate's first in an exploration (confirmation
-        rounds have none: every contender ran already)."""
+        """Whether `iteration` is a candidate's first in the scan (the rounds have none)."""
         return (self.exploring(iteration) and iteration < self.scan_end
                 and self._slot(iteration)[1] == iteration)
 
@@ -190,10 +184,9 @@ class Chooser(SampleStream):
     def step(self, iteration: int, reduce: Reduce, launch: Launch | None = None,
              mark=None) -> bool:
         """At the start of `iteration` (every rank alike): decide after an exploration, check
-        for drift, start a periodic exploration. True when the decisions changed. With `launch`
-        the samples after a decision are reduced without waiting, read an iteration later
-        (module docstring). `mark`: this rank's `telemetry` mark of the end of the iteration
-        before, where `timing` holds (None: the rounds are not timed, the table decides)."""
+        for drift, start a periodic exploration; True when the decisions changed. `launch`:
+        reduce the samples after a decision without waiting. `mark`: this rank's mark of the
+        end of the iteration before, where `timing` holds (None: untimed, the table decides)."""
         if (mark is not None and self.decided_at is None and self.confirm_start is not None
                 and self.timing(iteration)):
             self.marks[iteration] = mark
@@ -283,10 +276,8 @@ class Chooser(SampleStream):
         return True
 
     def _race_on(self, reduce: Reduce, iteration: int, mark) -> bool:
-        """At the end of `stage_rounds` confirmation rounds: their timed turns join
-        `turn_times`; the contenders clearly slower than the fastest leave (`still_close`),
-        and when more than one is left and none has had `confirm_max_rounds` rounds, they go
-        on for up to `confirm_rounds` more from `iteration` on: True."""
+        """After `stage_rounds` rounds: their turns join `turn_times`; True when more than one
+        contender is still close (`still_close`) and rounds are left: they go on."""
         stage = turn_seconds(self.marks, range(self.confirm_start + TURN - 1, self.explore_end,
                                                TURN),
                              self._contender_at, reduce)
