@@ -45,9 +45,4 @@ choice.turn_seconds = mean_turn_seconds
 same_job.__file__ = os.path.abspath(__file__)  # its jobs run this script, with the change
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--job":
-        same_job.job(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-                     sys.argv[6:])
-    else:
-        same_job.main(float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *sys.argv[4:7],
-                      sys.argv[7:])
+    racing.main(sys.argv)

@@ -20,10 +20,14 @@ for prefix, layout in (("", same_job.HIER), ("flat-", {})):
     same_job.VARIANTS[prefix + "auto-margin-2"] = ("auto", {"confirm_margin": 2.0, **layout})
 same_job.__file__ = os.path.abspath(__file__)  # its jobs run this script, with these variants
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--job":
-        same_job.job(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-                     sys.argv[6:])
+
+def main(argv: list[str]) -> None:
+    """`same_job.py`'s command line: a sweep, or (``--job``) one job on every rank."""
+    if argv[1] == "--job":
+        same_job.job(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6:])
     else:
-        same_job.main(float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *sys.argv[4:7],
-                      sys.argv[7:])
+        same_job.main(float(argv[1]), int(argv[2]), argv[3], *argv[4:7], argv[7:])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
