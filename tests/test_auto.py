@@ -172,6 +172,30 @@ def test_contenders_clearly_behind_leave_the_rounds_and_the_close_ones_race_on()
     assert min(range(3), key=lambda c: ch.predict(0, c)) == 1 and ch.decisions == {0: 0}
 
 
+def test_a_checkpoint_from_before_the_race_goes_on_with_its_rounds():
+    """Saved in the rounds before they raced (no stage in its state): the resumed chooser
+    runs them to their end as they were, where the one saved then would have decided."""
+    codec, nbytes = [[0.0, 4e-3]], [[4e5, 4e4]]
+    ch = chooser()
+    for i in range(1, 12):
+        ch.step(i, same)
+        feed(ch, [i], alpha=0.0, x=1e-8, codec=codec, nbytes=nbytes)
+    assert ch.confirm_start == 7 and ch.explore_end == 27
+    old = {k: v for k, v in ch.state_dict().items()
+           if k not in ("stage_rounds", "rounds_done", "turn_times")}
+    resumed = chooser()
+    resumed.load_state_dict(old)
+    assert resumed.explore_end == 27
+    assert [resumed.choice(0, j) for j in range(12, 28)] == [ch.choice(0, j)
+                                                             for j in range(12, 28)]
+
+
+def test_auto_is_settled_after_its_longest_race_or_its_scan_without_rounds():
+    assert gradcomp.comm.build_state("auto").settled_by == 1 + 4 * (3 + 2 * 20) + 2
+    no_rounds = gradcomp.comm.build_state("auto", confirm_rounds=0)
+    assert no_rounds.settled_by == 1 + 4 * 3 + 2
+
+
 def test_a_mark_is_wanted_only_where_the_rounds_are_timed():
     """`timing` holds at the scan's end (where the rounds may start) and at each round's end,
     nowhere else: marked only there, the rounds time as when marked at every iteration. It

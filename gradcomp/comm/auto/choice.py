@@ -276,11 +276,9 @@ class Chooser(SampleStream):
         return True
 
     def _race_on(self, reduce: Reduce, iteration: int, mark) -> bool:
-        """After `stage_rounds` rounds: their turns join `turn_times`; True when more than one
-        contender is still close (`still_close`) and rounds are left: they go on."""
-        stage = turn_seconds(self.marks, range(self.confirm_start + TURN - 1, self.explore_end,
-                                               TURN),
-                             self._contender_at, reduce)
+        """The stage's turns join `turn_times`; True when rounds are left and 2+ `still_close`."""
+        turns = range(self.confirm_start + TURN - 1, self.explore_end, TURN)
+        stage = turn_seconds(self.marks, turns, self._contender_at, reduce)
         for c, seconds in stage.items():
             self.turn_times[c] = self.turn_times.get(c, []) + seconds
         self.rounds_done += self.stage_rounds
@@ -443,6 +441,8 @@ class Chooser(SampleStream):
         for name, value in state.items():
             setattr(self, name, dict(value) if isinstance(value, dict) else value)
         self.skips = [tuple(s) for s in self.skips]
+        if "stage_rounds" not in state and self.confirm_start is not None:  # before racing
+            self.stage_rounds = self.confirm_rounds
         self.trial = None if self.trial is None else Trial(**self.trial)
         self.last_trial = None if self.last_trial is None else tuple(self.last_trial)
         self.samples, self.explored, self.window, self.pending = [], [], [], None

@@ -30,8 +30,7 @@ DEFAULT_CANDIDATES = ("none", "bf16", ("powersgd", {"rank": 4}),
 DECISION_LAG = 2
 #: The options of `register(ddp_model, "auto", ...)` besides the hook's own.
 AUTO_OPTIONS = ("candidates", "explore_iters", "confirm_rounds", "confirm_max_rounds",
-                "confirm_margin",
-                "check_every", "redecide_every", "drift", "slowdown", "guard")
+                "confirm_margin", "check_every", "redecide_every", "drift", "slowdown", "guard")
 
 
 def build_candidates(candidates) -> list[Compressor]:
@@ -272,10 +271,11 @@ class AutoRoute(Route):
     def settled_by(self) -> int:
         """The iteration by which the first decision acts, at the latest: every candidate
         explored for `explore_iters` and confirmed for `confirm_max_rounds` turns of `TURN`
-        iterations from `start_iter` on, plus `DECISION_LAG`; from there on, the iterations
-        are auto's steady state."""
+        iterations (none without rounds) from `start_iter` on, plus `DECISION_LAG`; from there
+        on, the iterations are auto's steady state."""
         explore = self._explore
-        per_candidate = explore["explore_iters"] + TURN * explore["confirm_max_rounds"]
+        rounds = explore["confirm_max_rounds"] if explore["confirm_rounds"] else 0
+        per_candidate = explore["explore_iters"] + TURN * rounds
         return self.start_iter + len(self.method.members) * per_candidate + DECISION_LAG
 
     def decision_text(self) -> str:
