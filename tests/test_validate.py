@@ -9,6 +9,8 @@ from gradcomp.evaluation.testbed import testbed
 from gradcomp.evaluation.benches.hookpath import hook_sizes
 from gradcomp.evaluation.testbed.validate import rate_tag, summarize, validate_sweep
 
+from auto_rows import assert_choice_explained
+
 REASON = testbed.unavailable_reason()
 
 
@@ -93,11 +95,7 @@ def test_validate_measures_predicts_and_resumes(tmp_path, capsys):
     trained = pd.read_csv(tmp_path / "train-2.5gbit.csv").set_index("method")
     warmup = trained.loc["auto", "warmup"]
     assert warmup == 5 + 1 + 4 * (3 + 2 * 20) + 2
-    # its choice holds from the warm-up on, or (a busy machine) came of a switch while timed
-    name, since = choices.removeprefix("bucket 0: ").split(" since ")
-    switches = trained.loc["auto", "auto_switches"]
-    assert (int(since) < warmup and not isinstance(switches, str)
-            or switches.split("; ")[-1] == f"{since} 0 {name}")
+    assert_choice_explained(choices, trained.loc["auto", "auto_switches"], warmup)
     assert (trained.drop("auto")["warmup"] == 5).all()
     decision = trained.loc["auto", "auto_decision"]
     assert decision.startswith("decided at ") and "priced: none " in decision
