@@ -40,6 +40,8 @@ VARIANTS = dict(same_job.VARIANTS)
 VARIANTS["auto-two"] = ("auto", {**same_job.HIER, "candidates": [same_job.PSGD, same_job.TOPK],
                                  "confirm_margin": 10.0})
 HOOK = ("encode_s", "comm_s", "decode_s")
+NOW = {}  # the variant stepping now: name, phase, its iteration (for scripts that build on this)
+EXTRAS = []  # callables run on every rank at the end, each returning items for the record
 
 
 def slowest(rows: list[list[float]]) -> list[list[float]]:
@@ -63,6 +65,7 @@ def job(out: str, rounds: int, block: int, warmup: int, mock: int, names: list[s
 
     def step(name: str, phase: str) -> None:
         workload, ddp, opt, (x, y), _ = runs[name]
+        NOW.update(name=name, phase=phase, iteration=len(seen[name]))
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         workload.loss(ddp(x), y).backward()
@@ -93,6 +96,8 @@ def job(out: str, rounds: int, block: int, warmup: int, mock: int, names: list[s
     autos = {n: runs[n][4] for n in names if VARIANTS[n][0] == "auto"}
     record["choices"] = {n: s.choices_text() for n, s in autos.items()}
     record["decision"] = {n: s.decision_text() for n, s in autos.items()}
+    for extra in EXTRAS:
+        record.update(extra())
     if rank == 0:
         with open(out, "a") as f:
             f.write(json.dumps(record) + "\n")

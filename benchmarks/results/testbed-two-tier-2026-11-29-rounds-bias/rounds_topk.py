@@ -1,0 +1,56 @@
+"""`rounds_hook.py` with every CPU top-k selection on every rank recorded: the variant and
+iteration it served, its seconds, its passes over the shard's magnitudes (one, or more where
+the sampled threshold left fewer than k candidates) and its candidates (the exact refinement
+sorts these). The same arguments; the record gains `selections`: per rank, [variant, phase,
+iteration, seconds, passes, candidates].
+
+    python rounds_topk.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP MOCK VARIANT [...]
+"""
+import importlib.util
+import os
+import sys
+import time
+
+import torch.distributed as dist
+
+from gradcomp.kernels.sparse import reference
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("rounds_hook",
+                                               os.path.join(HERE, "rounds_hook.py"))
+rounds_hook = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rounds_hook)
+rounds_hook.__file__ = os.path.abspath(__file__)  # its jobs run this script
+
+SELECTIONS = []
+_positions, _at_least = reference.topk_positions, reference._at_least
+_passes = []
+
+
+def counted_at_least(mags, t):
+    cand = _at_least(mags, t)
+    _passes.append(cand.numel())
+    return cand
+
+
+def timed_positions(flat, k):
+    _passes.clear()
+    start = time.perf_counter()
+    out = _positions(flat, k)
+    now = rounds_hook.NOW
+    SELECTIONS.append([now.get("name"), now.get("phase"), now.get("iteration"),
+                       time.perf_counter() - start, len(_passes), _passes[-1] if _passes else 0])
+    return out
+
+
+def gathered() -> dict:
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, SELECTIONS)
+    return {"selections": every}
+
+
+reference._at_least, reference.topk_positions = counted_at_least, timed_positions
+rounds_hook.EXTRAS.append(gathered)
+
+if __name__ == "__main__":
+    rounds_hook.main(sys.argv)
