@@ -1,5 +1,6 @@
 """Per job of `rounds_topk.py`: the CPU top-k selection (on every rank: median ms, mean passes
-over the magnitudes, median candidates) in the fixed top-k's rotation, in the mock rounds'
+over the magnitudes, median candidates,
+page faults and CPU ms of its thread) in the fixed top-k's rotation, in the mock rounds'
 second iterations and in each auto variant's confirmation rounds (its turns' second
 iterations) and after them (its steady state, in the rotation).
 
@@ -15,15 +16,18 @@ from analyse import rounds_window
 
 def summary(calls: list) -> str:
     if not calls:
-        return "- | - | -"
+        return "- | - | - | - | -"
+    faults = [c[6] for c in calls if len(c) > 6]
     return (f"{1000 * statistics.median(c[3] for c in calls):.1f} | "
             f"{statistics.mean(c[4] for c in calls):.2f} | "
-            f"{statistics.median(c[5] for c in calls):.0f}")
+            f"{statistics.median(c[5] for c in calls):.0f} | "
+            + (f"{statistics.median(faults):.0f}" if faults else "-") + " | "
+            + (f"{1000 * statistics.median(c[7] for c in calls):.1f}" if faults else "-"))
 
 
 def main(paths: list[str]) -> None:
-    print("| job | where | selections | ms | passes | candidates |")
-    print("|:--|:--|--:|--:|--:|--:|")
+    print("| job | where | selections | ms | passes | candidates | page faults | CPU ms |")
+    print("|:--|:--|--:|--:|--:|--:|--:|--:|")
     for path in paths:
         for j, r in enumerate(map(json.loads, open(path))):
             calls = [c for rank in r["selections"] for c in rank]

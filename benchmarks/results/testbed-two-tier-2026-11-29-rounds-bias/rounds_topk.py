@@ -1,13 +1,15 @@
 """`rounds_hook.py` with every CPU top-k selection on every rank recorded: the variant and
 iteration it served, its seconds, its passes over the shard's magnitudes (one, or more where
 the sampled threshold left fewer than k candidates) and its candidates (the exact refinement
-sorts these). The same arguments; the record gains `selections`: per rank, [variant, phase,
-iteration, seconds, passes, candidates].
+sorts these), the minor page faults of its thread meanwhile and its thread's CPU seconds. The same arguments; the
+record gains `selections`: per rank, [variant, phase, iteration, seconds, passes, candidates,
+page faults, CPU seconds] (files written before: without the last two).
 
     python rounds_topk.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP MOCK VARIANT [...]
 """
 import importlib.util
 import os
+import resource
 import sys
 import time
 
@@ -35,11 +37,14 @@ def counted_at_least(mags, t):
 
 def timed_positions(flat, k):
     _passes.clear()
-    start = time.perf_counter()
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    start, cpu = time.perf_counter(), time.thread_time()
     out = _positions(flat, k)
+    seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
     now = rounds_hook.NOW
-    SELECTIONS.append([now.get("name"), now.get("phase"), now.get("iteration"),
-                       time.perf_counter() - start, len(_passes), _passes[-1] if _passes else 0])
+    SELECTIONS.append([now.get("name"), now.get("phase"), now.get("iteration"), seconds,
+                       len(_passes), _passes[-1] if _passes else 0, faults, cpu])
     return out
 
 
