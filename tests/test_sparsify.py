@@ -101,6 +101,33 @@ def test_cpu_topk_is_exact_on_column_scaled_gradients(seed):
     assert torch.equal(ours, torch.topk(x.abs(), k).indices.sort().values)
 
 
+def test_cpu_topk_keeps_its_selection_buffers_per_key_and_selects_the_same():
+    """The CPU selection's magnitudes and comparison live in buffers kept per key between
+    calls (no 8 MB tensor made per call for the MLP's shard); they never change the result,
+    are made again for another size or dtype, and are not pickled or copied."""
+    import copy
+    import pickle
+
+    c = gradcomp.compressor("topk", ratio=0.01)
+    x = _gradient(30_000, 0)
+    x[7] = math.nan
+    k = _count(0.01, x.numel())
+    c.compress(x, "b")
+    kept = c._scratch["b"]["mags"]
+    for step in range(3):
+        y = _gradient(30_000, step + 1)
+        assert torch.equal(c.compress(y, "b").tensors[1].long(), topk_positions(y, k))
+        assert c._scratch["b"]["mags"] is kept  # the same buffer, not a new one
+    assert 7 in c.compress(x, "b").tensors[1].tolist()  # NaN still counts as the largest
+    z = _gradient(20_000, 9, torch.float64)
+    assert torch.equal(topk_positions(z, 200, c._scratch["b"]),
+                       torch.topk(z.abs(), 200).indices.sort().values)
+    assert c._scratch["b"]["mags"].dtype == torch.float64  # made again for float64
+    for twin in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c)):
+        assert not hasattr(twin, "_scratch")
+        assert torch.equal(twin.compress(x, "b").tensors[1], c.compress(x, "b").tensors[1])
+
+
 @pytest.mark.parametrize("name", ["topk", "randomk", "threshold"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -120,8 +120,9 @@ class TopK(_SparseGather):
     arrive at their own positions (if there are more than k of them, k of them travel).
     CUDA tensors use `gradcomp.kernels.topk_select` (an exact radix select without host syncs),
     CPU tensors `topk_positions` of `gradcomp.kernels.sparse.reference` (a sampled threshold
-    and an exact refinement, indices in index order); both break ties at the k-th magnitude by position (the first ones win), so
-    they select the same set. Other devices use torch.topk, whose choice among ties is its
+    and an exact refinement, indices in index order; its magnitudes' and comparison's buffers
+    kept per key between calls, not pickled); both break ties at the k-th magnitude by
+    position (the first ones win), so they select the same set. Other devices use torch.topk, whose choice among ties is its
     own: the decoded tensors agree wherever the k-th magnitude is not tied across the cut.
     """
 
@@ -136,8 +137,13 @@ class TopK(_SparseGather):
     def _compress(self, flat, key):
         n = flat.numel()
         k = _count(self.ratio, n)
-        select = kernels.topk_select if kernels.supports_selection(flat) else reference.topk_select
-        return list(select(flat, k)), {}
+        if kernels.supports_selection(flat):
+            return list(kernels.topk_select(flat, k)), {}
+        scratch = self.__dict__.setdefault("_scratch", {}).setdefault(key, {})
+        return list(reference.topk_select(flat, k, scratch)), {}
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_scratch"}
 
     def left_over(self, corrected, payload):
         values, indices = payload.tensors  # distinct; decoded as 0 + value (-0.0 as +0.0)

@@ -1,8 +1,8 @@
 """`rounds_hook.py` with every CPU top-k selection on every rank recorded: the variant and
 iteration it served, its seconds, its passes over the shard's magnitudes (one, or more where
 the sampled threshold left fewer than k candidates) and its candidates (the exact refinement
-sorts these), the minor page faults of its thread meanwhile and its thread's CPU seconds. The same arguments; the
-record gains `selections`: per rank, [variant, phase, iteration, seconds, passes, candidates,
+sorts these), the minor page faults of its thread meanwhile and its thread's CPU seconds.
+The same arguments; the record gains `selections`: per rank, [variant, phase, iteration, seconds, passes, candidates,
 page faults, CPU seconds] (files written before: without the last two).
 
     python rounds_topk.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP MOCK VARIANT [...]
@@ -29,17 +29,17 @@ _positions, _at_least = reference.topk_positions, reference._at_least
 _passes = []
 
 
-def counted_at_least(mags, t):
-    cand = _at_least(mags, t)
+def counted_at_least(mags, t, mask=None):
+    cand = _at_least(mags, t, mask)
     _passes.append(cand.numel())
     return cand
 
 
-def timed_positions(flat, k):
+def timed_positions(flat, k, scratch=None):
     _passes.clear()
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     start, cpu = time.perf_counter(), time.thread_time()
-    out = _positions(flat, k)
+    out = _positions(flat, k, scratch)
     seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
     now = rounds_hook.NOW

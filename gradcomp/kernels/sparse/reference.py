@@ -46,13 +46,32 @@ def sample_stride(n: int) -> int:
     return stride
 
 
-def _at_least(mags: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+def _at_least(mags: torch.Tensor, t: torch.Tensor, mask: torch.Tensor | None = None
+              ) -> torch.Tensor:
     """Positions (int64, in index order) of the magnitudes >= t or NaN (one compare, one
-    in-place negation and one compaction: NaN counts as +Inf without a pass to replace it)."""
-    return torch.nonzero(torch.lt(mags, t).logical_not_()).squeeze(1)
+    in-place negation and one compaction: NaN counts as +Inf without a pass to replace it);
+    `mask`: a bool buffer of the magnitudes' size for the comparison (None: a new one)."""
+    return torch.nonzero(torch.lt(mags, t, out=mask).logical_not_()).squeeze(1)
 
 
-def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
+def _buffers(scratch: dict | None, n: int, dtype: torch.dtype, device: torch.device
+             ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(magnitudes, mask) buffers of n elements kept in `scratch` (made there at the first
+    call, or when the tensor's size, dtype or device changed); (None, None) without one.
+    A new 8 MB tensor per call (the MLP's shard on 2 nodes x 2) doubled the selection's time
+    (8.7 -> 19.7 ms) where the allocator handed it out freshly mapped pages to fault in, as
+    it did in `auto`'s timed turns (2055 page faults per selection in one run;
+    benchmarks/results/testbed-two-tier-2026-11-29-rounds-bias)."""
+    if scratch is None:
+        return None, None
+    mags = scratch.get("mags")
+    if mags is None or mags.numel() != n or mags.dtype != dtype or mags.device != device:
+        scratch["mags"] = torch.empty(n, dtype=dtype, device=device)
+        scratch["mask"] = torch.empty(n, dtype=torch.bool, device=device)
+    return scratch["mags"], scratch["mask"]
+
+
+def topk_positions(flat: torch.Tensor, k: int, scratch: dict | None = None) -> torch.Tensor:
     """The positions of the k largest magnitudes of the 1-D `flat` (NaN and +-Inf count as
     +Inf), exactly, ties at the k-th magnitude broken by position (the first ones win, as in
     the kernel `launcher.topk_select`), as int64 in index order; for 0 <= k <= numel.
@@ -65,11 +84,16 @@ def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
     candidate > v and the first candidates == v. If fewer than k elements reach t (a sample
     that misjudged the data), t is lowered, down to the whole tensor: the result is exact
     whatever the sample, only the cost depends on it.
+
+    `scratch`: a dict the caller keeps per tensor it selects from, holding the magnitudes'
+    and the comparison's buffers between calls (`_buffers`), so that a call allocates only
+    what is about the size of k.
     """
     n = flat.numel()
     if k == 0:
         return torch.empty(0, dtype=torch.int64, device=flat.device)
-    mags = flat.to(work_dtype(flat.dtype)).abs()  # NaN stays NaN (see `_at_least`)
+    mags, mask = _buffers(scratch, n, work_dtype(flat.dtype), flat.device)
+    mags = torch.abs(flat.to(work_dtype(flat.dtype)), out=mags)  # NaN stays NaN (`_at_least`)
     stride = sample_stride(n)
     sample = torch.nan_to_num(mags[::stride], nan=math.inf, posinf=math.inf)
     s = sample.numel()
@@ -80,7 +104,7 @@ def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
         rank = min(s, math.ceil(expect + 4.0 * math.sqrt(expect) + 8))
     while True:
         t = torch.topk(sample, rank, sorted=False).values.min()
-        cand = _at_least(mags, t)
+        cand = _at_least(mags, t, mask)
         if cand.numel() >= k:
             break
         if rank == s:  # the sample's minimum still leaves fewer than k: every element
@@ -97,11 +121,13 @@ def topk_positions(flat: torch.Tensor, k: int) -> torch.Tensor:
     return cand[take]
 
 
-def topk_select(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_select(flat: torch.Tensor, k: int, scratch: dict | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, indices) of the k largest magnitudes of the 1-D `flat`: `topk_positions` on a
-    CPU (the same set as the kernel), torch.topk elsewhere (its own choice among ties)."""
+    CPU (the same set as the kernel; `scratch` as there), torch.topk elsewhere (its own choice
+    among ties)."""
     if flat.device.type == "cpu":
-        indices = topk_positions(flat, k)
+        indices = topk_positions(flat, k, scratch)
     else:
         indices = torch.topk(magnitudes(flat), k, sorted=False).indices
     return flat[indices], indices.to(index_dtype(flat.numel()))
