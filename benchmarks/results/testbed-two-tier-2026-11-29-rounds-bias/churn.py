@@ -1,7 +1,7 @@
 """One process, no network: top-k 1% with error feedback on a shard of the MLP's gradient
-(2.1M floats, 1024 x 2055, the hierarchical hook's shard on 2 nodes x 2), its encode timed (compress: the
-residual added, the selection, the residual kept), in three schedules of 2-iteration turns
-beside PowerSGD rank 4 with error feedback on the same shard:
+(2.1M floats, 1024 x 2055, the hierarchical hook's shard on 2 nodes x 2), its encode timed
+(compress: the residual added, the selection, the residual kept), in three schedules of
+2-iteration turns beside PowerSGD rank 4 with error feedback on the same shard:
 
 * steady: top-k alone, every iteration;
 * separate: the two compressors alternate, each keeping its own residual (the mock rounds);

@@ -2,8 +2,9 @@
 iteration it served, its seconds, its passes over the shard's magnitudes (one, or more where
 the sampled threshold left fewer than k candidates) and its candidates (the exact refinement
 sorts these), the minor page faults of its thread meanwhile and its thread's CPU seconds.
-The same arguments; the record gains `selections`: per rank, [variant, phase, iteration, seconds, passes, candidates,
-page faults, CPU seconds] (files written before: without the last two).
+The same arguments; the record gains `selections`: per rank, [variant, phase, iteration,
+seconds, passes, candidates, page faults, CPU seconds] (files written before: without the
+last two).
 
     python rounds_topk.py RATE_BPS JOBS OUT.jsonl ROUNDS BLOCK WARMUP MOCK VARIANT [...]
 """
