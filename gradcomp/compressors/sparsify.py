@@ -122,8 +122,9 @@ class TopK(_SparseGather):
     CPU tensors `topk_positions` of `gradcomp.kernels.sparse.reference` (a sampled threshold
     and an exact refinement, indices in index order; its magnitudes' and comparison's buffers,
     5 bytes per value (9 for float64), kept per key between calls, not pickled); both break
-    ties at the k-th magnitude by position (the first ones win), so they select the same set. Other devices use torch.topk, whose choice among ties is its
-    own: the decoded tensors agree wherever the k-th magnitude is not tied across the cut.
+    ties at the k-th magnitude by position (the first ones win), so they select the same set.
+    Other devices use torch.topk, whose choice among ties is its own: the decoded tensors
+    agree wherever the k-th magnitude is not tied across the cut.
     """
 
     name = "topk"

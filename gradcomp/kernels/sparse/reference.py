@@ -58,10 +58,10 @@ def _buffers(scratch: dict | None, n: int, dtype: torch.dtype, device: torch.dev
              ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(magnitudes, mask) buffers of n elements kept in `scratch` (made there at the first
     call, or when the tensor's size, dtype or device changed); (None, None) without one.
-    A new 8 MB tensor per call (the MLP's shard on 2 nodes x 2) doubled the selection's time
-    (8.7 -> 19.7 ms) where the allocator handed it out freshly mapped pages to fault in, as
-    it did in `auto`'s timed turns (2055 page faults per selection in one run;
-    benchmarks/results/testbed-two-tier-2026-11-29-rounds-bias)."""
+    A new 8 MB tensor per call (the MLP's shard on 2 nodes x 2) took the selection from 9.4
+    to 17.6 ms where the allocator handed out freshly mapped pages to fault in
+    (benchmarks/bench_topk_buffers.py), as it did in `auto`'s timed turns (2055 page faults
+    per selection in one run; benchmarks/results/testbed-two-tier-2026-11-29-rounds-bias)."""
     if scratch is None:
         return None, None
     mags = scratch.get("mags")
