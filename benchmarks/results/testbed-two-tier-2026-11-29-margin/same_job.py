@@ -38,19 +38,22 @@ for prefix, layout in (("", HIER), ("flat-", {})):
     VARIANTS.update({prefix + n: ("auto", {**o, **layout}) for n, o in AUTO.items()})
 
 
+def build(method: str, options: dict, rank: int) -> tuple:
+    """One variant's (workload, DDP model with its hook, optimizer, this rank's batch, hook
+    state)."""
+    workload = load_workload("mlp", "model", batch_size=64)
+    ddp = DistributedDataParallel(workload.model, bucket_cap_mb=25.0)
+    state = comm.register(ddp, method, **options)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    return workload, ddp, opt, workload.batch(rank, 0, torch.device("cpu")), state
+
+
 def job(out: str, rounds: int, block: int, warmup: int, names: list[str]) -> None:
     """On every rank of a testbed job (torchrun's variables set)."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     rank = dist.get_rank()
-    runs = {}
-    for name in names:
-        workload = load_workload("mlp", "model", batch_size=64)
-        ddp = DistributedDataParallel(workload.model, bucket_cap_mb=25.0)
-        method, options = VARIANTS[name]
-        state = comm.register(ddp, method, **options)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-        runs[name] = (workload, ddp, opt, workload.batch(rank, 0, torch.device("cpu")), state)
+    runs = {name: build(*VARIANTS[name], rank) for name in names}
 
     def step(name: str) -> float:
         workload, ddp, opt, (x, y), _ = runs[name]

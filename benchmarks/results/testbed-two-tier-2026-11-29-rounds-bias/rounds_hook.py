@@ -25,11 +25,8 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from gradcomp import comm
 from gradcomp.evaluation.testbed.nodes import NodeTestbed
-from gradcomp.evaluation.workloads.load import load_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location(
@@ -54,14 +51,8 @@ def job(out: str, rounds: int, block: int, warmup: int, mock: int, names: list[s
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     rank = dist.get_rank()
-    runs, seen = {}, {n: [] for n in names}  # name -> [(phase, seconds)]
-    for name in names:
-        workload = load_workload("mlp", "model", batch_size=64)
-        ddp = DistributedDataParallel(workload.model, bucket_cap_mb=25.0)
-        method, options = VARIANTS[name]
-        state = comm.register(ddp, method, **options)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-        runs[name] = (workload, ddp, opt, workload.batch(rank, 0, torch.device("cpu")), state)
+    runs = {name: same_job.build(*VARIANTS[name], rank) for name in names}
+    seen = {n: [] for n in names}  # name -> [(phase, seconds)]
 
     def step(name: str, phase: str) -> None:
         workload, ddp, opt, (x, y), _ = runs[name]
