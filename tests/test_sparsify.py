@@ -113,16 +113,16 @@ def test_cpu_topk_keeps_its_selection_buffers_per_key_and_selects_the_same():
     x[7] = math.nan
     k = _count(0.01, x.numel())
     c.compress(x, "b")
-    kept = c._scratch["b"]["mags"]
+    kept = c._scratch["b"][((30_000,), torch.float32)]  # the magnitudes' buffer
     for step in range(3):
         y = _gradient(30_000, step + 1)
         assert torch.equal(c.compress(y, "b").tensors[1].long(), topk_positions(y, k))
-        assert c._scratch["b"]["mags"] is kept  # the same buffer, not a new one
+        assert c._scratch["b"][((30_000,), torch.float32)] is kept  # the same, not a new one
     assert 7 in c.compress(x, "b").tensors[1].tolist()  # NaN still counts as the largest
     z = _gradient(20_000, 9, torch.float64)
     assert torch.equal(topk_positions(z, 200, c._scratch["b"]),
                        torch.topk(z.abs(), 200).indices.sort().values)
-    assert c._scratch["b"]["mags"].dtype == torch.float64  # made again for float64
+    assert ((20_000,), torch.float64) in c._scratch["b"]  # made for float64
     for twin in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c)):
         assert not hasattr(twin, "_scratch")
         assert torch.equal(twin.compress(x, "b").tensors[1], c.compress(x, "b").tensors[1])

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..checks import check_bool, check_int
+from ..kernels.blocks import reused
 from .base import Payload, TwoRoundCompressor, check_tensor, work_dtype
 from .memory import finite_or_zero
 from .orthogonalize import orthogonalize_all
@@ -382,18 +383,6 @@ def _whole(residual: torch.Tensor, size: int) -> torch.Tensor | None:
     return residual.new_empty(0).set_(storage, 0, (size,))
 
 
-def _reused(scratch: dict | None, shape, like: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor of `shape` like `like`, kept in `scratch` (if any) for the
-    next call."""
-    shape = tuple(shape)
-    if scratch is None:
-        return like.new_empty(shape)
-    buf = scratch.get(shape)
-    if buf is None or buf.dtype != like.dtype or buf.device != like.device:
-        buf = scratch[shape] = like.new_empty(shape)
-    return buf
-
-
 def _gather(work: torch.Tensor, lay: _Layout, scratch: dict | None
             ) -> tuple[torch.Tensor, dict]:
     """One buffer holding the plain pieces, then each group's matrices (zero-padded for square
@@ -412,8 +401,8 @@ def _gather(work: torch.Tensor, lay: _Layout, scratch: dict | None
             if n * m != numel:
                 parts.append(work.new_zeros(n * m - numel))
         offset += len(ids) * n * m
-    packed = torch.cat(parts, out=_reused(scratch, (offset,), work)) if parts \
-        else work.new_zeros(0)
+    packed = (torch.cat(parts, out=reused(scratch, (offset,), work.dtype, work.device))
+              if parts else work.new_zeros(0))
     mats = {(n, m): packed[start : start + len(lay.groups[(n, m)]) * n * m].view(-1, n, m)
             for (n, m), start in starts.items()}
     return packed, mats
@@ -440,7 +429,8 @@ def _assemble(step: PowerStep, plain: torch.Tensor, ps: dict, qs: dict,
     for shape, ids in lay.groups.items():
         p, q = ps[shape], qs[shape].transpose(1, 2)
         approx = (torch.bmm(p, q) if scratch is None else torch.bmm(
-            p, q, out=_reused(scratch, (len(ids), *shape), p))).reshape(len(ids), -1)
+            p, q, out=reused(scratch, (len(ids), *shape), p.dtype, p.device)
+        )).reshape(len(ids), -1)
         for row, i in zip(approx, ids):
             o, n, _ = lay.pieces[i]
             dst.append(result[o : o + n])

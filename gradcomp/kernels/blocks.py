@@ -32,3 +32,18 @@ def block_counts(numel: int, nblocks: int, length: int, dtype, device) -> torch.
     if nblocks:
         counts[-1:].fill_(numel - (nblocks - 1) * length)  # fill_: no host-device sync
     return counts
+
+
+def reused(scratch: dict | None, shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """An uninitialised tensor of `shape` and `dtype` on `device`, kept in `scratch` (a dict
+    the caller keeps per tensor it works on; None: a new one) for the next call. On the CPU a
+    large tensor made per call can land on freshly mapped pages to fault in: PowerSGD's
+    encode of the MLP's bucket took 14-19 ms instead of 8 on some calls, top-k's selection
+    of its 2.1M-value shard 17.6 ms instead of 9.4 (benchmarks/bench_topk_buffers.py)."""
+    key = (tuple(shape), dtype)
+    if scratch is None:
+        return torch.empty(key[0], dtype=dtype, device=device)
+    buf = scratch.get(key)
+    if buf is None or buf.device != torch.device(device):
+        buf = scratch[key] = torch.empty(key[0], dtype=dtype, device=device)
+    return buf

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..blocks import work_dtype
+from ..blocks import reused, work_dtype
 
 _INT32_LIMIT = 2**31
 
@@ -54,23 +54,6 @@ def _at_least(mags: torch.Tensor, t: torch.Tensor, mask: torch.Tensor | None = N
     return torch.nonzero(torch.lt(mags, t, out=mask).logical_not_()).squeeze(1)
 
 
-def _buffers(scratch: dict | None, n: int, dtype: torch.dtype, device: torch.device
-             ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(magnitudes, mask) buffers of n elements kept in `scratch` (made there at the first
-    call, or when the tensor's size, dtype or device changed); (None, None) without one.
-    A new 8 MB tensor per call (the MLP's shard on 2 nodes x 2) took the selection from 9.4
-    to 17.6 ms where the allocator handed out freshly mapped pages to fault in
-    (benchmarks/bench_topk_buffers.py), as it did in `auto`'s timed turns (2055 page faults
-    per selection in one run; benchmarks/results/testbed-two-tier-2026-11-29-rounds-bias)."""
-    if scratch is None:
-        return None, None
-    mags = scratch.get("mags")
-    if mags is None or mags.numel() != n or mags.dtype != dtype or mags.device != device:
-        scratch["mags"] = torch.empty(n, dtype=dtype, device=device)
-        scratch["mask"] = torch.empty(n, dtype=torch.bool, device=device)
-    return scratch["mags"], scratch["mask"]
-
-
 def topk_positions(flat: torch.Tensor, k: int, scratch: dict | None = None) -> torch.Tensor:
     """The positions of the k largest magnitudes of the 1-D `flat` (NaN and +-Inf count as
     +Inf), exactly, ties at the k-th magnitude broken by position (the first ones win, as in
@@ -86,14 +69,17 @@ def topk_positions(flat: torch.Tensor, k: int, scratch: dict | None = None) -> t
     whatever the sample, only the cost depends on it.
 
     `scratch`: a dict the caller keeps per tensor it selects from, holding the magnitudes'
-    and the comparison's buffers between calls (`_buffers`), so that a call allocates only
-    what is about the size of k.
+    and the comparison's buffers between calls (`blocks.reused`), so that a call allocates
+    only what is about the size of k.
     """
     n = flat.numel()
     if k == 0:
         return torch.empty(0, dtype=torch.int64, device=flat.device)
-    mags, mask = _buffers(scratch, n, work_dtype(flat.dtype), flat.device)
-    mags = torch.abs(flat.to(work_dtype(flat.dtype)), out=mags)  # NaN stays NaN (`_at_least`)
+    dtype = work_dtype(flat.dtype)
+    mags, mask = ((None, None) if scratch is None else
+                  (reused(scratch, (n,), dtype, flat.device),
+                   reused(scratch, (n,), torch.bool, flat.device)))
+    mags = torch.abs(flat.to(dtype), out=mags)  # NaN stays NaN (see `_at_least`)
     stride = sample_stride(n)
     sample = torch.nan_to_num(mags[::stride], nan=math.inf, posinf=math.inf)
     s = sample.numel()
